@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources, one concern each; __main__.py wires them together."""

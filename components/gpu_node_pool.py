@@ -1,0 +1,128 @@
+"""The GPU node pool of a GKE Standard cluster, bound to the reservation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.gke_cluster import GkeCluster
+from components.rdma_networks import RdmaNetworks
+from config.profiles import GpuNetworking
+from config.settings import StackSettings
+
+GPU_POOL_NAME = "gpu-pool"
+# Creating reserved GPU nodes routinely takes longer than the provider defaults.
+GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="60m", delete="60m")
+
+
+def reservation_affinity(
+    reservation: str | None,
+) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+    if reservation is None:
+        return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="NO_RESERVATION"
+        )
+    return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+        consume_reservation_type="SPECIFIC_RESERVATION",
+        key="compute.googleapis.com/reservation-name",
+        values=[reservation],
+    )
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    rdma_networks: RdmaNetworks | None
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    node_pool: gcp.container.NodePool
+    placement_policy: gcp.compute.ResourcePolicy | None
+
+    def __init__(
+        self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:cluster:GpuNodePool", name, None, opts)
+        s = args.settings
+        profile = s.profile
+
+        self.placement_policy = None
+        placement = None
+        if profile.placement is not None:
+            self.placement_policy = gcp.compute.ResourcePolicy(
+                f"{name}-workload-policy",
+                name=f"{s.cluster_name}-workload-policy",
+                project=s.project,
+                region=s.region,
+                workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+                    type=profile.placement.type,
+                    accelerator_topology=profile.placement.accelerator_topology,
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            placement = gcp.container.NodePoolPlacementPolicyArgs(
+                type="COMPACT", policy_name=self.placement_policy.name
+            )
+
+        self.node_pool = gcp.container.NodePool(
+            f"{name}-pool",
+            name=GPU_POOL_NAME,
+            project=s.project,
+            location=s.region,
+            cluster=args.cluster.cluster.name,
+            node_locations=[s.zone],
+            # A fixed size: the RayCluster asks for exactly gpuNodes workers.
+            node_count=s.gpu_nodes,
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=profile.machine_type,
+                guest_accelerators=[
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                        type=profile.gpu_type,
+                        count=profile.gpus_per_node,
+                        gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                            gpu_driver_version=profile.gpu_driver_version
+                        ),
+                    )
+                ],
+                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                reservation_affinity=reservation_affinity(s.reservation),
+                disk_type=profile.boot_disk_type,
+                disk_size_gb=profile.boot_disk_size_gb,
+                # GPUDirect RDMA needs Container-Optimized OS.
+                image_type="COS_CONTAINERD",
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            ),
+            network_config=_network_config(s.gpu_networking, args.rdma_networks),
+            placement_policy=placement,
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=GPU_POOL_TIMEOUTS),
+        )
+        self.register_outputs({"name": self.node_pool.name})
+
+
+def _network_config(
+    networking: GpuNetworking, rdma: RdmaNetworks | None
+) -> gcp.container.NodePoolNetworkConfigArgs:
+    if networking is GpuNetworking.DRANET_NODE_POOL:
+        # GKE creates the RDMA networks; the managed DRANET driver exposes the NICs as DRA
+        # devices (mrdma.google.com).
+        return gcp.container.NodePoolNetworkConfigArgs(accelerator_network_profile="auto")
+    if rdma is None:
+        raise ValueError(f"{networking.value} GPU networking needs the RDMA networks component")
+    additional = [
+        gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+            network=rdma.gvnic_network.name, subnetwork=rdma.gvnic_subnet.name
+        ),
+        *(
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=rdma.rdma_network.name, subnetwork=subnet.name
+            )
+            for subnet in rdma.rdma_subnets
+        ),
+    ]
+    return gcp.container.NodePoolNetworkConfigArgs(additional_node_network_configs=additional)

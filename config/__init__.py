@@ -1,0 +1,1 @@
+"""Stack configuration: the accelerator profile table and the validated stack settings."""

@@ -1,0 +1,270 @@
+"""The accelerator profiles: every per-architecture fact lives in this one table.
+
+Components read a profile; they never branch on its name. Sources: ../shared/seed (A4X) and
+../shared/reference/tutorial-facts.md (A4 / A3 Ultra), cited per field below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Mode(StrEnum):
+    STANDARD = "standard"
+    AUTOPILOT = "autopilot"
+
+
+class GpuNetworking(StrEnum):
+    """How the GPU nodes get their RDMA NICs."""
+
+    # Standard A4/A3U: a gVNIC VPC and a RoCE VPC created by us, attached as 1 + 8 additional
+    # node networks, mapped into pods with GKENetworkParamSet/Network objects (tutorial §2).
+    MULTI_NIC = "multi-nic"
+    # A4X Standard: node pool `accelerator_network_profile="auto"`; GKE creates the networks and
+    # the managed DRANET driver exposes the NICs as DRA devices (seed, Cluster Toolkit gke-a4x).
+    DRANET_NODE_POOL = "dranet-node-pool"
+    # Autopilot A4/A3U: a ComputeClass with `acceleratorNetworkProfile: auto` and DRA networking
+    # (tutorial §3.B); GKE creates the node pools and the networks.
+    DRANET_COMPUTE_CLASS = "dranet-compute-class"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str = "Exists"
+    effect: str = "NoSchedule"
+
+    def manifest(self) -> dict[str, str]:
+        return {"key": self.key, "operator": self.operator, "effect": self.effect}
+
+
+@dataclass(frozen=True)
+class WorkloadPlacement:
+    """A GCE workload policy used as the GPU pool's compact placement policy."""
+
+    type: str
+    accelerator_topology: str
+
+
+@dataclass(frozen=True)
+class AcceleratorProfile:
+    name: str
+    description: str
+    gpu_type: str
+    machine_type: str
+    gpus_per_node: int
+    gpu_memory_gib: int
+    arch: str
+    # Tolerations every pod on the GPU nodes needs (GKE taints GPU nodes with nvidia.com/gpu and
+    # arm64 nodes with kubernetes.io/arch).
+    gpu_tolerations: tuple[Toleration, ...]
+    modes: tuple[Mode, ...]
+    networking: Mapping[Mode, GpuNetworking]
+    rdma_nics_per_node: int
+    reservation_required: bool
+    default_gpu_nodes: int
+    max_gpu_nodes: int
+    max_gpu_nodes_reason: str
+    boot_disk_type: str
+    boot_disk_size_gb: int
+    gpu_driver_version: str
+    placement: WorkloadPlacement | None
+    # Kubernetes minor version the cluster is pinned to at least (min_master_version), and the
+    # version at which manifests are schema-validated.
+    min_kubernetes_version: str
+    verl_image: str
+    verl_ref: str
+    ray_version: str
+    # Extra pip packages installed in every Ray container at start (seed: A4X TransferQueue).
+    ray_container_pip_packages: tuple[str, ...]
+    nccl_installer_image: str
+    nccl_env: Mapping[Mode, Mapping[str, str]]
+
+    @property
+    def default_mode(self) -> Mode:
+        return self.modes[0]
+
+    def networking_for(self, mode: Mode) -> GpuNetworking:
+        return self.networking[mode]
+
+
+def _frozen(mapping: dict) -> Mapping:
+    return MappingProxyType(mapping)
+
+
+_GPU_TAINT = Toleration(key="nvidia.com/gpu")
+_ARM64_TAINT = Toleration(key="kubernetes.io/arch")
+
+# Shared x86 values (tutorial-facts §5, §6, §8): A4 and A3 Ultra differ only in GPU, machine and
+# the NCCL tuning file names.
+_X86_VERL_IMAGE = "verlai/verl:vllm011.latest"
+_X86_VERL_REF = "v0.6.1"
+_X86_RAY_VERSION = "2.47.0"
+_X86_GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.1"
+
+
+def _x86_standard_nccl_env(tuner_file: str) -> Mapping[str, str]:
+    # tutorial-facts §6.2 (Standard runtime-env, gIB from the hostPath NCCL installer).
+    return _frozen(
+        {
+            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+            "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so",
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_P2P_NET_CHUNKSIZE": "131072",
+            "NCCL_NVLS_CHUNKSIZE": "524288",
+            "NCCL_IB_ADAPTIVE_ROUTING": "1",
+            "NCCL_IB_QPS_PER_CONNECTION": "4",
+            "NCCL_IB_TC": "52",
+            "NCCL_IB_FIFO_TC": "84",
+            "NCCL_TUNER_CONFIG_PATH": f"/usr/local/gib/configs/{tuner_file}",
+            "GLOO_SOCKET_IFNAME": "eth0",
+        }
+    )
+
+
+def _x86_autopilot_nccl_env(conf_file: str) -> Mapping[str, str]:
+    # tutorial-facts §6.3 (Autopilot DRANET runtime-env). The H200 conf file name follows the
+    # tutorial prose ("change NCCL_CONF_FILE to /usr/local/gib/configs/nccl.a3u.conf").
+    return _frozen(
+        {
+            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+            "NCCL_ENV_PLUGIN": "gcp",
+            "NCCL_CONF_FILE": f"/usr/local/gib/configs/{conf_file}",
+            "NCCL_IB_GID_INDEX": "3",
+            "NCCL_NVLS_ENABLE": "0",
+            "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs",
+            "GLOO_SOCKET_IFNAME": "eth0",
+        }
+    )
+
+
+_X86_NETWORKING = _frozen(
+    {Mode.STANDARD: GpuNetworking.MULTI_NIC, Mode.AUTOPILOT: GpuNetworking.DRANET_COMPUTE_CLASS}
+)
+
+PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
+    {
+        "a4x": AcceleratorProfile(
+            name="a4x",
+            description="A4X: NVIDIA GB200 Grace Blackwell, arm64, Multi-Node NVLink (IMEX)",
+            gpu_type="nvidia-gb200",
+            machine_type="a4x-highgpu-4g",
+            gpus_per_node=4,
+            gpu_memory_gib=186,
+            arch="arm64",
+            gpu_tolerations=(_GPU_TAINT, _ARM64_TAINT),
+            modes=(Mode.STANDARD,),
+            networking=_frozen({Mode.STANDARD: GpuNetworking.DRANET_NODE_POOL}),
+            rdma_nics_per_node=4,
+            reservation_required=True,
+            default_gpu_nodes=4,
+            max_gpu_nodes=18,
+            max_gpu_nodes_reason="one NVL72 domain holds 18 A4X nodes (1x72 placement policy)",
+            boot_disk_type="hyperdisk-balanced",
+            boot_disk_size_gb=100,
+            # A4X needs the R580 driver; GKE's LATEST driver on 1.34 is R580.
+            gpu_driver_version="LATEST",
+            placement=WorkloadPlacement(type="HIGH_THROUGHPUT", accelerator_topology="1x72"),
+            # DRANET node pools need GKE >= 1.34.1-gke.1829001 (Cluster Toolkit gke-node-pool).
+            min_kubernetes_version="1.34",
+            verl_image="verlai/verl:vllm023.aarch64.dev1",
+            verl_ref="ddbcdb7",
+            ray_version="2.49.0",
+            ray_container_pip_packages=("TransferQueue==0.1.8",),
+            nccl_installer_image=(
+                "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib-arm64:v1.1.0"
+            ),
+            # The seed's A4X runtime env.
+            nccl_env=_frozen(
+                {
+                    Mode.STANDARD: _frozen(
+                        {
+                            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+                            "NCCL_ENV_PLUGIN": "gcp",
+                            "GLOO_SOCKET_IFNAME": "eth0",
+                        }
+                    )
+                }
+            ),
+        ),
+        "a4": AcceleratorProfile(
+            name="a4",
+            description="A4: NVIDIA B200, x86",
+            gpu_type="nvidia-b200",
+            machine_type="a4-highgpu-8g",
+            gpus_per_node=8,
+            gpu_memory_gib=180,
+            arch="amd64",
+            gpu_tolerations=(_GPU_TAINT,),
+            modes=(Mode.AUTOPILOT, Mode.STANDARD),
+            networking=_X86_NETWORKING,
+            rdma_nics_per_node=8,
+            reservation_required=False,
+            default_gpu_nodes=2,
+            max_gpu_nodes=64,
+            max_gpu_nodes_reason="a guard against typos; raise it in config/profiles.py if your "
+            "reservation is larger",
+            # A4 machines boot only from Hyperdisk.
+            boot_disk_type="hyperdisk-balanced",
+            boot_disk_size_gb=200,
+            # DEFAULT installs R570 on GKE >= 1.32.1-gke.1729000, which A4 needs.
+            gpu_driver_version="DEFAULT",
+            placement=None,
+            min_kubernetes_version="1.34",
+            verl_image=_X86_VERL_IMAGE,
+            verl_ref=_X86_VERL_REF,
+            ray_version=_X86_RAY_VERSION,
+            ray_container_pip_packages=(),
+            nccl_installer_image=_X86_GIB_IMAGE,
+            nccl_env=_frozen(
+                {
+                    Mode.STANDARD: _x86_standard_nccl_env("tuner_config_a4.txtpb"),
+                    Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a4.conf"),
+                }
+            ),
+        ),
+        "a3u": AcceleratorProfile(
+            name="a3u",
+            description="A3 Ultra: NVIDIA H200 141GB, x86",
+            gpu_type="nvidia-h200-141gb",
+            machine_type="a3-ultragpu-8g",
+            gpus_per_node=8,
+            gpu_memory_gib=141,
+            arch="amd64",
+            gpu_tolerations=(_GPU_TAINT,),
+            modes=(Mode.STANDARD, Mode.AUTOPILOT),
+            networking=_X86_NETWORKING,
+            rdma_nics_per_node=8,
+            reservation_required=False,
+            default_gpu_nodes=2,
+            max_gpu_nodes=64,
+            max_gpu_nodes_reason="a guard against typos; raise it in config/profiles.py if your "
+            "reservation is larger",
+            # "For A3 Ultra node pools, you must set the disk type to hyperdisk-balanced".
+            boot_disk_type="hyperdisk-balanced",
+            boot_disk_size_gb=200,
+            gpu_driver_version="DEFAULT",
+            placement=None,
+            min_kubernetes_version="1.34",
+            verl_image=_X86_VERL_IMAGE,
+            verl_ref=_X86_VERL_REF,
+            ray_version=_X86_RAY_VERSION,
+            ray_container_pip_packages=(),
+            nccl_installer_image=_X86_GIB_IMAGE,
+            nccl_env=_frozen(
+                {
+                    Mode.STANDARD: _x86_standard_nccl_env("tuner_config_a3u.txtpb"),
+                    Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a3u.conf"),
+                }
+            ),
+        ),
+    }
+)
+
+
+def profile_names() -> list[str]:
+    return sorted(PROFILES)

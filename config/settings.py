@@ -1,0 +1,478 @@
+"""Typed stack settings, read from Pulumi config and validated before any resource exists.
+
+Every message names the config key, the value it had and the command that fixes it, because the
+reader is about to pay for GPUs by the hour and should not have to read this file to fix a typo.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from config.profiles import PROFILES, AcceleratorProfile, GpuNetworking, Mode
+
+NAMESPACE = "verl-gke"
+# Config keys outside our namespace that the program reads.
+GCP_KEYS = {"project": "gcp:project", "region": "gcp:region"}
+# Keys whose committed value in Pulumi.<stack>.yaml is a placeholder the user must replace.
+PLACEHOLDER_RE = re.compile(r"^<.+>$")
+
+_GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_RESERVATION = re.compile(
+    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
+    r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
+)
+_BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_]{1,61}[a-z0-9]$")
+_K8S_VERSION = re.compile(r"^1\.(?P<minor>[0-9]+)(\.[0-9]+(-gke\.[0-9]+)?)?$")
+# Longest cluster name the tutorial allows; derived names (e.g. "<cluster>-rdma-sub-7") must
+# stay within GCE's 63-character limit.
+MAX_CLUSTER_NAME = 40
+RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
+# Machine families that can only boot from Hyperdisk.
+_HYPERDISK_ONLY_FAMILIES = ("n4", "n4d", "c4", "c4a", "c4d", "a4", "a4x", "a3u")
+
+
+# Set by the offline plan (tools/offline_engine.py): placeholders are planned with example values.
+OFFLINE_PLAN_ENV = "VERL_GKE_OFFLINE_PLAN"
+
+
+class SettingsError(pulumi.RunError, ValueError):
+    """Bad stack configuration; the message lists every problem and its fix.
+
+    A RunError, so `pulumi up` prints the message alone, without a Python traceback.
+    """
+
+
+def is_placeholder(value: object) -> bool:
+    return isinstance(value, str) and bool(PLACEHOLDER_RE.match(value))
+
+
+def config_key(field_name: str) -> str:
+    """The Pulumi config key a settings field is read from."""
+    if field_name in GCP_KEYS:
+        return GCP_KEYS[field_name]
+    field = StackSettings.model_fields.get(field_name)
+    return f"{NAMESPACE}:{field.alias if field and field.alias else to_camel(field_name)}"
+
+
+class StackSettings(BaseModel):
+    """Everything a stack is built from. Field aliases are the `verl-gke:` config keys."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    stack: str
+    project: str = Field(description="GCP project id (gcp:project)")
+    region: str = Field(description="Region of the control plane, subnets and bucket")
+    profile_name: str = Field(alias="profile", description="Accelerator profile: a4x, a4, a3u")
+    zone: str = Field(description="Zone of the GPU reservation (RoCE profiles are zonal)")
+    mode: Mode
+    reservation: str | None = None
+    gpu_nodes: int
+    hf_token: SecretStr
+    cluster_name: str
+    namespace: str = "default"
+    bucket_name: str
+    delete_bucket_on_destroy: bool = False
+    ksa_name: str = "verl-ray"
+    cpu_machine_type: str = "n4-highmem-16"
+    cpu_nodes: int = Field(default=1, ge=1, le=20)
+    cpu_max_nodes: int = Field(default=5, ge=1, le=100)
+    release_channel: str
+    kubernetes_version: str
+    verl_image: str
+    verl_ref: str
+    ray_version: str
+    model: str = "Qwen/Qwen2.5-32B-Instruct"
+    host_subnet_cidr: str = "10.128.0.0/20"
+    pods_cidr: str = "10.4.0.0/14"
+    services_cidr: str = "10.0.32.0/20"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        stack = str(data.get("stack", ""))
+        profile = PROFILES.get(str(data.get("profile", "")))
+        if profile is None:
+            raise ValueError(
+                f"{config_key('profile_name')} = {data.get('profile')!r}: unknown accelerator "
+                f"profile. Fix: pulumi config set {config_key('profile_name')} "
+                f"<{'|'.join(PROFILES)}> -s {stack}"
+            )
+        mode = data.get("mode") or profile.default_mode.value
+        defaults: dict[str, Any] = {
+            "mode": mode,
+            "gpuNodes": profile.default_gpu_nodes,
+            "clusterName": f"verl-{stack}",
+            # Autopilot DRANET needs the rapid channel (tutorial §3.B).
+            "releaseChannel": "RAPID" if mode == Mode.AUTOPILOT.value else "REGULAR",
+            "kubernetesVersion": profile.min_kubernetes_version,
+            "verlImage": profile.verl_image,
+            "verlRef": profile.verl_ref,
+            "rayVersion": profile.ray_version,
+        }
+        merged = {**defaults, **{k: v for k, v in data.items() if v is not None}}
+        if "bucketName" not in merged and "project" in merged:
+            merged["bucketName"] = f"{merged['project']}-{merged['clusterName']}"
+        return merged
+
+    @model_validator(mode="after")
+    def _check(self) -> StackSettings:
+        problems = [p for p in _problems(self) if p]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def profile(self) -> AcceleratorProfile:
+        return PROFILES[self.profile_name]
+
+    @property
+    def gpu_networking(self) -> GpuNetworking:
+        return self.profile.networking_for(self.mode)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpu_nodes * self.profile.gpus_per_node
+
+    @property
+    def cpu_boot_disk_type(self) -> str:
+        family = self.cpu_machine_type.split("-", 1)[0]
+        return "hyperdisk-balanced" if family in _HYPERDISK_ONLY_FAMILIES else "pd-balanced"
+
+    def fix(self, field_name: str, value: object) -> str:
+        return f"pulumi config set {config_key(field_name)} {value} -s {self.stack}"
+
+
+def _problems(s: StackSettings) -> list[str | None]:
+    """Each rule returns None or one message: key = value, why, and the fix."""
+    profile = s.profile
+    return [
+        _check_name(
+            s, "project", s.project, _PROJECT_ID, "6-30 lowercase letters, digits, hyphens"
+        ),
+        _check_region(s),
+        _check_zone(s),
+        _check_mode(s, profile),
+        _check_reservation(s, profile),
+        _check_gpu_nodes(s, profile),
+        _check_cluster_name(s),
+        _check_name(s, "namespace", s.namespace, _DNS_LABEL, "a DNS-1123 label", 63),
+        _check_name(s, "ksa_name", s.ksa_name, _DNS_LABEL, "a DNS-1123 label", 63),
+        _check_bucket(s),
+        _check_cpu_machine(s),
+        _check_cpu_nodes(s),
+        _check_release_channel(s),
+        _check_kubernetes_version(s, profile),
+        _check_cidrs(s),
+    ]
+
+
+def _check_name(
+    s: StackSettings,
+    field_name: str,
+    value: str,
+    pattern: re.Pattern[str],
+    rule: str,
+    max_len: int | None = None,
+) -> str | None:
+    if pattern.match(value) and (max_len is None or len(value) <= max_len):
+        return None
+    limit = f", at most {max_len} characters" if max_len else ""
+    return f"{config_key(field_name)} = {value!r}: must be {rule}{limit}."
+
+
+def _check_region(s: StackSettings) -> str | None:
+    if _REGION.match(s.region):
+        return None
+    return (
+        f"gcp:region = {s.region!r}: not a region name (e.g. us-central1). "
+        f"Fix: pulumi config set gcp:region us-central1 -s {s.stack}"
+    )
+
+
+def _check_zone(s: StackSettings) -> str | None:
+    match = _ZONE.match(s.zone)
+    if not match:
+        return (
+            f"{config_key('zone')} = {s.zone!r}: not a zone name (e.g. {s.region}-b). "
+            f"Fix: {s.fix('zone', f'{s.region}-b')} (the zone of your GPU reservation)"
+        )
+    if match["region"] != s.region:
+        return (
+            f"{config_key('zone')} = {s.zone!r} is not in gcp:region {s.region!r}: the GPU nodes, "
+            f"the RoCE network profile and the subnets must share one region. Fix: "
+            f"pulumi config set gcp:region {match['region']} -s {s.stack}, or pick a zone in "
+            f"{s.region}"
+        )
+    return None
+
+
+def _check_mode(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    if s.mode in profile.modes:
+        return None
+    allowed = ", ".join(m.value for m in profile.modes)
+    return (
+        f"{config_key('mode')} = {s.mode.value!r}: profile {profile.name} supports only {allowed} "
+        f"({profile.description}). Fix: {s.fix('mode', profile.default_mode.value)}"
+    )
+
+
+def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    if s.reservation is None:
+        if profile.reservation_required:
+            return (
+                f"{config_key('reservation')} is not set: {profile.name} machines "
+                f"({profile.machine_type}) are only available through a reservation. Fix: "
+                f"{s.fix('reservation', 'RESERVATION_NAME[/reservationBlocks/BLOCK]')}"
+            )
+        return None
+    if _RESERVATION.match(s.reservation):
+        return None
+    return (
+        f"{config_key('reservation')} = {s.reservation!r}: expected NAME, "
+        f"NAME/reservationBlocks/BLOCK or projects/PROJECT/reservations/NAME (lowercase "
+        f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
+    )
+
+
+def _check_gpu_nodes(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    if 1 <= s.gpu_nodes <= profile.max_gpu_nodes:
+        return None
+    return (
+        f"{config_key('gpu_nodes')} = {s.gpu_nodes}: {profile.name} allows 1 to "
+        f"{profile.max_gpu_nodes} GPU nodes ({profile.max_gpu_nodes_reason}). Fix: "
+        f"{s.fix('gpu_nodes', min(max(s.gpu_nodes, 1), profile.max_gpu_nodes))}"
+    )
+
+
+def _check_cluster_name(s: StackSettings) -> str | None:
+    problem = _check_name(
+        s,
+        "cluster_name",
+        s.cluster_name,
+        _GCE_NAME,
+        "lowercase letters, digits and hyphens, starting with a letter",
+        MAX_CLUSTER_NAME,
+    )
+    return problem and f"{problem} Fix: {s.fix('cluster_name', 'verl-' + s.profile_name)}"
+
+
+def _check_bucket(s: StackSettings) -> str | None:
+    name = s.bucket_name
+    if _BUCKET.match(name) and not name.startswith("goog") and "google" not in name:
+        return None
+    return (
+        f"{config_key('bucket_name')} = {name!r}: GCS bucket names are 3-63 lowercase letters, "
+        f"digits, hyphens or underscores, start and end with a letter or digit, and must not "
+        f"start with 'goog' or contain 'google'. Fix: "
+        f"{s.fix('bucket_name', (s.project + '-verl')[:63])}"
+    )
+
+
+def _check_cpu_machine(s: StackSettings) -> str | None:
+    # The Ray head (x86 stacks) and the data-prep Job need >= 16 vCPUs and highmem (tutorial).
+    match = re.match(r"^[a-z0-9]+-highmem-(\d+)$", s.cpu_machine_type)
+    if match and int(match[1]) >= 16:
+        return None
+    return (
+        f"{config_key('cpu_machine_type')} = {s.cpu_machine_type!r}: the CPU pool needs a highmem "
+        f"machine with at least 16 vCPUs. Fix: {s.fix('cpu_machine_type', 'n4-highmem-16')}"
+    )
+
+
+def _check_cpu_nodes(s: StackSettings) -> str | None:
+    if s.cpu_nodes <= s.cpu_max_nodes:
+        return None
+    return (
+        f"{config_key('cpu_nodes')} = {s.cpu_nodes} is above {config_key('cpu_max_nodes')} = "
+        f"{s.cpu_max_nodes}. Fix: {s.fix('cpu_max_nodes', s.cpu_nodes)}"
+    )
+
+
+def _check_release_channel(s: StackSettings) -> str | None:
+    if s.release_channel in RELEASE_CHANNELS:
+        return None
+    return (
+        f"{config_key('release_channel')} = {s.release_channel!r}: must be one of "
+        f"{', '.join(RELEASE_CHANNELS)}. Fix: {s.fix('release_channel', 'REGULAR')}"
+    )
+
+
+def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    match = _K8S_VERSION.match(s.kubernetes_version)
+    minimum = int(profile.min_kubernetes_version.split(".")[1])
+    if match and int(match["minor"]) >= minimum:
+        return None
+    return (
+        f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: {profile.name} needs "
+        f"GKE {profile.min_kubernetes_version} or later (DRA resource.k8s.io/v1 and DRANET). "
+        f"Fix: {s.fix('kubernetes_version', profile.min_kubernetes_version)}"
+    )
+
+
+def _check_cidrs(s: StackSettings) -> str | None:
+    fields = ("host_subnet_cidr", "pods_cidr", "services_cidr")
+    networks = []
+    for name in fields:
+        value = getattr(s, name)
+        try:
+            networks.append(ipaddress.ip_network(value))
+        except ValueError:
+            return f"{config_key(name)} = {value!r}: not a CIDR range (e.g. 10.128.0.0/20)."
+    # 192.168.0.0/16 is taken by the gVNIC and RoCE subnets (tutorial §2.1).
+    networks.append(ipaddress.ip_network("192.168.0.0/16"))
+    names = [*fields, "RDMA subnets (192.168.0.0/16)"]
+    for i, first in enumerate(networks):
+        for j in range(i + 1, len(networks)):
+            if first.overlaps(networks[j]):
+                return (
+                    f"{config_key(fields[i])} = {first} overlaps {names[j]}: the host, pod, "
+                    f"service and RDMA ranges must be disjoint."
+                )
+    return None
+
+
+# --- reading Pulumi config -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    settings: StackSettings
+    # Placeholders replaced by example values (offline plan only), for the plan to print.
+    notices: tuple[str, ...]
+
+
+# Example values the offline plan uses where the committed stack file still has a placeholder.
+_OFFLINE_EXAMPLES = {
+    "gcp:project": lambda cfg: "example-project",
+    f"{NAMESPACE}:zone": lambda cfg: f"{cfg.get('gcp:region', 'us-central1')}-b",
+    f"{NAMESPACE}:reservation": lambda cfg: "example-reservation",
+    f"{NAMESPACE}:hfToken": lambda cfg: "hf_offline_plan_placeholder",
+}
+
+
+def valid_keys() -> list[str]:
+    """Every `verl-gke:` key a user may set."""
+    return sorted(
+        f"{NAMESPACE}:{field.alias}"
+        for name, field in StackSettings.model_fields.items()
+        if name not in {"stack", *GCP_KEYS} and field.alias
+    )
+
+
+def load_settings(
+    stack: str, config: Mapping[str, str], *, offline: bool, stack_file: str | None = None
+) -> LoadedSettings:
+    """Validate raw Pulumi config (`{"namespace:key": value}`) into StackSettings.
+
+    offline=True (the offline plan) plans placeholders and a missing hfToken with example values
+    and reports them as notices; a real deployment rejects them.
+    """
+    where = stack_file or f"Pulumi.{stack}.yaml"
+    problems = _unknown_keys(config)
+    values = dict(config)
+    notices: list[str] = []
+    for key, example in _OFFLINE_EXAMPLES.items():
+        value = values.get(key)
+        missing_token = key.endswith(":hfToken") and value in (None, "")
+        if not (is_placeholder(value) or missing_token):
+            continue
+        if offline:
+            values[key] = example(values)
+            state = "not set" if missing_token else f"still the placeholder {value!r}"
+            notices.append(f"{key} is {state}; planning with {values[key]!r}")
+        elif missing_token:
+            problems.append(
+                f"{key} is not set: the data-prep Job downloads the model with it. Fix: "
+                f"pulumi config set --secret {key} hf_... -s {stack}"
+            )
+        else:
+            problems.append(
+                f"{key} = {value!r} is still the placeholder from {where}. Fix: "
+                f"pulumi config set {key} YOUR_VALUE -s {stack} (or edit {where})"
+            )
+    for key in GCP_KEYS.values():
+        if values.get(key) in (None, ""):
+            problems.append(f"{key} is not set. Fix: pulumi config set {key} VALUE -s {stack}")
+    if problems:
+        raise SettingsError(_format(stack, problems))
+
+    raw: dict[str, Any] = {"stack": stack, "profile": stack}
+    for field_name, key in GCP_KEYS.items():
+        raw[field_name] = values[key]
+    prefix = f"{NAMESPACE}:"
+    for key, value in values.items():
+        if key.startswith(prefix):
+            raw[key[len(prefix) :]] = value
+    try:
+        settings = StackSettings.model_validate(raw)
+    except ValidationError as error:
+        raise SettingsError(_format(stack, _describe(error))) from None
+    return LoadedSettings(settings, tuple(notices))
+
+
+def _unknown_keys(config: Mapping[str, str]) -> list[str]:
+    known = valid_keys()
+    problems = []
+    for key in sorted(config):
+        if not key.startswith(f"{NAMESPACE}:") or key in known:
+            continue
+        # Compare without the shared "verl-gke:" prefix, which would make everything look close.
+        short = [k.split(":", 1)[1] for k in known]
+        close = difflib.get_close_matches(key.split(":", 1)[1], short, n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {NAMESPACE}:{close[0]}?" if close else f"valid keys: {', '.join(known)}"
+        )
+        problems.append(f"{key} is not a setting of this program ({hint})")
+    return problems
+
+
+def _describe(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors():
+        if not item["loc"]:
+            # Cross-field rules already phrase key, value and fix.
+            problems.extend(str(item["ctx"]["error"]).split("\n"))
+            continue
+        field_alias = str(item["loc"][0])
+        name = next(
+            (n for n, f in StackSettings.model_fields.items() if f.alias == field_alias),
+            field_alias,
+        )
+        key = config_key(name)
+        if item["type"] == "missing":
+            problems.append(f"{key} is required. Fix: pulumi config set {key} VALUE")
+            continue
+        shown = "<secret>" if name == "hf_token" else repr(item["input"])
+        problems.append(f"{key} = {shown}: {item['msg']}")
+    return problems
+
+
+def _format(stack: str, problems: list[str]) -> str:
+    lines = "\n".join(f"  - {p}" for p in problems)
+    return f"stack {stack!r}: invalid configuration, nothing was created:\n{lines}"
+
+
+def settings_from_pulumi() -> LoadedSettings:
+    """Read this stack's config from the Pulumi runtime (real engine or the offline plan)."""
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    offline = os.environ.get(OFFLINE_PLAN_ENV) == "1"
+    return load_settings(pulumi.get_stack(), raw, offline=offline)

@@ -1,0 +1,41 @@
+"""Cached offline runs of the real program for the program tests (one run per combination)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from tools.offline_engine import PlanResult, run_stack
+
+# The five stack/mode combinations the program supports.
+COMBINATIONS = (
+    ("a4x", "standard"),
+    ("a4", "autopilot"),
+    ("a4", "standard"),
+    ("a3u", "autopilot"),
+    ("a3u", "standard"),
+)
+
+# Real-looking values instead of the committed placeholders, so assertions read like a deploy.
+REAL = {
+    "gcp:project": "acme-ml-prod",
+    "gcp:region": "us-central1",
+    "verl-gke:zone": "us-central1-b",
+    "verl-gke:reservation": "gpu-res",
+    "verl-gke:hfToken": "hf_test_token_value",
+}
+
+
+@cache
+def _plan(stack: str, overrides: tuple[tuple[str, str], ...], unset: tuple[str, ...]) -> PlanResult:
+    return run_stack(stack, dict(overrides), unset=unset, strict=True)
+
+
+def plan(
+    stack: str, mode: str | None = None, *, unset: tuple[str, ...] = (), **extra: str
+) -> PlanResult:
+    """Plan like a real deploy; `extra` uses config keys with ':' spelled as '__'."""
+    overrides = {k: v for k, v in REAL.items() if k not in unset}
+    if mode:
+        overrides["verl-gke:mode"] = mode
+    overrides.update({key.replace("__", ":"): value for key, value in extra.items()})
+    return _plan(stack, tuple(sorted(overrides.items())), unset)

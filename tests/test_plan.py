@@ -1,0 +1,84 @@
+"""The offline plan command, as the README tells a user to run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tools import plan as plan_cli
+from tools.offline_engine import REPO_ROOT
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.plan", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_fresh_clone_plan_of_a4x_works_as_written_in_readme() -> None:
+    done = run_cli("a4x")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Plan for stack 'a4x'" in out
+    assert "gcp:container/nodePool:NodePool  gpu-pool" in out
+    assert "machineType=a4x-highgpu-4g" in out
+    assert "guestAccelerators=nvidia-gb200x4" in out
+    # Placeholders are planned with example values and said so.
+    assert "note: gcp:project is still the placeholder" in out
+    assert "kubeconfig: [secret]" in out
+
+
+def test_bad_configuration_exits_non_zero_with_the_message() -> None:
+    done = run_cli("a4x", "--set", "verl-gke:mode=autopilot")
+    assert done.returncode == 2
+    assert "verl-gke:mode = 'autopilot'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Plan for stack" not in done.stdout
+
+
+def test_strict_rejects_committed_placeholders_like_pulumi_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan_cli.main(["a3u", "--strict"]) == 2
+    err = capsys.readouterr().err
+    for key in ("gcp:project", "verl-gke:zone", "verl-gke:reservation", "verl-gke:hfToken"):
+        assert key in err
+
+
+def test_unknown_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_cli.main(["a5"]) == 2
+    assert "no stack file Pulumi.a5.yaml" in capsys.readouterr().err
+
+
+def test_set_requires_key_value() -> None:
+    with pytest.raises(SystemExit):
+        plan_cli.main(["a4x", "--set", "gpuNodes"])
+
+
+@pytest.mark.parametrize("stack", ["a4x", "a4", "a3u"])
+def test_every_committed_stack_plans(stack: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_cli.main([stack]) == 0
+    assert f"Plan for stack '{stack}'" in capsys.readouterr().out
+
+
+def test_out_writes_kubernetes_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_cli.main(["a3u", "--out", str(tmp_path)]) == 0
+    files = sorted((tmp_path / "a3u").glob("*.yaml"))
+    result = capsys.readouterr().out
+    assert f"Wrote {len(files)} files" in result
+    for path in files:
+        body = yaml.safe_load(path.read_text())
+        assert isinstance(body, dict)
+
+
+def test_set_overrides_are_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_cli.main(["a4x", "--set", "verl-gke:gpuNodes=8"]) == 0
+    assert "nodeCount=8 " in capsys.readouterr().out

@@ -1,0 +1,221 @@
+"""The GCP layer of the real program, per stack and mode, against the tutorial's values."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.program import COMBINATIONS, plan
+
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+NETWORK = "gcp:compute/network:Network"
+SUBNET = "gcp:compute/subnetwork:Subnetwork"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_host_network(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    vpc = result.one(NETWORK, "host-vpc")
+    assert vpc.inputs["autoCreateSubnetworks"] is False
+    subnet = result.one(SUBNET, "host-subnet")
+    assert subnet.inputs["region"] == "us-central1"
+    assert subnet.inputs["ipCidrRange"] == "10.128.0.0/20"
+    ranges = {r["rangeName"]: r["ipCidrRange"] for r in subnet.inputs["secondaryIpRanges"]}
+    assert ranges == {"pods": "10.4.0.0/14", "services": "10.0.32.0/20"}
+    nat = result.one("gcp:compute/routerNat:RouterNat")
+    assert nat.inputs["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    firewall = result.one("gcp:compute/firewall:Firewall", "host-internal")
+    protocols = {a["protocol"] for a in firewall.inputs["allows"]}
+    assert protocols == {"tcp", "udp", "icmp"}
+
+
+@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a3u", "standard")])
+def test_rdma_networks_x86_standard(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    gvnic = result.one(NETWORK, "gpu-net-gvnic-vpc")
+    assert gvnic.inputs["name"] == f"verl-{stack}-gvnic-net"
+    gvnic_sub = result.one(SUBNET, "gpu-net-gvnic-subnet")
+    assert gvnic_sub.inputs["ipCidrRange"] == "192.168.0.0/24"
+    rdma = result.one(NETWORK, "gpu-net-rdma-vpc")
+    # The RoCE profile is zonal (the tutorial's region-based profile was a defect).
+    assert rdma.inputs["networkProfile"] == (
+        "projects/acme-ml-prod/global/networkProfiles/us-central1-b-vpc-roce"
+    )
+    assert rdma.inputs["mtu"] == 8896
+    subnets = sorted(
+        (r.inputs["name"], r.inputs["ipCidrRange"])
+        for r in result.of_type(SUBNET)
+        if r.name.startswith("gpu-net-rdma-subnet-")
+    )
+    assert subnets == [(f"verl-{stack}-rdma-sub-{i}", f"192.168.{i + 1}.0/24") for i in range(8)]
+    fw = result.one("gcp:compute/firewall:Firewall", "gpu-net-gvnic-internal")
+    assert fw.inputs["sourceRanges"] == ["192.168.0.0/16"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "mode"),
+    [c for c in COMBINATIONS if c not in {("a4", "standard"), ("a3u", "standard")}],
+)
+def test_no_rdma_vpcs_where_gke_creates_them(stack: str, mode: str) -> None:
+    names = {r.name for r in plan(stack, mode).of_type(NETWORK)}
+    assert names == {"host-vpc"}
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
+def test_standard_cluster(stack: str, mode: str) -> None:
+    cluster = plan(stack, mode).one(CLUSTER).inputs
+    assert cluster["name"] == f"verl-{stack}"
+    assert cluster["location"] == "us-central1"  # regional
+    assert cluster["nodeLocations"] == ["us-central1-b"]
+    assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "acme-ml-prod.svc.id.goog"}
+    assert cluster["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
+    # Never the GKE Ray add-on: KubeRay comes from Helm.
+    assert "rayOperatorConfigs" not in cluster["addonsConfig"]
+    assert cluster["deletionProtection"] is False
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["enableMultiNetworking"] is (stack != "a4x")
+    assert cluster["minMasterVersion"] == "1.34"
+    assert cluster["privateClusterConfig"]["enablePrivateNodes"] is True
+    assert "enableAutopilot" not in cluster
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "autopilot"])
+def test_autopilot_cluster(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    cluster = result.one(CLUSTER).inputs
+    assert cluster["enableAutopilot"] is True
+    assert cluster["releaseChannel"] == {"channel": "RAPID"}
+    assert cluster["deletionProtection"] is False
+    assert "rayOperatorConfigs" not in cluster.get("addonsConfig", {})
+    assert result.of_type(NODE_POOL) == []
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
+def test_cpu_system_pool(stack: str, mode: str) -> None:
+    pool = plan(stack, mode).one(NODE_POOL, "gke-cpu-pool")
+    config = pool.inputs["nodeConfig"]
+    assert config["machineType"] == "n4-highmem-16"
+    # N4 boots only from Hyperdisk.
+    assert config["diskType"] == "hyperdisk-balanced"
+    assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    assert pool.inputs["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 5}
+    assert pool.custom_timeouts["create"] == "60m"
+
+
+EXPECTED_GPU_POOL = {
+    "a4x": ("a4x-highgpu-4g", "nvidia-gb200", 4, 4, "LATEST"),
+    "a4": ("a4-highgpu-8g", "nvidia-b200", 8, 2, "DEFAULT"),
+    "a3u": ("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 2, "DEFAULT"),
+}
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
+def test_gpu_node_pool(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    pool = result.one(NODE_POOL, "gpu-pool")
+    machine, gpu, per_node, nodes, driver = EXPECTED_GPU_POOL[stack]
+    config = pool.inputs["nodeConfig"]
+    assert config["machineType"] == machine
+    assert config["guestAccelerators"] == [
+        {
+            "type": gpu,
+            "count": per_node,
+            "gpuDriverInstallationConfig": {"gpuDriverVersion": driver},
+        }
+    ]
+    assert pool.inputs["nodeCount"] == nodes
+    assert pool.inputs["nodeLocations"] == ["us-central1-b"]
+    assert config["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["gpu-res"],
+    }
+    assert config["gvnic"] == {"enabled": True}
+    assert config["diskType"] == "hyperdisk-balanced"
+    assert config["imageType"] == "COS_CONTAINERD"
+    assert int(pool.custom_timeouts["create"].rstrip("m")) >= 60
+    assert int(pool.custom_timeouts["delete"].rstrip("m")) >= 60
+
+
+def test_a4x_gpu_pool_dranet_and_1x72_placement() -> None:
+    result = plan("a4x")
+    pool = result.one(NODE_POOL, "gpu-pool")
+    assert pool.inputs["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    policy = result.one("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert policy.inputs["workloadPolicy"] == {
+        "type": "HIGH_THROUGHPUT",
+        "acceleratorTopology": "1x72",
+    }
+    assert pool.inputs["placementPolicy"] == {
+        "type": "COMPACT",
+        "policyName": "verl-a4x-workload-policy",
+    }
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u"])
+def test_x86_gpu_pool_one_gvnic_and_eight_rdma_networks(stack: str) -> None:
+    pool = plan(stack, "standard").one(NODE_POOL, "gpu-pool")
+    networks = pool.inputs["networkConfig"]["additionalNodeNetworkConfigs"]
+    assert networks[0] == {
+        "network": f"verl-{stack}-gvnic-net",
+        "subnetwork": f"verl-{stack}-gvnic-sub",
+    }
+    assert networks[1:] == [
+        {"network": f"verl-{stack}-rdma-net", "subnetwork": f"verl-{stack}-rdma-sub-{i}"}
+        for i in range(8)
+    ]
+    assert "placementPolicy" not in pool.inputs
+
+
+def test_no_reservation_means_no_reservation_affinity() -> None:
+    result = plan("a3u", "standard", unset=("verl-gke:reservation",))
+    config = result.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]
+    assert config["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+
+
+def test_gpu_pool_needs_cluster_and_k8s_provider_does_not_need_gpu_pool() -> None:
+    result = plan("a3u", "standard")
+    gpu_pool = result.one(NODE_POOL, "gpu-pool")
+    cluster = result.one(CLUSTER)
+    provider = result.one(K8S_PROVIDER)
+    cpu_pool = result.one(NODE_POOL, "gke-cpu-pool")
+    assert result.depends_on(gpu_pool, cluster)
+    assert result.depends_on(provider, cpu_pool)
+    assert not result.depends_on(provider, gpu_pool)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_kubernetes_provider_from_cluster_with_auth_plugin(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    provider = result.one(K8S_PROVIDER)
+    assert "kubeconfig" in provider.secret_inputs
+    kubeconfig = provider.inputs["kubeconfig"]
+    assert '"server": "https://203.0.113.10"' in kubeconfig
+    assert '"command": "gke-gcloud-auth-plugin"' in kubeconfig
+    assert provider.parent == result.one("verl-gke:cluster:GkeCluster").urn
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_stack_outputs(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    assert result.outputs["clusterName"] == f"verl-{stack}"
+    assert result.outputs["clusterLocation"] == "us-central1"
+    assert result.outputs["getCredentialsCommand"] == (
+        f"gcloud container clusters get-credentials verl-{stack} --location=us-central1 "
+        "--project=acme-ml-prod"
+    )
+    assert "kubeconfig" in result.secret_outputs
+    assert "hf_test_token_value" not in repr(result.outputs)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_components_own_their_children(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    components = {r.urn: r for r in result.resources if not r.custom}
+    for resource in result.resources:
+        if resource.custom:
+            assert resource.parent in components, f"{resource.name} is not inside a component"
+    for component in components.values():
+        assert component.type.startswith("verl-gke:")

@@ -1,0 +1,281 @@
+"""Run the real __main__.py under an in-process mocked Pulumi engine and record what it registers.
+
+Shared by the offline plan (tools/plan.py) and the program tests: no Pulumi CLI, no credentials,
+no network. The recording monitor keeps, for every registration, its type, logical name, inputs,
+parent, dependencies and provider, so tests can assert values and the dependency graph.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import runpy
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks, rpc
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from config.settings import NAMESPACE, OFFLINE_PLAN_ENV
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "verl-gke"
+# Config keys that are secrets when given on the command line (never committed to stack files).
+SECRET_KEYS = frozenset({f"{NAMESPACE}:hfToken"})
+
+# Values the mocked cloud returns for outputs the program reads (RFC 5737 documentation address).
+FAKE_ENDPOINT = "203.0.113.10"
+FAKE_CA = "b2ZmbGluZS1wbGFuLWNsdXN0ZXItY2E="  # base64("offline-plan-cluster-ca")
+
+
+@dataclass(frozen=True)
+class RecordedResource:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    inputs: Mapping[str, Any]
+    secret_inputs: frozenset[str]
+    parent: str
+    dependencies: frozenset[str]
+    property_dependencies: Mapping[str, frozenset[str]]
+    provider: str
+    custom_timeouts: Mapping[str, str]
+    delete_before_replace: bool
+
+    @property
+    def provider_urn(self) -> str:
+        """The provider reference without its `::<id>` suffix."""
+        return self.provider.rsplit("::", 1)[0] if self.provider else ""
+
+
+@dataclass
+class PlanResult:
+    stack: str
+    resources: list[RecordedResource]
+    outputs: dict[str, Any]
+    secret_outputs: frozenset[str]
+    notices: list[str]
+
+    def of_type(self, type_: str) -> list[RecordedResource]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> RecordedResource:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        if len(found) != 1:
+            names = [r.name for r in self.of_type(type_)]
+            raise LookupError(f"expected one {type_} named {name!r}, found {names}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> RecordedResource:
+        return next(r for r in self.resources if r.urn == urn)
+
+    def edges(self, resource: RecordedResource) -> set[str]:
+        """Everything a resource waits for: explicit/implicit dependencies, parent, provider."""
+        edges = set(resource.dependencies)
+        edges.update(*resource.property_dependencies.values())
+        if resource.provider_urn:
+            edges.add(resource.provider_urn)
+        return edges
+
+    def depends_on(self, resource: RecordedResource, target: RecordedResource) -> bool:
+        """Is there a path from `resource` to `target` (through children of components too)?"""
+        children: dict[str, list[str]] = {}
+        for r in self.resources:
+            children.setdefault(r.parent, []).append(r.urn)
+        seen: set[str] = set()
+        stack = [resource.urn]
+        while stack:
+            urn = stack.pop()
+            if urn in seen:
+                continue
+            seen.add(urn)
+            if urn == target.urn:
+                return True
+            known = [r for r in self.resources if r.urn == urn]
+            if known:
+                stack.extend(self.edges(known[0]))
+            # Waiting for a component means waiting for all of its children.
+            stack.extend(children.get(urn, []) if urn != resource.urn else [])
+        return False
+
+
+def _unwrap(value: Any) -> tuple[Any, bool]:
+    """Strip Pulumi's secret wrappers; report whether anything inside was secret."""
+    if rpc.is_rpc_secret(value):
+        inner, _ = _unwrap(rpc.unwrap_rpc_secret(value))
+        return inner, True
+    if isinstance(value, dict):
+        secret = False
+        plain = {}
+        for key, item in value.items():
+            plain[key], item_secret = _unwrap(item)
+            secret = secret or item_secret
+        return plain, secret
+    if isinstance(value, list):
+        pairs = [_unwrap(item) for item in value]
+        return [p for p, _ in pairs], any(s for _, s in pairs)
+    if isinstance(value, float) and value.is_integer():
+        # The wire format (protobuf Struct) carries every number as a double.
+        return int(value), False
+    return value, False
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    def __init__(self, engine_mocks: mocks.Mocks) -> None:
+        super().__init__(engine_mocks)
+        self.recorded: list[RecordedResource] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        raw = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        inputs: dict[str, Any] = {}
+        secret_inputs = set()
+        for key, value in raw.items():
+            inputs[key], secret = _unwrap(value)
+            if secret:
+                secret_inputs.add(key)
+        timeouts = request.customTimeouts
+        self.recorded.append(
+            RecordedResource(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                custom=request.custom,
+                inputs=inputs,
+                secret_inputs=frozenset(secret_inputs),
+                parent=request.parent,
+                dependencies=frozenset(request.dependencies),
+                property_dependencies={
+                    key: frozenset(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+                provider=request.provider,
+                custom_timeouts={
+                    op: getattr(timeouts, op)
+                    for op in ("create", "update", "delete")
+                    if getattr(timeouts, op)
+                },
+                delete_before_replace=request.deleteBeforeReplace,
+            )
+        )
+        return response
+
+
+class OfflineMocks(mocks.Mocks):
+    """Answers registrations the way the cloud would for the few outputs the program reads."""
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state = dict(args.inputs)
+        if args.typ == "gcp:container/cluster:Cluster":
+            state.setdefault("endpoint", FAKE_ENDPOINT)
+            state.setdefault("masterAuth", {"clusterCaCertificate": FAKE_CA})
+        state.setdefault("name", args.name)
+        return f"{args.name}-id", state
+
+    def call(self, args: mocks.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, str]:
+    """Config as `pulumi up` would see it: project-level values, then the stack file."""
+    stack_file = project_dir / f"Pulumi.{stack}.yaml"
+    if not stack_file.exists():
+        stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_files(project_dir))
+        raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+    config: dict[str, Any] = {}
+    for key, value in (project.get("config") or {}).items():
+        if isinstance(value, dict):
+            value = value.get("value", value.get("default"))
+        config[key] = value
+    config.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    return {key: _config_text(value) for key, value in config.items() if value is not None}
+
+
+def _stack_files(project_dir: Path) -> Iterator[Path]:
+    return (p for p in project_dir.glob("Pulumi.*.yaml"))
+
+
+def _config_text(value: Any) -> str:
+    # The engine hands structured config to programs as JSON text.
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def run_stack(
+    stack: str,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    unset: Iterable[str] = (),
+    strict: bool = False,
+    project_dir: Path = REPO_ROOT,
+) -> PlanResult:
+    """Evaluate __main__.py for `stack` under mocks.
+
+    strict=False is the offline plan: committed placeholders are planned with example values.
+    strict=True behaves like a real `pulumi up`: placeholders and a missing hfToken are errors.
+    `unset` removes keys, like `pulumi config rm`.
+    """
+    config = {**stack_config(stack, project_dir), **(overrides or {})}
+    for key in unset:
+        config.pop(key, None)
+    set_all_config(config, [key for key in config if key in SECRET_KEYS])
+    monitor = RecordingMonitor(OfflineMocks())
+    warnings = _WarningCollector()
+    logger = logging.getLogger(f"verl-gke.offline.{stack}")
+    logger.handlers = [warnings]
+    logger.propagate = False
+    runtime_settings.set_root_resource(None)
+    mocks.set_mocks(
+        OfflineMocks(), project=PROJECT, stack=stack, preview=True, monitor=monitor, logger=logger
+    )
+    root = runtime_settings.get_root_resource()
+
+    previous = os.environ.get(OFFLINE_PLAN_ENV)
+    os.environ[OFFLINE_PLAN_ENV] = "0" if strict else "1"
+    try:
+        program = str(project_dir / "__main__.py")
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(program, run_name="__main__")))
+        exports = dict(getattr(root, "outputs", {}))
+        outputs, secret_outputs = _resolve_outputs(exports)
+    finally:
+        if previous is None:
+            os.environ.pop(OFFLINE_PLAN_ENV, None)
+        else:
+            os.environ[OFFLINE_PLAN_ENV] = previous
+    return PlanResult(stack, list(monitor.recorded), outputs, secret_outputs, warnings.messages)
+
+
+def _resolve_outputs(exports: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    values: dict[str, Any] = {}
+    secrets = set()
+    for key, value in exports.items():
+        output = pulumi.Output.from_input(value)
+        values[key] = _sync_await(output.future())
+        if _sync_await(output.is_secret()):
+            secrets.add(key)
+    return values, frozenset(secrets)
+
+
+class _WarningCollector(logging.Handler):
+    """Collects what the program logs with pulumi.log.warn (placeholder notices and the like)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())

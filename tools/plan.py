@@ -1,0 +1,180 @@
+"""Offline plan: what `pulumi up` would create for a stack, without a cloud account.
+
+    python -m tools.plan a4x [--set verl-gke:gpuNodes=8 ...] [--strict] [--out DIR]
+
+Evaluates the real __main__.py under an in-process mocked engine (tools/offline_engine.py),
+prints the resources as a tree with the properties a reviewer checks, and with --out writes every
+Kubernetes object (and Helm values) as YAML. Bad configuration exits with status 2 and the
+validation message. --strict treats placeholders and a missing hfToken as errors, like a real
+deployment does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from config.settings import SettingsError
+from tools.offline_engine import PlanResult, RecordedResource, run_stack
+
+# Dotted input paths worth showing per resource type; everything else is in --out / the tests.
+KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "gcp:compute/network:Network": ("name", "mtu", "networkProfile"),
+    "gcp:compute/subnetwork:Subnetwork": ("name", "region", "ipCidrRange"),
+    "gcp:compute/firewall:Firewall": ("name", "sourceRanges"),
+    "gcp:compute/router:Router": ("name", "region"),
+    "gcp:compute/routerNat:RouterNat": ("name",),
+    "gcp:compute/resourcePolicy:ResourcePolicy": ("name", "workloadPolicy"),
+    "gcp:container/cluster:Cluster": (
+        "name",
+        "location",
+        "enableAutopilot",
+        "releaseChannel.channel",
+        "minMasterVersion",
+        "datapathProvider",
+        "enableMultiNetworking",
+        "deletionProtection",
+    ),
+    "gcp:container/nodePool:NodePool": (
+        "name",
+        "nodeLocations",
+        "nodeCount",
+        "nodeConfig.machineType",
+        "nodeConfig.guestAccelerators",
+        "nodeConfig.reservationAffinity.values",
+        "nodeConfig.diskType",
+        "networkConfig.acceleratorNetworkProfile",
+        "networkConfig.additionalNodeNetworkConfigs",
+        "placementPolicy.type",
+    ),
+    "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
+    "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
+}
+
+
+def lookup(inputs: Any, path: str) -> Any:
+    value = inputs
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def describe(resource: RecordedResource) -> str:
+    if resource.type.startswith("kubernetes:") and "metadata" in resource.inputs:
+        meta = resource.inputs.get("metadata") or {}
+        where = f" ns={meta['namespace']}" if meta.get("namespace") else ""
+        return f"name={meta.get('name', resource.name)}{where}"
+    parts = []
+    for path in KEY_PROPERTIES.get(resource.type, ()):
+        value = lookup(resource.inputs, path)
+        if value in (None, [], {}):
+            continue
+        if path == "networkConfig.additionalNodeNetworkConfigs":
+            value = f"{len(value)} additional networks"
+        elif path == "nodeConfig.guestAccelerators":
+            value = ",".join(f"{a.get('type')}x{a.get('count')}" for a in value)
+        parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
+    return " ".join(parts)
+
+
+def render_tree(result: PlanResult) -> str:
+    children: dict[str, list[RecordedResource]] = {}
+    for resource in result.resources:
+        children.setdefault(resource.parent, []).append(resource)
+    lines: list[str] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for resource in sorted(children.get(parent, []), key=lambda r: (r.custom, r.name)):
+            detail = describe(resource)
+            timeouts = resource.custom_timeouts.get("create")
+            extra = f" (create timeout {timeouts})" if timeouts else ""
+            lines.append(f"{'  ' * depth}+ {resource.type}  {resource.name}  {detail}{extra}")
+            walk(resource.urn, depth + 1)
+
+    roots = {r.parent for r in result.resources} - {r.urn for r in result.resources}
+    for root in sorted(roots):
+        walk(root, 0)
+    return "\n".join(lines)
+
+
+def kubernetes_objects(result: PlanResult) -> list[tuple[RecordedResource, dict[str, Any]]]:
+    """Every Kubernetes object the program registers, as the manifest the API server gets."""
+    objects = []
+    for resource in result.resources:
+        if resource.type.startswith("kubernetes:") and "apiVersion" in resource.inputs:
+            objects.append((resource, dict(resource.inputs)))
+    return objects
+
+
+def write_manifests(result: PlanResult, out_dir: Path) -> list[Path]:
+    target = out_dir / result.stack
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for resource, body in kubernetes_objects(result):
+        path = target / f"{body['kind'].lower()}-{resource.name}.yaml"
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        written.append(path)
+    for release in result.of_type("kubernetes:helm.sh/v3:Release"):
+        path = target / f"helm-{release.name}-values.yaml"
+        path.write_text(yaml.safe_dump(release.inputs.get("values") or {}, sort_keys=False))
+        written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.plan", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("stack", help="stack name, e.g. a4x, a4 or a3u (reads Pulumi.<stack>.yaml)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set verl-gke:gpuNodes=8 (repeatable)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="reject placeholders like `pulumi up`"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write Kubernetes objects as YAML under DIR/<stack>"
+    )
+    args = parser.parse_args(argv)
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or ":" not in key:
+            parser.error(f"--set {item!r}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8")
+        overrides[key] = value
+    try:
+        result = run_stack(args.stack, overrides, strict=args.strict)
+    except (SettingsError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    print(
+        f"Plan for stack {args.stack!r}: {len(result.resources)} resources (offline, mocked engine)"
+    )
+    for notice in result.notices:
+        print(f"  note: {notice}")
+    print(render_tree(result))
+    print("Outputs:")
+    for key in sorted(result.outputs):
+        shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
+        print(f"  {key}: {shown}")
+    if args.out:
+        written = write_manifests(result, args.out)
+        print(f"Wrote {len(written)} files under {args.out / args.stack}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
