@@ -1,0 +1,1 @@
+"""The GRPO training job: its typed spec and the Ray job that runs it."""

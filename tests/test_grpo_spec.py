@@ -1,0 +1,586 @@
+"""The GRPO job spec: tutorial-exact rendering, runtime envs, overrides and every preflight rule.
+
+The expected commands and environments below are copied from the sources (the seed's A4X
+`ray job submit`, tutorial-facts §6-§7 for A4 / A3 Ultra), not from jobs/grpo_spec.py, so a drift
+in the defaults module shows up here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from config.profiles import PROFILES, Mode
+from jobs import grpo_spec
+from jobs.grpo_spec import (
+    KNOWN_MODELS,
+    GrpoPreflightError,
+    GrpoSpec,
+    apply_overrides,
+    default_grpo_spec,
+    model_architecture,
+    preflight,
+    render_entrypoint,
+    render_runtime_env,
+)
+
+# --- what the sources say ----------------------------------------------------------------------
+
+# The seed's A4X command, verbatim (gke-verl-grpo-tutorial.zh.txt, "A4X" job submission).
+SEED_A4X_COMMAND = r"""
+python3 -m verl.trainer.main_ppo \ algorithm.adv_estimator=grpo \
+data.train_files=/data/gsm8k/train.parquet \ data.val_files=/data/gsm8k/test.parquet \
+data.train_batch_size=256 \ data.max_prompt_length=512 \ data.max_response_length=512 \
+actor_rollout_ref.model.path=/data/Qwen2.5-32B-Instruct \ actor_rollout_ref.actor.optim.lr=1e-5 \
+actor_rollout_ref.actor.ppo_mini_batch_size=64 \
+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
+actor_rollout_ref.actor.use_kl_loss=True \ actor_rollout_ref.actor.strategy=fsdp2 \
+actor_rollout_ref.rollout.name=vllm \ actor_rollout_ref.rollout.tensor_model_parallel_size=4 \
+actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \ actor_rollout_ref.rollout.n=8 \
+actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16 \ algorithm.kl_ctrl.kl_coef=0.001 \
+trainer.logger=console \ trainer.n_gpus_per_node=4 \ trainer.nnodes=4 \ trainer.save_freq=10 \
+trainer.test_freq=10 \ trainer.total_epochs=2 \ trainer.default_local_dir=/data/verl/checkpoints
+"""
+
+# tutorial-facts §7: overrides shared by every x86 script version.
+X86_SHARED = {
+    "data.train_files": "/data/gsm8k/train.parquet",
+    "data.val_files": "/data/gsm8k/test.parquet",
+    "data.train_batch_size": "256",
+    "data.max_prompt_length": "512",
+    "data.max_response_length": "512",
+    "actor_rollout_ref.actor.optim.lr": "1e-5",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "256",
+    "actor_rollout_ref.rollout.name": "vllm",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "8",
+    "actor_rollout_ref.actor.strategy": "fsdp2",
+    "algorithm.kl_ctrl.kl_coef": "0.001",
+    "trainer.logger": "console",
+    "trainer.val_before_train": "False",
+    "trainer.n_gpus_per_node": "8",
+    "trainer.nnodes": "2",
+    "trainer.save_freq": "10",
+    "trainer.test_freq": "10",
+    "algorithm.adv_estimator": "grpo",
+    "actor_rollout_ref.rollout.n": "8",
+    "trainer.total_epochs": "2",
+}
+# tutorial-facts §7 table: the latest Standard (7_run_job.sh) and Autopilot (6_run_job.sh) columns.
+X86_STANDARD = {
+    **X86_SHARED,
+    "actor_rollout_ref.model.path": "/data/Qwen2.5-32B-Instruct",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "2",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "0.5",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "2",
+    "trainer.default_local_dir": "/data/verl/checkpoints",
+}
+X86_AUTOPILOT = {
+    **X86_STANDARD,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "8",
+    "actor_rollout_ref.actor.use_torch_compile": "False",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile": "False",
+    "actor_rollout_ref.ref.use_torch_compile": "False",
+    "actor_rollout_ref.ref.fsdp_config.use_torch_compile": "False",
+}
+
+
+def _pairs(args: list[str]) -> dict[str, str]:
+    pairs = dict(arg.split("=", 1) for arg in args)
+    assert len(pairs) == len(args), f"a key is passed twice: {args}"
+    return pairs
+
+
+def _seed_a4x() -> dict[str, str]:
+    # The seed flattened its line continuations into backslash-space; undo that, then split.
+    args = shlex.split(SEED_A4X_COMMAND.replace(" \\ ", " ").replace("\\\n", " "))
+    assert args[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    pairs = _pairs(args[3:])
+    assert len(pairs) == 26
+    return pairs
+
+
+def _with_departures(tutorial: dict[str, str], experiment: str, *, add_kl: bool) -> dict[str, str]:
+    """The documented departures: one checkpoint folder per experiment, the experiment name, and
+    (x86 only) KL loss on as in the A4X command."""
+    expected = {
+        **tutorial,
+        "trainer.default_local_dir": f"/data/verl/checkpoints/{experiment}",
+        "trainer.experiment_name": experiment,
+    }
+    if add_kl:
+        expected["actor_rollout_ref.actor.use_kl_loss"] = "True"
+    return expected
+
+
+EXPECTED_OVERRIDES = {
+    ("a4x", Mode.STANDARD): _with_departures(
+        _seed_a4x(), "grpo-qwen2.5-32b-instruct-a4x", add_kl=False
+    ),
+    ("a4", Mode.STANDARD): _with_departures(
+        X86_STANDARD, "grpo-qwen2.5-32b-instruct-a4", add_kl=True
+    ),
+    ("a4", Mode.AUTOPILOT): _with_departures(
+        X86_AUTOPILOT, "grpo-qwen2.5-32b-instruct-a4", add_kl=True
+    ),
+    ("a3u", Mode.STANDARD): _with_departures(
+        X86_STANDARD, "grpo-qwen2.5-32b-instruct-a3u", add_kl=True
+    ),
+    ("a3u", Mode.AUTOPILOT): _with_departures(
+        X86_AUTOPILOT, "grpo-qwen2.5-32b-instruct-a3u", add_kl=True
+    ),
+}
+
+# Runtime envs: the seed's A4X file; tutorial-facts §6.2 (Standard) and §6.3 (Autopilot), without
+# NUM_WORKERS / CPUS_PER_WORKER / GPUS_PER_WORKER, which nothing reads.
+SEED_A4X_ENV = {
+    "PYTHONPATH": "/data/verl",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_ENV_PLUGIN": "gcp",
+    "HF_HOME": "/data/huggingface_cache",
+    "GLOO_SOCKET_IFNAME": "eth0",
+}
+X86_STANDARD_ENV = {
+    "PYTHONPATH": "/data/verl",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so",
+    "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX",
+    "NCCL_P2P_NET_CHUNKSIZE": "131072",
+    "NCCL_NVLS_CHUNKSIZE": "524288",
+    "NCCL_IB_ADAPTIVE_ROUTING": "1",
+    "NCCL_IB_QPS_PER_CONNECTION": "4",
+    "NCCL_IB_TC": "52",
+    "NCCL_IB_FIFO_TC": "84",
+    "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a4.txtpb",
+    "HF_HOME": "/data/huggingface_cache",
+    "GLOO_SOCKET_IFNAME": "eth0",
+}
+X86_AUTOPILOT_ENV = {
+    "PYTHONPATH": "/data/verl",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_ENV_PLUGIN": "gcp",
+    "NCCL_CONF_FILE": "/usr/local/gib/configs/nccl.a4.conf",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_NVLS_ENABLE": "0",
+    "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs",
+    "HF_HOME": "/data/huggingface_cache",
+    "GLOO_SOCKET_IFNAME": "eth0",
+}
+# verl's own env (constants_ppo.py, runtime_env.yaml), which a Ray job does not get from the
+# driver's ray.init, plus PYTHONUNBUFFERED from the x86 scripts' command line.
+VERL_ENV = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "VLLM_LOGGING_LEVEL": "WARN",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true",
+    "VLLM_DISABLE_COMPILE_CACHE": "1",
+    "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+EXPECTED_ENV = {
+    ("a4x", Mode.STANDARD): SEED_A4X_ENV,
+    ("a4", Mode.STANDARD): X86_STANDARD_ENV,
+    ("a4", Mode.AUTOPILOT): X86_AUTOPILOT_ENV,
+    # "If you use H200 GPUs, change NCCL_TUNER_CONFIG_PATH to .../tuner_config_a3u.txtpb".
+    ("a3u", Mode.STANDARD): {
+        **X86_STANDARD_ENV,
+        "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a3u.txtpb",
+    },
+    ("a3u", Mode.AUTOPILOT): {
+        **X86_AUTOPILOT_ENV,
+        "NCCL_CONF_FILE": "/usr/local/gib/configs/nccl.a3u.conf",
+    },
+}
+STACKS = sorted(EXPECTED_OVERRIDES, key=str)
+
+
+def _default(profile: str = "a4", mode: Mode = Mode.STANDARD, **kwargs: Any) -> GrpoSpec:
+    p = PROFILES[profile]
+    return default_grpo_spec(p, mode, kwargs.pop("gpu_nodes", p.default_gpu_nodes), **kwargs)
+
+
+def _preflight(spec: GrpoSpec, profile: str = "a4", **kwargs: Any) -> None:
+    p = PROFILES[profile]
+    preflight(
+        spec,
+        gpus_per_node_provisioned=kwargs.pop("gpus_per_node", p.gpus_per_node),
+        gpu_nodes_provisioned=kwargs.pop("gpu_nodes", p.default_gpu_nodes),
+        **kwargs,
+    )
+
+
+def _problems(spec: GrpoSpec, profile: str = "a4", **kwargs: Any) -> tuple[str, ...]:
+    with pytest.raises(GrpoPreflightError) as caught:
+        _preflight(spec, profile, **kwargs)
+    assert isinstance(caught.value, ValueError)
+    for problem in caught.value.problems:
+        assert problem in str(caught.value)
+    return caught.value.problems
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def test_every_profile_mode_has_a_tutorial_table() -> None:
+    assert {(p.name, m) for p in PROFILES.values() for m in p.modes} == set(EXPECTED_OVERRIDES)
+
+
+@pytest.mark.parametrize(("profile", "mode"), STACKS)
+def test_entrypoint_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
+    args = shlex.split(render_entrypoint(_default(profile, mode)))
+    assert args[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert _pairs(args[3:]) == EXPECTED_OVERRIDES[(profile, mode)]
+
+
+@pytest.mark.parametrize(("profile", "mode"), STACKS)
+def test_runtime_env_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
+    env = render_runtime_env(_default(profile, mode), PROFILES[profile], mode)
+    assert env == {"env_vars": {**EXPECTED_ENV[(profile, mode)], **VERL_ENV}}
+    assert not any("HF_TOKEN" in k or "HUGGING_FACE" in k for k in env["env_vars"])
+    assert all(isinstance(v, str) for v in env["env_vars"].values())
+
+
+def test_nnodes_follows_the_provisioned_node_count() -> None:
+    args = _pairs(shlex.split(render_entrypoint(_default("a4x", gpu_nodes=8)))[3:])
+    assert (args["trainer.nnodes"], args["trainer.n_gpus_per_node"]) == ("8", "4")
+    _preflight(_default("a4x", gpu_nodes=8), "a4x", gpu_nodes=8)
+
+
+def test_runtime_env_rejects_a_mode_the_profile_lacks() -> None:
+    with pytest.raises(ValueError, match="autopilot"):
+        render_runtime_env(_default("a4x"), PROFILES["a4x"], Mode.AUTOPILOT)
+    with pytest.raises(ValueError, match="autopilot"):
+        default_grpo_spec(PROFILES["a4x"], Mode.AUTOPILOT, 4)
+
+
+def test_file_logger_writes_into_the_experiment_folder() -> None:
+    spec = apply_overrides(_default(), {"logger": ["console", "file"]})
+    env = render_runtime_env(spec, PROFILES["a4"], Mode.STANDARD)["env_vars"]
+    assert env["VERL_FILE_LOGGER_PATH"] == f"{spec.default_local_dir}/metrics.jsonl"
+    args = _pairs(shlex.split(render_entrypoint(spec))[3:])
+    assert args["trainer.logger"] == "[console,file]"
+
+
+def test_optional_knobs_render_their_verl_keys() -> None:
+    spec = apply_overrides(
+        _default(),
+        {
+            "actorParamOffload": True,
+            "actorOptimizerOffload": True,
+            "refParamOffload": True,
+            "enableGradientCheckpointing": True,
+            "useRemovePadding": False,
+            "klLossCoef": 0.01,
+            "lr": 3e-6,
+        },
+    )
+    args = _pairs(shlex.split(render_entrypoint(spec))[3:])
+    assert args["actor_rollout_ref.actor.fsdp_config.param_offload"] == "True"
+    assert args["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] == "True"
+    assert args["actor_rollout_ref.ref.fsdp_config.param_offload"] == "True"
+    assert args["actor_rollout_ref.model.enable_gradient_checkpointing"] == "True"
+    assert args["actor_rollout_ref.model.use_remove_padding"] == "False"
+    assert args["actor_rollout_ref.actor.kl_loss_coef"] == "0.01"
+    assert args["actor_rollout_ref.actor.optim.lr"] == "3e-6"
+
+
+def test_every_field_renders_to_a_verl_key() -> None:
+    assert set(grpo_spec._HYDRA_KEYS) == set(GrpoSpec.model_fields) - {"extra_overrides"}
+
+
+def test_quoting_survives_spaces_quotes_and_shell_syntax() -> None:
+    tricky = [
+        "trainer.project_name='my \"quoted\" project, it''s v2'",
+        "+trainer.note=$(touch /tmp/pwned); echo `id` && exit 1",
+        "actor_rollout_ref.rollout.max_num_seqs=512",
+    ]
+    spec = apply_overrides(_default(), {"extraOverrides": tricky})
+    args = shlex.split(render_entrypoint(spec))
+    assert args[-3:] == tricky
+
+
+def test_string_fields_refuse_characters_hydra_would_parse() -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        apply_overrides(_default(), {"modelPath": "/data/my model"})
+    assert "verl-gke:job.modelPath = '/data/my model'" in str(caught.value)
+    assert "'/data/my-model'" in str(caught.value)
+
+
+# --- overrides -----------------------------------------------------------------------------------
+
+
+def test_override_by_alias() -> None:
+    spec = apply_overrides(_default(), {"ppoMicroBatchSizePerGpu": 4})
+    assert spec.ppo_micro_batch_size_per_gpu == 4
+    args = _pairs(shlex.split(render_entrypoint(spec))[3:])
+    assert args["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "4"
+    _preflight(spec)
+
+
+def test_override_values_arrive_as_strings_from_pulumi_config() -> None:
+    spec = apply_overrides(
+        _default(), {"ppoMicroBatchSizePerGpu": "4", "valBeforeTrain": "true", "lr": "2e-6"}
+    )
+    assert (spec.ppo_micro_batch_size_per_gpu, spec.val_before_train, spec.lr) == (4, True, 2e-6)
+
+
+@pytest.mark.parametrize(
+    ("typed", "suggested"),
+    [
+        ("ppoMiniBatchSzie", "verl-gke:job.ppoMiniBatchSize"),
+        ("ppomicrobatchsizepergpu", "verl-gke:job.ppoMicroBatchSizePerGpu"),
+        ("ppo_mini_batch_size", "verl-gke:job.ppoMiniBatchSize"),
+        (
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            "verl-gke:job.rolloutTensorParallelSize",
+        ),
+        ("gpuMemoryUtilisation", "verl-gke:job.gpuMemoryUtilization"),
+    ],
+)
+def test_unknown_key_is_rejected_with_the_closest_setting(typed: str, suggested: str) -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        apply_overrides(_default(), {typed: 4})
+    message = str(caught.value)
+    assert f"verl-gke:job.{typed} is not a GRPO job setting" in message
+    assert f"did you mean {suggested}" in message
+
+
+def test_bad_value_type_names_the_setting() -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        apply_overrides(_default(), {"saveFreq": "ten", "rolloutN": 0, "logger": ["consol"]})
+    message = str(caught.value)
+    assert "verl-gke:job.saveFreq = 'ten'" in message
+    assert "verl-gke:job.rolloutN = 0: Input should be greater than 0" in message
+    assert "did you mean 'console'" in message
+
+
+def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
+    spec = apply_overrides(_default(), {"experimentName": "lr-sweep-2"})
+    assert spec.default_local_dir == "/data/verl/checkpoints/lr-sweep-2"
+    explicit = apply_overrides(
+        _default(), {"experimentName": "b", "defaultLocalDir": "/data/ckpt/shared"}
+    )
+    assert explicit.default_local_dir == "/data/ckpt/shared"
+    with pytest.raises(GrpoPreflightError, match="use 'my-run'"):
+        apply_overrides(_default(), {"experimentName": "my run"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["trainer.nnodes 3"], "not a Hydra override"),
+        (["=3"], "not a Hydra override"),
+        (["trainer.nnodes=3"], "set verl-gke:job.nnodes instead"),
+        (
+            ["actor_rollout_ref.ref.use_torch_compile=True"],
+            "set verl-gke:job.useTorchCompile instead",
+        ),
+        (["a.b=1", "a.b=2"], "overridden twice"),
+        (["a.b=1\nc.d=2"], "not a Hydra override"),
+    ],
+)
+def test_extra_overrides_are_validated(extra: list[str], expected: str) -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        apply_overrides(_default(), {"extraOverrides": extra})
+    assert "verl-gke:job.extraOverrides[" in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_spec_is_frozen_and_forbids_unknown_fields() -> None:
+    spec = _default()
+    with pytest.raises(ValidationError):
+        spec.nnodes = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="bogus"):
+        GrpoSpec.model_validate({**spec.model_dump(by_alias=True), "bogus": 1})
+
+
+# --- models --------------------------------------------------------------------------------------
+
+
+def test_model_table_lookup() -> None:
+    arch = model_architecture("Qwen/Qwen2.5-32B-Instruct")
+    assert arch is not None
+    assert (
+        arch.num_attention_heads,
+        arch.num_key_value_heads,
+        arch.hidden_size,
+        arch.num_hidden_layers,
+        arch.intermediate_size,
+        arch.vocab_size,
+    ) == (40, 8, 5120, 64, 27648, 152064)
+    assert model_architecture("/data/Qwen2.5-32B-Instruct") is arch
+    assert model_architecture("/data/Qwen2.5-32B-Instruct/") is arch
+    assert model_architecture("/data/my-finetune") is None
+    sizes = {hf_id.split("-")[1] for hf_id in KNOWN_MODELS}
+    assert sizes == {"0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"}
+
+
+# --- preflight -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("profile", "mode"), STACKS)
+def test_tutorial_defaults_pass_preflight(profile: str, mode: Mode) -> None:
+    _preflight(_default(profile, mode), profile)
+
+
+A4_16 = "16 GPUs (2 nodes x 8)"
+
+
+@pytest.mark.parametrize(
+    ("profile", "overrides", "setting", "fix"),
+    [
+        # train_batch_size x n must split over the GPUs (verl validate_config).
+        ("a4x", {"trainBatchSize": 255}, "trainBatchSize = 255", "set it to 254"),
+        # train_batch_size >= ppo_mini_batch_size (ActorConfig.validate).
+        ("a4", {"trainBatchSize": 128}, "ppoMiniBatchSize = 256", "set it to 128"),
+        # ppo_mini_batch_size x n must split over the GPUs (FSDP worker normalisation).
+        ("a4x", {"ppoMiniBatchSize": 63}, "ppoMiniBatchSize = 63", "set it to 64"),
+        # The per-GPU share of a mini-batch must be whole micro-batches.
+        (
+            "a4x",
+            {"ppoMicroBatchSizePerGpu": 12},
+            "ppoMicroBatchSizePerGpu = 12",
+            "set it to 8 (a divisor of 32), or verl-gke:job.ppoMiniBatchSize to 72",
+        ),
+        # Rollout TP divides the GPUs per node and the GPU count.
+        ("a4", {"rolloutTensorParallelSize": 3}, "rolloutTensorParallelSize = 3", "set it to 4"),
+        ("a4", {"rolloutTensorParallelSize": 16}, "rolloutTensorParallelSize = 16", "set it to 8"),
+        # The model's heads divisible by TP (Qwen2.5-7B: 28 heads, 4 KV heads).
+        (
+            "a4",
+            {"modelPath": "/data/Qwen2.5-7B-Instruct"},
+            "rolloutTensorParallelSize = 8",
+            "set it to 4",
+        ),
+        # GRPO needs a group and KL.
+        ("a4", {"rolloutN": 1}, "rolloutN = 1", "set it to 2 or more"),
+        ("a4", {"useKlLoss": False}, "useKlLoss = False", "set it to true"),
+        # What verl waits for equals what the stack provisions.
+        ("a4", {"nnodes": 3}, "nnodes = 3", "set verl-gke:job.nnodes to 2, or verl-gke:gpuNodes"),
+        ("a4", {"nGpusPerNode": 4}, "nGpusPerNode = 4", "set it to 8"),
+        # Single values.
+        ("a4", {"gpuMemoryUtilization": 0}, "gpuMemoryUtilization = 0.0", "0.5"),
+        ("a4", {"gpuMemoryUtilization": 1}, "gpuMemoryUtilization = 1.0", "0.5"),
+        ("a4", {"saveFreq": 0}, "saveFreq = 0", "e.g. 10"),
+        ("a4", {"saveFreq": -1}, "saveFreq = -1", "e.g. 10"),
+        (
+            "a4",
+            {"defaultLocalDir": "checkpoints"},
+            "defaultLocalDir = checkpoints",
+            "set it to /data/verl/checkpoints/grpo-qwen2.5-32b-instruct-a4",
+        ),
+        (
+            "a4",
+            {"defaultLocalDir": "/tmp/ckpt"},
+            "defaultLocalDir = /tmp/ckpt",
+            "set it to /data/verl/checkpoints/grpo-qwen2.5-32b-instruct-a4",
+        ),
+        (
+            "a4",
+            {"defaultLocalDir": "/data/../tmp/ckpt"},
+            "defaultLocalDir = /data/../tmp/ckpt",
+            "set it to /data/verl/checkpoints/",
+        ),
+        (
+            "a4",
+            {"modelPath": "Qwen/Qwen2.5-32B-Instruct"},
+            "modelPath = Qwen/Qwen2.5-32B-Instruct",
+            "set it to /data/Qwen2.5-32B-Instruct",
+        ),
+        (
+            "a4",
+            {"trainFiles": "/tmp/train.parquet"},
+            "trainFiles = /tmp/train.parquet",
+            "set it to /data/gsm8k/train.parquet",
+        ),
+    ],
+)
+def test_each_rule_rejects_a_bad_value_with_its_fix(
+    profile: str, overrides: dict[str, Any], setting: str, fix: str
+) -> None:
+    problems = _problems(apply_overrides(_default(profile), overrides), profile)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"verl-gke:job.{setting}: ")
+    assert fix in problems[0].split(". Fix: ", 1)[1]
+
+
+def test_cluster_mismatch_names_gpu_nodes() -> None:
+    (problem,) = _problems(apply_overrides(_default(), {"nnodes": 3}))
+    assert "verl-gke:gpuNodes = 2" in problem
+    assert "3 x 8 = 24" in problem and "2 x 8 = 16" in problem
+
+
+def test_kv_heads_must_divide_or_be_divided_by_tp() -> None:
+    # 48 query heads split over 8, but 6 KV heads neither split over 8 nor replicate evenly.
+    (problem,) = _problems(_default(), attention_heads=48, kv_heads=6)
+    assert problem.startswith("verl-gke:job.rolloutTensorParallelSize = 8: ")
+    assert "6 KV heads" in problem
+    assert problem.endswith("Fix: set it to 2")
+    _preflight(_default(), attention_heads=48, kv_heads=8)
+
+
+def test_unknown_model_requires_explicit_heads() -> None:
+    spec = apply_overrides(_default(), {"modelPath": "/data/my-finetune"})
+    (problem,) = _problems(spec)
+    assert problem.startswith("verl-gke:job.modelPath = /data/my-finetune: ")
+    assert "attention_heads and kv_heads" in problem
+    _preflight(spec, attention_heads=40, kv_heads=8)
+
+
+def test_kl_in_reward_also_satisfies_grpo() -> None:
+    _preflight(apply_overrides(_default(), {"useKlLoss": False, "useKlInReward": True}))
+
+
+def test_no_valid_mini_batch_below_train_batch_suggests_raising_both() -> None:
+    # 16 GPUs, n=2, micro 32: a valid mini-batch is a multiple of 256, above trainBatchSize 128.
+    overrides = {"trainBatchSize": 128, "rolloutN": 2, "ppoMicroBatchSizePerGpu": 32}
+    (problem,) = _problems(apply_overrides(_default(), {**overrides, "ppoMiniBatchSize": 127}))
+    assert problem.startswith("verl-gke:job.ppoMiniBatchSize = 127: ")
+    assert problem.endswith(
+        "Fix: no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = 32; set "
+        "verl-gke:job.trainBatchSize to 256 and this to 256"
+    )
+    # With a mini-batch that splits over the GPUs, only the micro-batch is wrong: 128 x 2 / 16.
+    (problem,) = _problems(apply_overrides(_default(), {**overrides, "ppoMiniBatchSize": 128}))
+    assert problem.startswith("verl-gke:job.ppoMicroBatchSizePerGpu = 32: ")
+    assert problem.endswith("Fix: set it to 16 (a divisor of 16)")
+
+
+def test_every_failed_rule_is_listed_in_one_error() -> None:
+    spec = apply_overrides(
+        _default(),
+        {
+            "nnodes": 3,
+            "rolloutN": 1,
+            "useKlLoss": False,
+            "trainBatchSize": 100,
+            "ppoMiniBatchSize": 100,
+            "rolloutTensorParallelSize": 3,
+            "gpuMemoryUtilization": 1.5,
+            "saveFreq": -1,
+            "defaultLocalDir": "/tmp/x",
+            "modelPath": "/models/Qwen2.5-32B-Instruct",
+        },
+    )
+    problems = _problems(spec)
+    settings = [p.split(" = ", 1)[0].removeprefix("verl-gke:job.") for p in problems]
+    assert settings == [
+        "nnodes",
+        "rolloutN",
+        "useKlLoss",
+        "trainBatchSize",
+        "ppoMiniBatchSize",
+        "rolloutTensorParallelSize",
+        "gpuMemoryUtilization",
+        "saveFreq",
+        "defaultLocalDir",
+        "modelPath",
+    ]
+    assert all(". Fix: " in p for p in problems)
