@@ -9,12 +9,14 @@ from components.host_network import HostNetwork, HostNetworkArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from config.profiles import GpuNetworking, Mode
 from config.settings import settings_from_pulumi
+from jobs.training_job import training_job
 
 # Validate everything before the first resource is registered.
 loaded = settings_from_pulumi()
 for notice in loaded.notices:
     pulumi.log.warn(notice)
 settings = loaded.settings
+grpo = training_job(settings)  # verl's rules, checked before any GPU is paid for
 
 host_network = HostNetwork("host", HostNetworkArgs(settings))
 rdma_networks = (

@@ -111,9 +111,7 @@ def main() -> None:
             resources_file = Path(tmp) / f"{stack}.json"
             resources_file.write_text(json.dumps(recorded, default=str))
             plan_s = timed([sys.executable, "-m", "tools.plan", stack], args.runs)
-            base_s = timed(
-                [sys.executable, __file__, "--baseline", str(resources_file)], args.runs
-            )
+            base_s = timed([sys.executable, __file__, "--baseline", str(resources_file)], args.runs)
             print(
                 f"{stack:6} {len(result.resources):9d} {plan_s:8.2f} {base_s:15.2f} "
                 f"{plan_s / base_s:6.2f}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -16,7 +17,15 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import config as runtime_config
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from config.profiles import PROFILES, AcceleratorProfile, GpuNetworking, Mode
@@ -99,6 +108,11 @@ class StackSettings(BaseModel):
     verl_ref: str
     ray_version: str
     model: str = "Qwen/Qwen2.5-32B-Instruct"
+    # Overrides of the GRPO job spec (jobs/grpo_spec.py), e.g.
+    # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
+    job: dict[str, Any] = Field(default_factory=dict)
+    # Block `pulumi up` until the GRPO job finishes (default: return once it is running).
+    job_wait: bool = False
     host_subnet_cidr: str = "10.128.0.0/20"
     pods_cidr: str = "10.4.0.0/14"
     services_cidr: str = "10.0.32.0/20"
@@ -133,6 +147,17 @@ class StackSettings(BaseModel):
             merged["bucketName"] = f"{merged['project']}-{merged['clusterName']}"
         return merged
 
+    @field_validator("job", mode="before")
+    @classmethod
+    def _job_object(cls, value: Any) -> Any:
+        # Structured config reaches the program as JSON text.
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"not a JSON object ({error.msg})") from None
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> StackSettings:
         problems = [p for p in _problems(self) if p]
@@ -147,6 +172,11 @@ class StackSettings(BaseModel):
     @property
     def gpu_networking(self) -> GpuNetworking:
         return self.profile.networking_for(self.mode)
+
+    @property
+    def model_dir_name(self) -> str:
+        """The model's folder in the bucket (/data/<name>), e.g. Qwen2.5-32B-Instruct."""
+        return self.model.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def total_gpus(self) -> int:

@@ -82,3 +82,9 @@ def test_out_writes_kubernetes_objects(tmp_path: Path, capsys: pytest.CaptureFix
 def test_set_overrides_are_applied(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_cli.main(["a4x", "--set", "verl-gke:gpuNodes=8"]) == 0
     assert "nodeCount=8 " in capsys.readouterr().out
+
+
+def test_job_preflight_failure_exits_with_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_cli.main(["a4x", "--set", 'verl-gke:job={"rolloutN": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "verl-gke:job.rolloutN = 1" in err and "Fix:" in err

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import yaml
 
-from config.settings import SettingsError
 from tools.offline_engine import PlanResult, RecordedResource, run_stack
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
@@ -156,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides[key] = value
     try:
         result = run_stack(args.stack, overrides, strict=args.strict)
-    except (SettingsError, FileNotFoundError) as error:
+    except (pulumi.RunError, FileNotFoundError) as error:
+        # RunError: settings or job preflight problems, each with its fix.
         print(f"error: {error}", file=sys.stderr)
         return 2
 
