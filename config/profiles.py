@@ -50,6 +50,28 @@ class WorkloadPlacement:
 
 
 @dataclass(frozen=True)
+class RayHeadShape:
+    """Requests (= limits) of the Ray head container."""
+
+    cpu: str
+    memory: str
+    ephemeral_storage: str
+
+
+@dataclass(frozen=True)
+class RayWorkerShape:
+    """Requests (= limits) of one GPU worker pod, which fills one GPU node."""
+
+    cpu: str
+    memory: str
+    ephemeral_storage: str
+    # Size of the in-memory /dev/shm (NCCL and vLLM use shared memory between local ranks).
+    shared_memory: str
+    # `ray start --num-cpus` of the worker.
+    ray_num_cpus: str
+
+
+@dataclass(frozen=True)
 class AcceleratorProfile:
     name: str
     description: str
@@ -82,6 +104,18 @@ class AcceleratorProfile:
     ray_container_pip_packages: tuple[str, ...]
     nccl_installer_image: str
     nccl_env: Mapping[Mode, Mapping[str, str]]
+    # Image of the data-prep Job. It runs on the x86 CPU pool, so it is an x86 image even where
+    # the training image is arm64-only (A4X).
+    data_prep_image: str
+    # Multi-Node NVLink across nodes (GB200 NVL72): pods need an IMEX channel from an NVIDIA
+    # ComputeDomain, which needs the NVIDIA DRA driver.
+    multi_node_nvlink: bool
+    ray_cluster_name: str
+    # True where the verl image cannot run on the (x86) CPU pool: the head then runs on a GPU
+    # node without GPUs and with `num-cpus: 0` (seed, A4X).
+    ray_head_on_gpu_nodes: bool
+    ray_head: RayHeadShape
+    ray_workers: Mapping[Mode, RayWorkerShape]
 
     @property
     def default_mode(self) -> Mode:
@@ -142,6 +176,32 @@ def _x86_autopilot_nccl_env(conf_file: str) -> Mapping[str, str]:
     )
 
 
+# The verl image the data-prep Job runs on the x86 CPU pool (tutorial §4.5).
+_X86_DATA_PREP_IMAGE = "verlai/verl:vllm011.latest"
+# tutorial-facts §5: head of all x86 RayClusters.
+_X86_RAY_HEAD = RayHeadShape(cpu="12", memory="32G", ephemeral_storage="9Gi")
+_X86_RAY_WORKERS = _frozen(
+    {
+        # §5.3 (Standard): the whole a3-ultragpu-8g / a4-highgpu-8g node.
+        Mode.STANDARD: RayWorkerShape(
+            cpu="220",
+            memory="2800Gi",
+            ephemeral_storage="1000Gi",
+            shared_memory="250Gi",
+            ray_num_cpus="220",
+        ),
+        # §5.1 (Autopilot DRANET): smaller, Autopilot keeps part of the node for itself. The
+        # tutorial's `num-cpus: "220"` would advertise CPUs the container may not use.
+        Mode.AUTOPILOT: RayWorkerShape(
+            cpu="180",
+            memory="2000Gi",
+            ephemeral_storage="1000Gi",
+            shared_memory="250Gi",
+            ray_num_cpus="180",
+        ),
+    }
+)
+
 _X86_NETWORKING = _frozen(
     {Mode.STANDARD: GpuNetworking.MULTI_NIC, Mode.AUTOPILOT: GpuNetworking.DRANET_COMPUTE_CLASS}
 )
@@ -190,6 +250,24 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
                     )
                 }
             ),
+            # verlai/verl:vllm023.aarch64.dev1 is arm64-only and the CPU pool is x86.
+            data_prep_image=_X86_DATA_PREP_IMAGE,
+            multi_node_nvlink=True,
+            # The seed's ray-cluster-a4x.yaml.
+            ray_cluster_name="gb200-ray-cluster",
+            ray_head_on_gpu_nodes=True,
+            ray_head=RayHeadShape(cpu="12", memory="32Gi", ephemeral_storage="20Gi"),
+            ray_workers=_frozen(
+                {
+                    Mode.STANDARD: RayWorkerShape(
+                        cpu="120",
+                        memory="600Gi",
+                        ephemeral_storage="500Gi",
+                        shared_memory="200Gi",
+                        ray_num_cpus="120",
+                    )
+                }
+            ),
         ),
         "a4": AcceleratorProfile(
             name="a4",
@@ -226,6 +304,12 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
                     Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a4.conf"),
                 }
             ),
+            data_prep_image=_X86_DATA_PREP_IMAGE,
+            multi_node_nvlink=False,
+            ray_cluster_name="b200-ray-cluster",
+            ray_head_on_gpu_nodes=False,
+            ray_head=_X86_RAY_HEAD,
+            ray_workers=_X86_RAY_WORKERS,
         ),
         "a3u": AcceleratorProfile(
             name="a3u",
@@ -261,6 +345,13 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
                     Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a3u.conf"),
                 }
             ),
+            data_prep_image=_X86_DATA_PREP_IMAGE,
+            multi_node_nvlink=False,
+            # The tutorial names the H200 cluster "b200-ray-cluster" too; named for its GPU here.
+            ray_cluster_name="h200-ray-cluster",
+            ray_head_on_gpu_nodes=False,
+            ray_head=_X86_RAY_HEAD,
+            ray_workers=_X86_RAY_WORKERS,
         ),
     }
 )

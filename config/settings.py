@@ -46,6 +46,12 @@ _RESERVATION = re.compile(
     r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 )
 _BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_]{1,61}[a-z0-9]$")
+# REPOSITORY:TAG or REPOSITORY@sha256:DIGEST (the tag after the last path segment).
+_IMAGE = re.compile(
+    r"^[a-z0-9][-a-z0-9._/]*(:[0-9]+)?[-a-z0-9._/]*"
+    r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+_CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 _K8S_VERSION = re.compile(r"^1\.(?P<minor>[0-9]+)(\.[0-9]+(-gke\.[0-9]+)?)?$")
 # Longest cluster name the tutorial allows; derived names (e.g. "<cluster>-rdma-sub-7") must
 # stay within GCE's 63-character limit.
@@ -108,6 +114,12 @@ class StackSettings(BaseModel):
     verl_ref: str
     ray_version: str
     model: str = "Qwen/Qwen2.5-32B-Instruct"
+    data_prep_image: str
+    nccl_installer_image: str
+    # The version of ../shared/crds/ray.io_rayclusters.yaml the RayCluster is validated against.
+    kuberay_chart_version: str = "1.7.0"
+    # The seed's `helm upgrade --install nvidia-dra-driver-gpu ... --version=25.3.1` (A4X only).
+    dra_driver_chart_version: str = "25.3.1"
     # Overrides of the GRPO job spec (jobs/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
     job: dict[str, Any] = Field(default_factory=dict)
@@ -141,6 +153,8 @@ class StackSettings(BaseModel):
             "verlImage": profile.verl_image,
             "verlRef": profile.verl_ref,
             "rayVersion": profile.ray_version,
+            "dataPrepImage": profile.data_prep_image,
+            "ncclInstallerImage": profile.nccl_installer_image,
         }
         merged = {**defaults, **{k: v for k, v in data.items() if v is not None}}
         if "bucketName" not in merged and "project" in merged:
@@ -212,6 +226,10 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_release_channel(s),
         _check_kubernetes_version(s, profile),
         _check_cidrs(s),
+        _check_image(s, "data_prep_image", profile.data_prep_image),
+        _check_image(s, "nccl_installer_image", profile.nccl_installer_image),
+        _check_chart_version(s, "kuberay_chart_version", "1.7.0"),
+        _check_chart_version(s, "dra_driver_chart_version", "25.3.1"),
     ]
 
 
@@ -378,6 +396,28 @@ def _check_cidrs(s: StackSettings) -> str | None:
                     f"service and RDMA ranges must be disjoint."
                 )
     return None
+
+
+def _check_image(s: StackSettings, field_name: str, example: str) -> str | None:
+    # A tag or digest pins what the nodes pull; an untagged name silently means `:latest`.
+    value = getattr(s, field_name)
+    if _IMAGE.match(value):
+        return None
+    return (
+        f"{config_key(field_name)} = {value!r}: expected an image reference with a tag or "
+        f"digest (REPOSITORY:TAG or REPOSITORY@sha256:...). Fix: {s.fix(field_name, example)}"
+    )
+
+
+def _check_chart_version(s: StackSettings, field_name: str, example: str) -> str | None:
+    # A bad chart version would only fail in `helm install`, after the cluster exists.
+    value = getattr(s, field_name)
+    if _CHART_VERSION.match(value):
+        return None
+    return (
+        f"{config_key(field_name)} = {value!r}: expected a Helm chart version such as "
+        f"{example} (MAJOR.MINOR.PATCH). Fix: {s.fix(field_name, example)}"
+    )
 
 
 # --- reading Pulumi config -------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""Settings and profile facts the Kubernetes layer adds: defaults, overrides and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.profiles import PROFILES, Mode
+from config.settings import SettingsError, load_settings
+
+GOOD = {
+    "gcp:project": "my-project-123",
+    "gcp:region": "us-central1",
+    "verl-gke:zone": "us-central1-b",
+    "verl-gke:reservation": "my-reservation",
+    "verl-gke:hfToken": "hf_abc",
+}
+
+
+def load(stack: str = "a4x", **changes: str):
+    return load_settings(stack, {**GOOD, **changes}, offline=False).settings
+
+
+def error_of(stack: str = "a4x", **changes: str) -> str:
+    with pytest.raises(SettingsError) as caught:
+        load(stack, **changes)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("stack", sorted(PROFILES))
+def test_kubernetes_layer_defaults(stack: str) -> None:
+    settings = load(stack)
+    assert settings.kuberay_chart_version == "1.7.0"
+    assert settings.dra_driver_chart_version == "25.3.1"
+    assert settings.nccl_installer_image == PROFILES[stack].nccl_installer_image
+    # The data-prep Job runs on the x86 CPU pool, so its image is x86 for every profile.
+    assert settings.data_prep_image == "verlai/verl:vllm011.latest"
+
+
+def test_pinned_installer_images_per_architecture() -> None:
+    assert PROFILES["a4x"].nccl_installer_image == (
+        "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib-arm64:v1.1.0"
+    )
+    for stack in ("a4", "a3u"):
+        assert PROFILES[stack].nccl_installer_image == (
+            "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.1"
+        )
+
+
+def test_ray_shapes_follow_seed_and_tutorial() -> None:
+    a4x = PROFILES["a4x"]
+    assert (a4x.ray_head.cpu, a4x.ray_head.memory, a4x.ray_head.ephemeral_storage) == (
+        "12",
+        "32Gi",
+        "20Gi",
+    )
+    worker = a4x.ray_workers[Mode.STANDARD]
+    assert (worker.cpu, worker.memory, worker.ephemeral_storage, worker.shared_memory) == (
+        "120",
+        "600Gi",
+        "500Gi",
+        "200Gi",
+    )
+    assert a4x.ray_head_on_gpu_nodes and a4x.multi_node_nvlink
+    for stack in ("a4", "a3u"):
+        profile = PROFILES[stack]
+        assert not profile.ray_head_on_gpu_nodes and not profile.multi_node_nvlink
+        standard = profile.ray_workers[Mode.STANDARD]
+        assert (standard.cpu, standard.memory, standard.shared_memory) == ("220", "2800Gi", "250Gi")
+        autopilot = profile.ray_workers[Mode.AUTOPILOT]
+        assert (autopilot.cpu, autopilot.memory, autopilot.ephemeral_storage) == (
+            "180",
+            "2000Gi",
+            "1000Gi",
+        )
+        # Every mode the profile supports has a worker shape.
+        assert set(profile.ray_workers) == set(profile.modes)
+
+
+def test_overrides_are_used() -> None:
+    settings = load(
+        "a4",
+        **{
+            "verl-gke:ncclInstallerImage": "example.com/gib:v2",
+            "verl-gke:dataPrepImage": "example.com/prep@sha256:" + "0" * 64,
+            "verl-gke:kuberayChartVersion": "1.6.1",
+        },
+    )
+    assert settings.nccl_installer_image == "example.com/gib:v2"
+    assert settings.data_prep_image.endswith("0" * 64)
+    assert settings.kuberay_chart_version == "1.6.1"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fix"),
+    [
+        ("verl-gke:ncclInstallerImage", "example.com/gib", "nccl-plugin-gib-arm64:v1.1.0"),
+        ("verl-gke:dataPrepImage", "verlai/verl", "verlai/verl:vllm011.latest"),
+        ("verl-gke:kuberayChartVersion", "latest", "kuberayChartVersion 1.7.0"),
+        ("verl-gke:draDriverChartVersion", "25.3", "draDriverChartVersion 25.3.1"),
+    ],
+)
+def test_bad_image_or_chart_version_rejected(key: str, value: str, fix: str) -> None:
+    message = error_of("a4x", **{key: value})
+    assert f"{key} = {value!r}" in message
+    assert fix in message and "pulumi config set" in message
