@@ -1,0 +1,533 @@
+"""Prepare the shared training volume: verl source, GSM8K parquet files and the model weights.
+
+Runs in the data-preparation Job's pod (the verl image; the script arrives through a ConfigMap)::
+
+    python3 /scripts/prepare_data.py --data-root /data --verl-ref v0.6.1 \\
+        --model Qwen/Qwen2.5-32B-Instruct --model-dir Qwen2.5-32B-Instruct
+
+Three steps, cheapest first so that a broken ref or dataset fails before a long download:
+
+    verl   <data-root>/verl                       verl checked out at --verl-ref
+    gsm8k  <data-root>/gsm8k/{train,test}.parquet  by verl's examples/data_preprocess/gsm8k.py
+    model  <data-root>/<model-dir>                 the model, staged in <model-dir>.partial
+
+Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-dir>}.done, a JSON
+object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
+produced. A step is skipped only when its marker's inputs equal the requested
+ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder renames are only
+an optimisation here: /data is GCS FUSE, where they are atomic only with hierarchical namespace,
+and the markers (not the presence of a folder) decide what is complete.
+
+Standard library only; huggingface_hub (present in the verl image) is imported when the hub is
+used. Python 3.10+. On failure the last line names the step and the reason, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PREP_DIR = ".prep"
+GSM8K_SCRIPT = Path("examples/data_preprocess/gsm8k.py")
+GSM8K_FILES = ("train.parquet", "test.parquet")
+# Training writes trainer.default_local_dir=/data/verl/checkpoints: replacing the source tree for
+# a new ref must not delete them.
+KEEP_IN_VERL = frozenset({"checkpoints"})
+PROGRESS_EVERY_S = 60.0
+RESERVED_DIRS = frozenset({"verl", "gsm8k", PREP_DIR})
+
+
+class StepError(Exception):
+    """A step failed for a reason worth one line in the Job's status."""
+
+
+def log(step: str, message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{step}] {message}", flush=True)
+
+
+def human_size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def tree_stats(folder: Path, exclude: frozenset[str] = frozenset()) -> tuple[int, int]:
+    """(file count, total bytes) under folder, skipping top-level entries named in exclude."""
+    count = size = 0
+    for path in folder.rglob("*"):
+        if path.relative_to(folder).parts[0] in exclude or not path.is_file():
+            continue
+        count += 1
+        size += path.stat().st_size
+    return count, size
+
+
+def is_nonempty_file(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+# --- completion markers -------------------------------------------------------------------------
+
+
+def marker_path(root: Path, name: str) -> Path:
+    return root / PREP_DIR / f"{name}.done"
+
+
+def read_json(path: Path) -> dict[str, object] | None:
+    # A marker cut short by a crash is unreadable, which counts as "not done".
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_done(root: Path, name: str, inputs: dict[str, str]) -> bool:
+    marker = read_json(marker_path(root, name))
+    return marker is not None and marker.get("inputs") == inputs
+
+
+def write_marker(
+    root: Path, name: str, inputs: dict[str, str], outputs: dict[str, object], started: float
+) -> Path:
+    path = marker_path(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    marker = {
+        "step": name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "seconds": round(time.monotonic() - started, 1),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def clear_marker(root: Path, name: str) -> None:
+    # Before touching a step's outputs, so that an interruption can never leave a marker that
+    # vouches for half-rewritten files.
+    marker_path(root, name).unlink(missing_ok=True)
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def run_command(
+    step: str, cmd: list[str], env: dict[str, str] | None = None, check: bool = True
+) -> int:
+    """Run cmd, streaming its output into the log; on failure (check) raise with its last line."""
+    log(step, "$ " + " ".join(cmd))
+    last_lines: collections.deque[str] = collections.deque(maxlen=1)
+    with subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print("    " + line.rstrip(), flush=True)
+            if line.strip():
+                last_lines.append(line.strip())
+    if check and proc.returncode != 0:
+        last = f": {last_lines[0]}" if last_lines else ""
+        raise StepError(f"`{' '.join(cmd[:3])} ...` exited with code {proc.returncode}{last}")
+    return proc.returncode
+
+
+def git_env() -> dict[str, str]:
+    # A wrong URL or a private repository must fail, not wait for a password nobody will type.
+    return {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+
+def git_output(repo: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=git_env()
+    )
+    if result.returncode != 0:
+        raise StepError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+# --- step 1: verl source ------------------------------------------------------------------------
+
+
+def looks_like_sha(ref: str) -> bool:
+    return 7 <= len(ref) <= 40 and all(c in "0123456789abcdef" for c in ref.lower())
+
+
+def checkout_ref(step: str, repo: str, ref: str, checkout: Path) -> str:
+    """Check repo out at ref (tag, branch or commit sha) into checkout; return the commit sha."""
+    git = ["git", "-c", "advice.detachedHead=false"]
+    env = git_env()
+    if not looks_like_sha(ref):
+        # Tags and branches: a shallow clone of that one commit.
+        run_command(
+            step, [*git, "clone", "--depth", "1", "--branch", ref, repo, str(checkout)], env
+        )
+        head = git_output(checkout, "rev-parse", "HEAD")
+        wanted = git_output(checkout, "rev-parse", "--verify", f"{ref}^{{commit}}")
+        if head != wanted:
+            raise StepError(f"checked out {head} but {ref!r} is {wanted} in {repo}")
+        return head
+    # `git clone --branch` accepts only branch and tag names, and servers do not serve abbreviated
+    # shas. A blobless clone has the whole commit graph to resolve the sha and downloads file
+    # contents only for the commit checked out.
+    run_command(
+        step, [*git, "clone", "--filter=blob:none", "--no-checkout", repo, str(checkout)], env
+    )
+    run_command(step, [*git, "-C", str(checkout), "checkout", "--detach", ref], env)
+    head = git_output(checkout, "rev-parse", "HEAD")
+    if not head.startswith(ref.lower()):
+        # git prefers a tag or branch of the same name over a commit sha.
+        raise StepError(f"{ref!r} resolved to {head}, not to a commit with that sha (a tag?)")
+    return head
+
+
+def replace_tree(source: Path, dest: Path, keep: frozenset[str]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in dest.iterdir():
+        if entry.name not in keep:
+            remove(entry)
+    # Contents and symlinks only: shutil.copytree also copies modes and times, and GCS FUSE may
+    # refuse chmod (its modes come from mount options).
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_symlink():
+            target.symlink_to(os.readlink(path))
+        elif path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            shutil.copyfile(path, target)
+
+
+def prepare_verl(root: Path, repo: str, ref: str) -> None:
+    step = "verl"
+    dest = root / "verl"
+    inputs = {"repo": repo, "ref": ref}
+    if is_done(root, step, inputs) and (dest / GSM8K_SCRIPT).is_file():
+        log(step, f"skipped: {dest} is already at {ref} ({marker_path(root, step)})")
+        return
+    started = time.monotonic()
+    clear_marker(root, step)
+    log(step, f"started: {repo} at {ref} -> {dest}")
+    # Git works in a local temporary folder (fast, and nothing half-cloned lands on the bucket);
+    # only the finished checkout, with its .git, is copied to the volume.
+    with tempfile.TemporaryDirectory(prefix="verl-checkout-") as tmp:
+        checkout = Path(tmp) / "verl"
+        commit = checkout_ref(step, repo, ref, checkout)
+        files, size = tree_stats(checkout)
+        log(step, f"checked out {commit}; copying {files} files ({human_size(size)}) to {dest}")
+        replace_tree(checkout, dest, KEEP_IN_VERL)
+    outputs: dict[str, object] = {"commit": commit, "path": str(dest), "files": files}
+    outputs["bytes"] = size
+    marker = write_marker(root, step, inputs, outputs, started)
+    log(step, f"done in {time.monotonic() - started:.1f}s: {dest} at {commit}; marker {marker}")
+
+
+# --- step 2: GSM8K ------------------------------------------------------------------------------
+
+
+def gsm8k_output_flag(script: Path) -> str:
+    # verl renamed the output flag of gsm8k.py: recent versions take --local_save_dir (keeping
+    # --local_dir as a deprecated alias), older tags know only --local_dir. Reading the argparse
+    # text avoids importing the script, which loads datasets and verl at import time.
+    return "--local_save_dir" if "--local_save_dir" in script.read_text() else "--local_dir"
+
+
+def prepare_gsm8k(root: Path) -> None:
+    step = "gsm8k"
+    out = root / "gsm8k"
+    verl = root / "verl"
+    # The rows do not depend on the verl version, so a new --verl-ref does not redo this step.
+    inputs = {"dataset": "openai/gsm8k", "output_dir": str(out)}
+    if is_done(root, step, inputs) and all(is_nonempty_file(out / f) for f in GSM8K_FILES):
+        log(step, f"skipped: {out} already has {', '.join(GSM8K_FILES)}")
+        return
+    started = time.monotonic()
+    clear_marker(root, step)
+    script = verl / GSM8K_SCRIPT
+    if not script.is_file():
+        raise StepError(f"{script} not found in the verl checkout")
+    log(step, f"started: {script} -> {out}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in GSM8K_FILES:  # a file left by an earlier attempt must not pass the check below
+        (out / name).unlink(missing_ok=True)
+    # The image uninstalls its own verl; the script imports verl, so use the checkout's source.
+    pythonpath = os.pathsep.join(p for p in (str(verl), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    run_command(step, [sys.executable, str(script), gsm8k_output_flag(script), str(out)], env)
+    sizes: dict[str, object] = {}
+    for name in GSM8K_FILES:
+        if not is_nonempty_file(out / name):
+            raise StepError(f"{script.name} exited 0 but {out / name} is missing or empty")
+        sizes[name] = (out / name).stat().st_size
+    marker = write_marker(root, step, inputs, {"path": str(out), "bytes": sizes}, started)
+    log(step, f"done in {time.monotonic() - started:.1f}s: {sizes}; marker {marker}")
+
+
+# --- step 3: model ------------------------------------------------------------------------------
+
+
+def move_tree(source: Path, dest: Path) -> None:
+    """Move source's files under dest (files already at dest win), then delete source."""
+    if not dest.exists():
+        try:
+            os.rename(source, dest)  # one call on a local disk or a bucket with HNS
+            return
+        except OSError:
+            pass  # GCS FUSE without HNS refuses folder renames: go file by file
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        target = dest / path.relative_to(source)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, target)
+    shutil.rmtree(source)
+
+
+def reset_or_resume(
+    step: str, root: Path, name: str, inputs: dict[str, str], staging: Path, final: Path
+) -> None:
+    """Keep staged files only if staged for these inputs; never trust an unmarked final folder."""
+    record = root / PREP_DIR / f"{name}.staging.json"
+    if read_json(record) == inputs:
+        if final.exists():
+            # Our own move into place was interrupted: its files had passed verification.
+            log(step, f"moving {final} back into {staging} (interrupted move, no marker)")
+            move_tree(final, staging)
+        if staging.exists():
+            log(step, f"resuming from {staging} ({human_size(tree_stats(staging)[1])} staged)")
+    else:
+        # Whatever is there belongs to another model or source, or to a writer we know nothing
+        # about (e.g. a manual download): without a marker it counts as absent.
+        for path in (staging, final):
+            if path.exists():
+                log(step, f"removing {path}: no completion marker for {inputs['model']}")
+                remove(path)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(inputs, sort_keys=True) + "\n")
+
+
+@contextmanager
+def progress_log(step: str, folder: Path) -> Iterator[None]:
+    """Log the staged size every PROGRESS_EVERY_S while a long copy or download runs."""
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            try:
+                size = tree_stats(folder)[1]
+            except OSError:  # a file renamed while we walked (e.g. .incomplete -> final name)
+                continue
+            log(step, f"in progress: {human_size(size)} in {folder}")
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def download_from_hub(step: str, model: str, staging: Path, token: str | None) -> None:
+    # Progress bars make megabytes of carriage returns in pod logs; progress_log reports instead.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from huggingface_hub import snapshot_download  # in the image; tests use a local source
+
+    token_state = "set" if token else "unset"
+    log(step, f"downloading {model} from the Hugging Face Hub (HF_TOKEN {token_state})")
+    # With local_dir, huggingface_hub keeps per-file metadata in <local_dir>/.cache/huggingface:
+    # finished files are not fetched again and .incomplete ones resume, so keeping the staging
+    # folder between attempts makes a retried Job continue where it stopped.
+    snapshot_download(repo_id=model, local_dir=str(staging), token=token)
+
+
+def copy_from_directory(step: str, source: Path, staging: Path) -> None:
+    if not source.is_dir():
+        raise StepError(f"--model-source {source} is not a directory")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    copied = 0
+    for path in files:
+        target = staging / path.relative_to(source)
+        # Same size means copied by an earlier attempt; a copy cut short has a different size.
+        if target.is_file() and target.stat().st_size == path.stat().st_size:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        copied += 1
+    log(step, f"copied {copied} file(s) from {source}, {len(files) - copied} already staged")
+
+
+def verify_model(folder: Path) -> int:
+    """Raise unless config.json and every weight file the index lists are present; return shards."""
+    if not is_nonempty_file(folder / "config.json"):
+        raise StepError(f"config.json is missing or empty in {folder}")
+    indexes = sorted(folder.glob("*.index.json"))
+    shards: set[str] = set()
+    for index in indexes:
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards.update(weight_map.values())
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise StepError(f"{index} has no readable weight_map ({error})") from error
+        for shard in sorted(set(weight_map.values())):
+            if not is_nonempty_file(folder / shard):
+                raise StepError(f"shard {shard} listed in {index.name} is missing or empty")
+    if not indexes:  # a single-file model
+        single = [p.name for p in folder.glob("*.safetensors") if is_nonempty_file(p)]
+        if not single:
+            raise StepError(f"{folder} has neither a *.index.json nor a *.safetensors file")
+        shards.update(single)
+    return len(shards)
+
+
+def prepare_model(root: Path, model: str, model_dir: str, source: str, token: str | None) -> None:
+    step = "model"
+    name = f"model-{model_dir}"
+    final = root / model_dir
+    staging = root / f"{model_dir}.partial"
+    inputs = {"model": model, "model_dir": model_dir, "source": source}
+    if is_done(root, name, inputs) and (final / "config.json").is_file():
+        log(step, f"skipped: {final} already holds {model} ({marker_path(root, name)})")
+        return
+    started = time.monotonic()
+    clear_marker(root, name)
+    log(step, f"started: {model} from {source} -> {final} (staging {staging})")
+    reset_or_resume(step, root, name, inputs, staging, final)
+    staging.mkdir(parents=True, exist_ok=True)
+    with progress_log(step, staging):
+        if source == "hub":
+            download_from_hub(step, model, staging, token)
+        else:
+            copy_from_directory(step, Path(source), staging)
+    shards = verify_model(staging)
+    files, size = tree_stats(staging, exclude=frozenset({".cache"}))
+    log(step, f"verified {shards} weight file(s), {files} files, {human_size(size)}; moving")
+    move_tree(staging, final)
+    outputs: dict[str, object] = {
+        "path": str(final),
+        "files": files,
+        "bytes": size,
+        "weight_files": shards,
+    }
+    marker = write_marker(root, name, inputs, outputs, started)
+    (root / PREP_DIR / f"{name}.staging.json").unlink(missing_ok=True)
+    log(step, f"done in {time.monotonic() - started:.1f}s: {final}; marker {marker}")
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def model_dir_name(value: str) -> str:
+    if not value or value in RESERVED_DIRS or Path(value).name != value or value in {".", ".."}:
+        raise argparse.ArgumentTypeError(
+            f"--model-dir must be one folder name other than {sorted(RESERVED_DIRS)}, got "
+            f"{value!r}; for example 'Qwen2.5-32B-Instruct'"
+        )
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Prepare verl source, GSM8K and the model on the training volume. Each step "
+        "is skipped when <data-root>/.prep holds its completion marker for the same inputs. "
+        "Reads the Hugging Face token from HF_TOKEN.",
+    )
+    parser.add_argument(
+        "--data-root", type=Path, required=True, help="root of the shared volume, e.g. /data"
+    )
+    parser.add_argument(
+        "--verl-repo",
+        default="https://github.com/volcengine/verl.git",
+        help="git URL or local path of the verl repository (tests pass a local repository)",
+    )
+    parser.add_argument(
+        "--verl-ref",
+        required=True,
+        help="tag, branch or commit sha to check out; 7 to 40 hex digits are taken as a "
+        "(full or abbreviated) commit sha",
+    )
+    parser.add_argument(
+        "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=model_dir_name,
+        required=True,
+        help="folder under --data-root for the model, e.g. Qwen2.5-32B-Instruct",
+    )
+    parser.add_argument(
+        "--model-source",
+        default="hub",
+        help="'hub' (default) to download --model from the Hugging Face Hub, or "
+        "a local directory to copy it from through the same staging, "
+        "verification and marker path (tests)",
+    )
+    parser.add_argument(
+        "--termination-log",
+        type=Path,
+        default=Path("/dev/termination-log"),
+        help="file that receives the failure reason, written only if it already "
+        "exists (Kubernetes creates /dev/termination-log)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root: Path = args.data_root.resolve()
+    source = args.model_source
+    if source != "hub":
+        source = str(Path(source).resolve())
+    token = os.environ.get("HF_TOKEN") or None
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)),
+        ("gsm8k", lambda: prepare_gsm8k(root)),
+        ("model", lambda: prepare_model(root, args.model, args.model_dir, source, token)),
+    ]
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    for name, run in steps:
+        try:
+            run()
+        except Exception as error:  # every failure becomes one line that names the step
+            reason = f"{type(error).__name__}: {error}"
+            if isinstance(error, StepError):
+                reason = str(error)
+            line = f"prepare_data failed at step '{name}': {reason}"
+            print(line, file=sys.stderr, flush=True)
+            if args.termination_log.is_file():
+                args.termination_log.write_text(line + "\n")
+            return 1
+    log("all", f"data prepared in {time.monotonic() - started:.1f}s under {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""jobs/prepare_data.py run for real, as the pod runs it, against a local git repository and a
+local model folder (no network): first run, skip on re-run, ref/model changes, interrupted
+downloads and failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "jobs" / "prepare_data.py"
+FIXTURES = Path(__file__).resolve().parent / "data_prep_fixtures"
+STANDIN = FIXTURES / "gsm8k_standin.py"
+FAKE_HUB = FIXTURES / "fake_hub"  # a huggingface_hub module that serves a local folder
+MODEL_DIR = "Tiny-Model"
+SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+GIT_IDENTITY = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+FAILING_GSM8K = (
+    "import sys\n"
+    "parser_flag = '--local_save_dir'\n"
+    "print('ConnectionError: cannot reach openai/gsm8k', file=sys.stderr)\n"
+    "sys.exit(3)\n"
+)
+SILENT_GSM8K = "print('exits 0 without writing anything')\n"
+
+
+@dataclass(frozen=True)
+class VerlRepo:
+    path: Path
+    old_tag_sha: str  # v0.1.0: gsm8k.py knows only --local_dir
+    new_tag_sha: str  # v0.2.0: gsm8k.py takes --local_save_dir
+    misleading_tag: str  # 8 hex digits of old_tag_sha, but a tag on new_tag_sha
+
+
+def git(repo: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(repo), *GIT_IDENTITY, *args], capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+def commit_version(repo: Path, version: str, gsm8k_source: str, tag: str) -> str:
+    (repo / "verl").mkdir(exist_ok=True)
+    (repo / "verl" / "__init__.py").write_text(f"VERSION = {version!r}\n")
+    script = repo / "examples" / "data_preprocess" / "gsm8k.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(gsm8k_source)
+    link = repo / "examples" / "preprocess"  # verl's tree has symlinks too; they stay links
+    if not link.is_symlink():
+        link.symlink_to("data_preprocess")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"verl {version}")
+    git(repo, "tag", tag)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="module")
+def verl_repo(tmp_path_factory: pytest.TempPathFactory) -> VerlRepo:
+    repo = tmp_path_factory.mktemp("verl-upstream")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "uploadpack.allowFilter", "true")  # as GitHub: partial clones over file://
+    new_source = STANDIN.read_text()
+    old_source = new_source.replace("local_save_dir", "local_dir")
+    assert "--local_save_dir" not in old_source
+    old_tag_sha = commit_version(repo, "0.1.0", old_source, "v0.1.0")
+    new_tag_sha = commit_version(repo, "0.2.0", new_source, "v0.2.0")
+    commit_version(repo, "0.3.0", FAILING_GSM8K, "broken")
+    commit_version(repo, "0.4.0", SILENT_GSM8K, "silent")
+    git(repo, "tag", old_tag_sha[:8], new_tag_sha)
+    return VerlRepo(repo, old_tag_sha, new_tag_sha, misleading_tag=old_tag_sha[:8])
+
+
+@pytest.fixture()
+def model_source(tmp_path: Path) -> Path:
+    source = tmp_path / "model-source"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (source / "tokenizer.json").write_text(json.dumps({"version": "1.0"}))
+    weight_map = {"embed.weight": SHARDS[0], "lm_head.weight": SHARDS[1]}
+    index = {"metadata": {"total_size": 2 * 65536}, "weight_map": weight_map}
+    (source / "model.safetensors.index.json").write_text(json.dumps(index))
+    for number, shard in enumerate(SHARDS):
+        (source / shard).write_bytes(bytes([number + 1]) * 65536)
+    return source
+
+
+def run_prep(
+    data: Path,
+    repo: Path | str,
+    ref: str,
+    source: Path | str,
+    model: str = "org/tiny-model",
+    *extra: str,
+    env_extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    python3 = shutil.which("python3")
+    assert python3 is not None
+    env = {**os.environ, "HF_TOKEN": "hf_dummy", "HF_HOME": str(data.parent / "hf-home")}
+    env.update(env_extra or {})
+    cmd = [python3, str(SCRIPT), "--data-root", str(data), "--verl-repo", str(repo)]
+    cmd += ["--verl-ref", ref, "--model", model, "--model-dir", MODEL_DIR]
+    cmd += ["--model-source", str(source), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def step_lines(stdout: str, step: str) -> list[str]:
+    return [line for line in stdout.splitlines() if f"[{step}] " in line]
+
+
+def marker(data: Path, name: str) -> dict[str, object]:
+    return json.loads((data / ".prep" / f"{name}.done").read_text())
+
+
+def mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def model_files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and ".cache" not in p.parts
+    }
+
+
+def test_help_documents_the_substitution_seams() -> None:
+    result = subprocess.run(
+        ["python3", str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+    )
+    for option in ("--data-root", "--verl-repo", "--verl-ref", "--model-dir", "--model-source"):
+        assert option in result.stdout
+
+
+def test_first_run_prepares_everything_and_second_run_skips(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+
+    assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.new_tag_sha
+    assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.2.0'\n"
+    assert os.readlink(data / "verl" / "examples" / "preprocess") == "data_preprocess"
+    for split in ("train", "test"):
+        content = (data / "gsm8k" / f"{split}.parquet").read_bytes()
+        assert content.startswith(b"PAR1") and content.endswith(b"PAR1")
+        payload = json.loads(content[4:-4])
+        assert payload == {"split": split, "verl": "0.2.0", "argv_flag": "--local_save_dir"}
+    assert model_files(data / MODEL_DIR) == model_files(model_source)
+    assert not (data / f"{MODEL_DIR}.partial").exists()
+    assert not (data / ".prep" / f"model-{MODEL_DIR}.staging.json").exists()
+
+    verl_marker = marker(data, "verl")
+    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0"}
+    assert verl_marker["outputs"]["commit"] == verl_repo.new_tag_sha  # type: ignore[index]
+    gsm8k_marker = marker(data, "gsm8k")
+    assert set(gsm8k_marker["outputs"]["bytes"]) == {"train.parquet", "test.parquet"}  # type: ignore[index]
+    model_marker = marker(data, f"model-{MODEL_DIR}")
+    assert model_marker["inputs"] == {
+        "model": "org/tiny-model",
+        "model_dir": MODEL_DIR,
+        "source": str(model_source),
+    }
+    assert model_marker["outputs"]["weight_files"] == 2  # type: ignore[index]
+    assert model_marker["outputs"]["files"] == 5  # type: ignore[index]
+    for step in ("verl", "gsm8k", "model"):
+        assert any(" done in " in line for line in step_lines(out, step)), out
+
+    before = mtimes(data)
+    again = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    for step in ("verl", "gsm8k", "model"):
+        lines = step_lines(again, step)
+        assert len(lines) == 1 and "skipped" in lines[0], again
+    assert mtimes(data) == before
+
+
+def test_old_tag_gets_local_dir_flag_over_a_shallow_clone(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    # A file:// URL takes git's network code path (a local path would copy the whole repository).
+    ok(run_prep(data, f"file://{verl_repo.path}", "v0.1.0", model_source))
+    payload = json.loads((data / "gsm8k" / "train.parquet").read_bytes()[4:-4])
+    assert payload == {"split": "train", "verl": "0.1.0", "argv_flag": "--local_dir"}
+    assert (data / "verl" / ".git" / "shallow").read_text().split() == [verl_repo.old_tag_sha]
+
+
+@pytest.mark.parametrize(("length", "url"), [(7, False), (40, True)])
+def test_commit_sha_ref(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path, length: int, url: bool
+) -> None:
+    data = tmp_path / "data"
+    ref = verl_repo.old_tag_sha[:length]
+    repo = f"file://{verl_repo.path}" if url else verl_repo.path
+    ok(run_prep(data, repo, ref, model_source))
+    assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
+    assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.1.0'\n"
+    assert marker(data, "verl")["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
+
+
+def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    checkpoint = data / "verl" / "checkpoints" / "global_step_10" / "actor" / "rank_0.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"weights")
+    stale = data / "verl" / "stale-file-from-v0.2.0"
+    stale.write_text("x")
+    others = {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_DIR)}
+    gsm8k_marker, model_marker = marker(data, "gsm8k"), marker(data, f"model-{MODEL_DIR}")
+
+    out = ok(run_prep(data, verl_repo.path, verl_repo.old_tag_sha[:7], model_source))
+
+    assert " done in " in step_lines(out, "verl")[-1]
+    assert "skipped" in step_lines(out, "gsm8k")[0]
+    assert "skipped" in step_lines(out, "model")[0]
+    assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
+    assert checkpoint.read_bytes() == b"weights"
+    assert not stale.exists()
+    assert {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_DIR)} == others
+    assert marker(data, "gsm8k") == gsm8k_marker
+    assert marker(data, f"model-{MODEL_DIR}") == model_marker
+    assert marker(data, "verl")["inputs"]["ref"] == verl_repo.old_tag_sha[:7]  # type: ignore[index]
+
+
+def test_changed_model_redoes_only_model(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    (data / MODEL_DIR / "left-over-from-old-model.bin").write_bytes(b"old")
+
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source, "org/other-model"))
+
+    assert "skipped" in step_lines(out, "verl")[0]
+    assert "skipped" in step_lines(out, "gsm8k")[0]
+    assert " done in " in step_lines(out, "model")[-1]
+    assert model_files(data / MODEL_DIR) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_DIR}")["inputs"]["model"] == "org/other-model"  # type: ignore[index]
+
+
+def test_interrupted_download_is_resumed(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    missing = model_source / SHARDS[1]
+    saved = missing.read_bytes()
+    missing.unlink()
+
+    failed = run_prep(data, verl_repo.path, "v0.2.0", model_source)
+
+    assert failed.returncode == 1
+    reason = failed.stderr.strip().splitlines()[-1]
+    assert reason.startswith("prepare_data failed at step 'model': ")
+    assert SHARDS[1] in reason and "model.safetensors.index.json" in reason
+    assert not (data / ".prep" / f"model-{MODEL_DIR}.done").exists()
+    assert not (data / MODEL_DIR).exists()
+    staging = data / f"{MODEL_DIR}.partial"
+    assert (staging / SHARDS[0]).is_file()
+
+    # A kill in the middle of copying the first shard leaves it truncated.
+    (staging / SHARDS[0]).write_bytes((model_source / SHARDS[0]).read_bytes()[:1000])
+    missing.write_bytes(saved)
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+
+    assert "resuming from" in out
+    assert "copied 2 file(s)" in out  # the truncated shard and the missing one, nothing else
+    assert model_files(data / MODEL_DIR) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_DIR}")["outputs"]["weight_files"] == 2  # type: ignore[index]
+    assert not staging.exists()
+
+
+def test_interrupted_move_into_place_is_finished(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    missing = model_source / SHARDS[1]
+    saved = missing.read_bytes()
+    missing.unlink()
+    assert run_prep(data, verl_repo.path, "v0.2.0", model_source).returncode == 1
+    # As if a file-by-file move had been cut short: some files already in the final folder.
+    staging, final = data / f"{MODEL_DIR}.partial", data / MODEL_DIR
+    final.mkdir()
+    for name in ("config.json", SHARDS[0]):
+        (staging / name).rename(final / name)
+    missing.write_bytes(saved)
+
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+
+    assert "interrupted move" in out
+    assert "copied 1 file(s)" in out  # only the shard that was missing from the source
+    assert model_files(final) == model_files(model_source)
+
+
+def test_final_dir_without_marker_is_not_done(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    final = data / MODEL_DIR
+    shutil.copytree(model_source, final)
+    (final / SHARDS[1]).write_bytes(b"truncated")
+    (final / "unrelated.bin").write_bytes(b"junk")
+
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+
+    assert f"removing {final}: no completion marker" in out
+    assert model_files(final) == model_files(model_source)
+    assert (data / ".prep" / f"model-{MODEL_DIR}.done").is_file()
+
+
+def test_gsm8k_failure_names_the_step(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    termination_log = tmp_path / "termination-log"
+    termination_log.write_text("")
+
+    result = run_prep(
+        data, verl_repo.path, "broken", model_source, "org/tiny-model",
+        "--termination-log", str(termination_log),
+    )  # fmt: skip
+
+    assert result.returncode == 1
+    reason = result.stderr.strip().splitlines()[-1]
+    assert reason.startswith("prepare_data failed at step 'gsm8k': ")
+    assert "exited with code 3" in reason and "cannot reach openai/gsm8k" in reason
+    assert termination_log.read_text() == reason + "\n"
+    assert (data / ".prep" / "verl.done").is_file()
+    assert not (data / ".prep" / "gsm8k.done").exists()
+    assert not (data / MODEL_DIR).exists()  # later steps do not run
+
+
+def test_unknown_ref_fails_in_verl_step(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    result = run_prep(data, verl_repo.path, "v9.9.9", model_source)
+    assert result.returncode == 1
+    reason = result.stderr.strip().splitlines()[-1]
+    assert reason.startswith("prepare_data failed at step 'verl': ")
+    assert "v9.9.9" in reason
+    assert not (data / ".prep" / "verl.done").exists()
+
+
+def test_sha_ref_shadowed_by_a_tag_fails(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    result = run_prep(data, verl_repo.path, verl_repo.misleading_tag, model_source)
+    assert result.returncode == 1
+    reason = result.stderr.strip().splitlines()[-1]
+    assert reason.startswith("prepare_data failed at step 'verl': ")
+    assert verl_repo.new_tag_sha in reason  # what git checked out instead of the commit
+    assert not (data / "verl").exists()
+
+
+def test_gsm8k_files_from_an_earlier_run_do_not_count(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    (data / ".prep" / "gsm8k.done").unlink()  # as if the step had been interrupted
+
+    result = run_prep(data, verl_repo.path, "silent", model_source)
+
+    assert result.returncode == 1
+    reason = result.stderr.strip().splitlines()[-1]
+    assert reason.startswith("prepare_data failed at step 'gsm8k': ")
+    assert "train.parquet is missing or empty" in reason
+
+
+def test_failed_redo_leaves_no_marker(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data = tmp_path / "data"
+    ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    (data / MODEL_DIR / "config.json").unlink()
+    (model_source / SHARDS[1]).unlink()
+
+    result = run_prep(data, verl_repo.path, "v0.2.0", model_source)
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("prepare_data failed at step 'model'")
+    assert not (data / ".prep" / f"model-{MODEL_DIR}.done").exists()
+
+
+def test_hub_source_goes_through_snapshot_download(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
+    hub = tmp_path / "hub"
+    (hub / "org").mkdir(parents=True)
+    shutil.copytree(model_source, hub / "org" / "tiny-model")
+    (hub / "org" / "tiny-model" / SHARDS[1]).unlink()
+    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+
+    failed = run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env)
+    assert failed.returncode == 1
+    assert SHARDS[1] in failed.stderr.strip().splitlines()[-1]
+    shutil.copyfile(model_source / SHARDS[1], hub / "org" / "tiny-model" / SHARDS[1])
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env))
+
+    assert "HF_TOKEN set" in out
+    assert model_files(data / MODEL_DIR) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_DIR}")["inputs"]["source"] == "hub"  # type: ignore[index]
+    expected = {"repo_id": "org/tiny-model", "token": "hf_dummy", "progress_bars_disabled": "1"}
+    assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
