@@ -3,10 +3,17 @@
 
 import pulumi
 
+from components.data_preparation import DataPreparation, DataPreparationArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs, get_credentials_command
+from components.gpu_networking import GpuFabric, GpuFabricArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.host_network import HostNetwork, HostNetworkArgs
+from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
+from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.ray_cluster import RayCluster, RayClusterArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.storage import TrainingStorage, TrainingStorageArgs
+from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
 from config.profiles import GpuNetworking, Mode
 from config.settings import settings_from_pulumi
 from jobs.training_job import training_job
@@ -31,9 +38,33 @@ gpu_pool = (
     else None
 )
 
+# Kubernetes layer: everything here needs the cluster and its CPU pool, never the GPU pool, so it
+# is built while the GPU nodes are still being created. Only the RayCluster's readiness waits
+# for GPU nodes.
+namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
+fabric = GpuFabric("gpu-fabric", GpuFabricArgs(settings, gke, namespace, rdma_networks))
+dra_driver = (
+    NvidiaDraDriver("dra", NvidiaDraDriverArgs(settings, gke, namespace))
+    if settings.profile.multi_node_nvlink
+    else None
+)
+kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
+storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
+data_prep = DataPreparation("data-prep", DataPreparationArgs(settings, gke, namespace, storage))
+ray_cluster = RayCluster(
+    "ray",
+    RayClusterArgs(settings, gke, namespace, kuberay, storage, fabric, dra_driver, rdma_networks),
+)
+
 pulumi.export("profile", settings.profile_name)
 pulumi.export("mode", settings.mode.value)
 pulumi.export("clusterName", gke.cluster.name)
 pulumi.export("clusterLocation", gke.cluster.location)
 pulumi.export("getCredentialsCommand", get_credentials_command(settings))
 pulumi.export("kubeconfig", gke.kubeconfig)
+pulumi.export("bucketName", storage.bucket.name)
+pulumi.export("bucketUrl", storage.bucket_url)
+pulumi.export("namespace", namespace.name)
+pulumi.export("rayClusterName", ray_cluster.name)
+pulumi.export("rayHeadService", ray_cluster.head_service)
+pulumi.export("dashboardPortForwardCommand", ray_cluster.port_forward_command)

@@ -34,6 +34,7 @@ SECRET_KEYS = frozenset({f"{NAMESPACE}:hfToken"})
 # Values the mocked cloud returns for outputs the program reads (RFC 5737 documentation address).
 FAKE_ENDPOINT = "203.0.113.10"
 FAKE_CA = "b2ZmbGluZS1wbGFuLWNsdXN0ZXItY2E="  # base64("offline-plan-cluster-ca")
+FAKE_PROJECT_NUMBER = "123456789012"
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,10 @@ class OfflineMocks(mocks.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: mocks.MockCallArgs) -> dict[str, Any]:
+        if args.token == "gcp:organizations/getProject:getProject":
+            # The storage IAM binding names the project by number.
+            project = args.args.get("projectId", "example-project")
+            return {"projectId": project, "number": FAKE_PROJECT_NUMBER, "name": project}
         return {}
 
 

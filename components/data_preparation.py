@@ -1,0 +1,66 @@
+"""The data-prep Job on the CPU nodes: verl source, GSM8K and the model into the bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gke_cluster import GkeCluster
+from components.storage import TrainingStorage
+from components.workload_namespace import WorkloadNamespace
+from config.settings import StackSettings
+from manifests import data_prep as manifests
+
+# Pulumi waits for the Job to complete: a 66 GB model download through GCS FUSE, plus image pull
+# and, on a fresh CPU node, node start-up.
+JOB_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m")
+
+
+@dataclass(frozen=True)
+class DataPreparationArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    namespace: WorkloadNamespace
+    storage: TrainingStorage
+    # The script's text; read from jobs/prepare_data.py when not given.
+    script: str | None = None
+
+
+class DataPreparation(pulumi.ComponentResource):
+    job: k8s.batch.v1.Job
+
+    def __init__(
+        self, name: str, args: DataPreparationArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:data_preparation:DataPreparation", name, None, opts)
+        s = args.settings
+        provider = args.cluster.provider
+        script = args.script if args.script is not None else manifests.read_script()
+
+        config_map_body = manifests.script_configmap(s, script)
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-script",
+            metadata=config_map_body["metadata"],
+            data=config_map_body["data"],
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=provider, depends_on=[args.namespace]
+            ),
+        )
+        job_body = manifests.data_prep_job(s, script, args.cluster.cpu_pool_name)
+        # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
+        # first. The fixed name means a changed Job is deleted before its replacement starts.
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=job_body["metadata"],
+            spec=job_body["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                depends_on=[config_map, args.storage],
+                custom_timeouts=JOB_TIMEOUTS,
+                delete_before_replace=True,
+            ),
+        )
+        self.register_outputs({"job": self.job.metadata.name})

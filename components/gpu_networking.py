@@ -1,0 +1,107 @@
+"""The pod side of the GPU fabric: the NCCL gIB installer and the objects that give Ray workers
+their RDMA NICs (multi-NIC mapping, DRANET ComputeClass or NIC claim templates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gke_cluster import GkeCluster
+from components.rdma_networks import RdmaNetworks
+from components.workload_namespace import WorkloadNamespace
+from config.profiles import GpuNetworking
+from config.settings import StackSettings
+from manifests import dranet, nccl_installer, network_mapping
+from manifests.common import Manifest
+
+
+@dataclass(frozen=True)
+class GpuFabricArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    namespace: WorkloadNamespace
+    # A4/A3 Ultra Standard only: the VPCs the network mapping refers to.
+    rdma_networks: RdmaNetworks | None
+
+
+class GpuFabric(pulumi.ComponentResource):
+    installer: k8s.apps.v1.DaemonSet
+
+    def __init__(
+        self, name: str, args: GpuFabricArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:gpu_networking:GpuFabric", name, None, opts)
+        s = args.settings
+        self._provider = args.cluster.provider
+
+        installer_deps: list[pulumi.Resource] = []
+        for body in nccl_installer.nccl_installer(s):
+            if body["kind"] == "Namespace":
+                installer_deps.append(
+                    k8s.core.v1.Namespace(
+                        f"{name}-installer-namespace",
+                        metadata=body["metadata"],
+                        opts=self._child(),
+                    )
+                )
+            else:
+                self.installer = k8s.apps.v1.DaemonSet(
+                    f"{name}-nccl-installer",
+                    metadata=body["metadata"],
+                    spec=body["spec"],
+                    opts=self._child(depends_on=installer_deps),
+                )
+
+        networking = s.gpu_networking
+        if networking is GpuNetworking.MULTI_NIC:
+            if args.rdma_networks is None:
+                raise ValueError("multi-NIC GPU networking needs the RDMA networks component")
+            self._network_mapping(name, args.rdma_networks)
+        elif networking is GpuNetworking.DRANET_COMPUTE_CLASS:
+            self._custom(f"{name}-compute-class", dranet.compute_class(s))
+            self._claim_template(
+                f"{name}-all-mrdma", dranet.all_mrdma_claim_template(s), args.namespace
+            )
+        else:
+            self._claim_template(
+                f"{name}-rdma-nic", dranet.rdma_nic_claim_template(s), args.namespace
+            )
+        self.register_outputs({})
+
+    def _child(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=depends_on)
+
+    def _custom(
+        self, name: str, body: Manifest, depends_on: list[pulumi.Resource] | None = None
+    ) -> k8s.apiextensions.CustomResource:
+        return k8s.apiextensions.CustomResource(
+            name,
+            api_version=body["apiVersion"],
+            kind=body["kind"],
+            metadata=body["metadata"],
+            spec=body["spec"],
+            opts=self._child(depends_on),
+        )
+
+    def _claim_template(
+        self, name: str, body: Manifest, namespace: WorkloadNamespace
+    ) -> k8s.resource.v1.ResourceClaimTemplate:
+        return k8s.resource.v1.ResourceClaimTemplate(
+            name, metadata=body["metadata"], spec=body["spec"], opts=self._child([namespace])
+        )
+
+    def _network_mapping(self, name: str, rdma_networks: RdmaNetworks) -> None:
+        # GKE checks that the VPC and subnet of a GKENetworkParamSet exist.
+        param_sets: dict[str, pulumi.Resource] = {}
+        for body in network_mapping.network_mapping(rdma_networks.layout):
+            object_name = body["metadata"]["name"]
+            if body["kind"] == "GKENetworkParamSet":
+                param_sets[object_name] = self._custom(
+                    f"{name}-params-{object_name}", body, depends_on=[rdma_networks]
+                )
+            else:
+                self._custom(
+                    f"{name}-network-{object_name}", body, depends_on=[param_sets[object_name]]
+                )

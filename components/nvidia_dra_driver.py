@@ -1,0 +1,74 @@
+"""The NVIDIA DRA driver (Helm) and the ComputeDomain that gives A4X workers their IMEX channel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gke_cluster import GkeCluster
+from components.workload_namespace import WorkloadNamespace
+from config.settings import StackSettings
+from manifests import dra_driver as manifests
+
+# Helm waits for the driver's pods; image pulls on fresh nodes take minutes.
+HELM_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class NvidiaDraDriverArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    namespace: WorkloadNamespace
+
+
+class NvidiaDraDriver(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    compute_domain: k8s.apiextensions.CustomResource
+
+    def __init__(
+        self, name: str, args: NvidiaDraDriverArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:nvidia_dra_driver:NvidiaDraDriver", name, None, opts)
+        s = args.settings
+        provider = args.cluster.provider
+
+        def child(depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata=manifests.driver_namespace()["metadata"], opts=child()
+        )
+        quota_body = manifests.driver_quota(s)
+        quota = k8s.core.v1.ResourceQuota(
+            f"{name}-quota",
+            metadata=quota_body["metadata"],
+            spec=quota_body["spec"],
+            opts=child([namespace]),
+        )
+        # The quota must exist first: without it GKE rejects the driver's system-critical pods.
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name=manifests.RELEASE_NAME,
+            chart=manifests.CHART,
+            version=s.dra_driver_chart_version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=manifests.CHART_REPO),
+            namespace=manifests.NAMESPACE,
+            values=manifests.driver_values(s),
+            atomic=True,
+            cleanup_on_fail=True,
+            timeout=HELM_TIMEOUT_S,
+            opts=child([quota]),
+        )
+        # The ComputeDomain CRD comes with the chart.
+        domain = manifests.compute_domain(s)
+        self.compute_domain = k8s.apiextensions.CustomResource(
+            f"{name}-compute-domain",
+            api_version=domain["apiVersion"],
+            kind=domain["kind"],
+            metadata=domain["metadata"],
+            spec=domain["spec"],
+            opts=child([self.release, args.namespace]),
+        )
+        self.register_outputs({"release": self.release.name})

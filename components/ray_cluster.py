@@ -1,0 +1,80 @@
+"""The RayCluster: head and GPU workers, ready when every worker pod is (Pulumi waits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gke_cluster import GkeCluster
+from components.gpu_networking import GpuFabric
+from components.kuberay_operator import KubeRayOperator
+from components.nvidia_dra_driver import NvidiaDraDriver
+from components.rdma_networks import RdmaNetworks
+from components.storage import TrainingStorage
+from components.workload_namespace import WorkloadNamespace
+from config.settings import StackSettings
+from manifests import ray_cluster as manifests
+
+# The RayCluster is created while the GPU pool is still being built and becomes ready only once
+# the GPU nodes exist (GPU pool create timeout: 90 min) and the verl image is pulled on them.
+READY_TIMEOUTS = pulumi.CustomTimeouts(create="150m", update="150m")
+
+
+@dataclass(frozen=True)
+class RayClusterArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    namespace: WorkloadNamespace
+    operator: KubeRayOperator
+    storage: TrainingStorage
+    fabric: GpuFabric
+    # A4X only: the ComputeDomain whose IMEX channel the workers claim.
+    dra_driver: NvidiaDraDriver | None
+    # A4/A3 Ultra Standard only: the networks the workers' interface annotations name.
+    rdma_networks: RdmaNetworks | None
+
+
+class RayCluster(pulumi.ComponentResource):
+    cluster: k8s.apiextensions.CustomResource
+    name: str
+    head_service: str
+    port_forward_command: str
+
+    def __init__(
+        self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:ray_cluster:RayCluster", name, None, opts)
+        s = args.settings
+        layout = args.rdma_networks.layout if args.rdma_networks else None
+        body = manifests.ray_cluster(s, args.cluster.cpu_pool_name, layout)
+        depends_on: list[pulumi.Resource] = [
+            args.namespace,
+            args.operator,
+            args.storage,
+            args.fabric,
+        ]
+        if args.dra_driver is not None:
+            depends_on.append(args.dra_driver)
+        self.cluster = k8s.apiextensions.CustomResource(
+            f"{name}-cluster",
+            api_version=body["apiVersion"],
+            kind=body["kind"],
+            metadata=body["metadata"],
+            spec=body["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=args.cluster.provider,
+                depends_on=depends_on,
+                custom_timeouts=READY_TIMEOUTS,
+                # KubeRay does not roll existing pods when the pod template changes: a changed
+                # spec replaces the cluster (old one first: the name is fixed, GPUs are scarce).
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+            ),
+        )
+        self.name = body["metadata"]["name"]
+        self.head_service = manifests.head_service_name(s)
+        self.port_forward_command = manifests.dashboard_port_forward_command(s)
+        self.register_outputs({"name": self.name, "headService": self.head_service})

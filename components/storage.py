@@ -1,0 +1,100 @@
+"""Training storage: the GCS bucket, the workload's identity and access to the bucket, the Hugging
+Face secret and the GCS FUSE volume every pod mounts at /data (tutorial §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.gke_cluster import GkeCluster
+from components.workload_namespace import WorkloadNamespace
+from config.settings import StackSettings
+from manifests import storage as manifests
+from manifests.common import HF_SECRET_KEY
+
+
+@dataclass(frozen=True)
+class TrainingStorageArgs:
+    settings: StackSettings
+    cluster: GkeCluster
+    namespace: WorkloadNamespace
+
+
+class TrainingStorage(pulumi.ComponentResource):
+    bucket: gcp.storage.Bucket
+    bucket_url: pulumi.Output[str]
+    service_account: k8s.core.v1.ServiceAccount
+    bucket_access: gcp.storage.BucketIAMMember
+    hf_secret: k8s.core.v1.Secret
+    volume: k8s.core.v1.PersistentVolume
+    claim: k8s.core.v1.PersistentVolumeClaim
+
+    def __init__(
+        self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:storage:TrainingStorage", name, None, opts)
+        s = args.settings
+
+        def child(depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(
+                parent=self, provider=args.cluster.provider, depends_on=depends_on
+            )
+
+        # The bucket holds the checkpoints: by default `pulumi destroy` leaves it (and its
+        # objects) in place; verl-gke:deleteBucketOnDestroy deletes both.
+        self.bucket = gcp.storage.Bucket(
+            f"{name}-bucket",
+            name=s.bucket_name,
+            project=s.project,
+            location=s.region,
+            uniform_bucket_level_access=True,
+            hierarchical_namespace=gcp.storage.BucketHierarchicalNamespaceArgs(enabled=True),
+            public_access_prevention="enforced",
+            force_destroy=s.delete_bucket_on_destroy,
+            opts=pulumi.ResourceOptions(
+                parent=self, retain_on_delete=not s.delete_bucket_on_destroy
+            ),
+        )
+        self.bucket_url = self.bucket.name.apply(lambda bucket: f"gs://{bucket}")
+
+        project = gcp.organizations.get_project_output(project_id=s.project)
+        self.bucket_access = gcp.storage.BucketIAMMember(
+            f"{name}-object-user",
+            bucket=self.bucket.name,
+            role=manifests.OBJECT_USER_ROLE,
+            member=project.number.apply(
+                lambda number: manifests.workload_identity_principal(s, number)
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        account = manifests.service_account(s)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa", metadata=account["metadata"], opts=child([args.namespace])
+        )
+        secret = manifests.hf_secret(s)
+        self.hf_secret = k8s.core.v1.Secret(
+            f"{name}-hf-secret",
+            metadata=secret["metadata"],
+            type=secret["type"],
+            string_data=pulumi.Output.secret({HF_SECRET_KEY: s.hf_token.get_secret_value()}),
+            opts=child([args.namespace]),
+        )
+        volume = manifests.bucket_pv(s)
+        self.volume = k8s.core.v1.PersistentVolume(
+            f"{name}-pv",
+            metadata=volume["metadata"],
+            spec=volume["spec"],
+            opts=child([self.bucket]),
+        )
+        claim = manifests.bucket_pvc(s)
+        self.claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata=claim["metadata"],
+            spec=claim["spec"],
+            opts=child([self.volume, args.namespace]),
+        )
+        self.register_outputs({"bucket": self.bucket.name, "bucketUrl": self.bucket_url})

@@ -1,0 +1,72 @@
+"""Names and small building blocks shared by several manifests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.profiles import Mode
+from config.settings import StackSettings
+
+Manifest = dict[str, Any]
+
+# The bucket is mounted at /data in every pod that reads or writes training data.
+DATA_MOUNT = "/data"
+BUCKET_PV = "training-bucket-pv"
+BUCKET_PVC = "training-bucket-pvc"
+BUCKET_VOLUME = "training-bucket-vol"
+HF_SECRET = "hf-secret"
+# The key the data-prep Job reads (the April page's `hf_api_token` was a defect).
+HF_SECRET_KEY = "hf_token"
+
+# Pod annotation that makes GKE inject the Cloud Storage FUSE sidecar.
+GCSFUSE_VOLUMES = "gke-gcsfuse/volumes"
+
+PART_OF = "verl-gke"
+
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+# Autopilot's built-in class for CPU pods that need a chosen machine series (tutorial §4.5).
+AUTOPILOT_CPU_CLASS = "Performance"
+
+
+def labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": component}
+
+
+def metadata(
+    name: str,
+    component: str,
+    namespace: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = labels(component)
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def bucket_volume() -> dict[str, Any]:
+    return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": BUCKET_PVC}}
+
+
+def bucket_mount() -> dict[str, Any]:
+    return {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT}
+
+
+def cpu_node_selector(settings: StackSettings, cpu_pool_name: str | None) -> dict[str, str]:
+    """Where CPU-only pods (data prep, x86 Ray head) run: the CPU pool, or on Autopilot the
+    Performance class. Never the GPU nodes."""
+    if settings.mode is Mode.AUTOPILOT:
+        return {COMPUTE_CLASS_LABEL: AUTOPILOT_CPU_CLASS}
+    if cpu_pool_name is None:
+        raise ValueError("a GKE Standard cluster needs its CPU pool name to place CPU pods")
+    return {NODE_POOL_LABEL: cpu_pool_name}
+
+
+def equal_requests_and_limits(resources: dict[str, str]) -> dict[str, dict[str, str]]:
+    # Requests = limits: Guaranteed QoS, and Autopilot bills and sizes by requests.
+    return {"requests": dict(resources), "limits": dict(resources)}

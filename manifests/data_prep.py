@@ -1,0 +1,158 @@
+"""The data-preparation Job (tutorial §4.5) and the ConfigMap that carries its script.
+
+The Job runs jobs/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
+/data/verl, writes GSM8K to /data/gsm8k/{train,test}.parquet and downloads the model to
+/data/<model dir>, skipping every step that is already complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from config.profiles import Mode
+from config.settings import StackSettings
+from manifests.common import (
+    DATA_MOUNT,
+    GCSFUSE_VOLUMES,
+    HF_SECRET,
+    HF_SECRET_KEY,
+    Manifest,
+    bucket_mount,
+    bucket_volume,
+    cpu_node_selector,
+    equal_requests_and_limits,
+    labels,
+    metadata,
+)
+
+JOB_NAME = "data-prep-job"
+SCRIPT_KEY = "prepare_data.py"
+SCRIPT_FILE = Path(__file__).resolve().parent.parent / "jobs" / SCRIPT_KEY
+SCRIPT_DIR = "/scripts"
+VERL_REPO = "https://github.com/volcengine/verl.git"
+# A failure must reach `pulumi up` quickly; the script resumes where a retry left off.
+BACKOFF_LIMIT = 2
+
+# Pod and GCS FUSE sidecar sizes per mode (tutorial-facts §4.5, latest script versions).
+_RESOURCES = {
+    Mode.STANDARD: {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
+    Mode.AUTOPILOT: {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "50Gi"},
+}
+_SIDECAR_LIMITS = {
+    Mode.STANDARD: {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "20Gi"},
+    Mode.AUTOPILOT: {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "50Gi"},
+}
+
+
+class MissingScriptError(FileNotFoundError):
+    pass
+
+
+def read_script(path: Path = SCRIPT_FILE) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise MissingScriptError(
+            f"{path} is missing: the data-prep Job ships it to the cluster as a ConfigMap. "
+            f"Restore it from git (git checkout -- jobs/{SCRIPT_KEY})."
+        ) from None
+
+
+def model_dir(settings: StackSettings) -> str:
+    """Folder of the model under /data: the last part of the Hugging Face id."""
+    return settings.model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_path(settings: StackSettings) -> str:
+    return f"{DATA_MOUNT}/{model_dir(settings)}"
+
+
+def script_configmap_name(script: str) -> str:
+    # The name follows the content, so a changed script gives the Job a new spec and Pulumi
+    # replaces (re-runs) it; the script skips what is already done.
+    digest = hashlib.sha256(script.encode()).hexdigest()[:10]
+    return f"data-prep-script-{digest}"
+
+
+def script_configmap(settings: StackSettings, script: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(script_configmap_name(script), "data-prep", settings.namespace),
+        "data": {SCRIPT_KEY: script},
+    }
+
+
+def command(settings: StackSettings) -> list[str]:
+    return [
+        "python3",
+        f"{SCRIPT_DIR}/{SCRIPT_KEY}",
+        "--data-root",
+        DATA_MOUNT,
+        "--verl-repo",
+        VERL_REPO,
+        "--verl-ref",
+        settings.verl_ref,
+        "--model",
+        settings.model,
+        "--model-dir",
+        model_dir(settings),
+    ]
+
+
+def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | None) -> Manifest:
+    sidecar = _SIDECAR_LIMITS[settings.mode]
+    pod_annotations = {
+        GCSFUSE_VOLUMES: "true",
+        "gke-gcsfuse/cpu-limit": sidecar["cpu"],
+        "gke-gcsfuse/memory-limit": sidecar["memory"],
+        "gke-gcsfuse/ephemeral-storage-limit": sidecar["ephemeral-storage"],
+    }
+    container = {
+        "name": "prep-data",
+        "image": settings.data_prep_image,
+        "command": command(settings),
+        "env": [
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}},
+            },
+            {"name": "HF_HOME", "value": f"{DATA_MOUNT}/.cache/huggingface"},
+            # The tutorial's setting: plain HTTP downloads instead of the hf-xet client.
+            {"name": "HF_HUB_DISABLE_XET", "value": "1"},
+        ],
+        "resources": equal_requests_and_limits(_RESOURCES[settings.mode]),
+        # The script writes its failure reason there; the Job's status (and so `pulumi up`)
+        # shows it, or the last log lines if the process died before writing it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            bucket_mount(),
+            {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(JOB_NAME, "data-prep", settings.namespace),
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "template": {
+                "metadata": {"labels": labels("data-prep"), "annotations": pod_annotations},
+                "spec": {
+                    "serviceAccountName": settings.ksa_name,
+                    # A failed attempt's pod (and its log) stays for `kubectl logs`.
+                    "restartPolicy": "Never",
+                    "nodeSelector": cpu_node_selector(settings, cpu_pool_name),
+                    "containers": [container],
+                    "volumes": [
+                        bucket_volume(),
+                        {
+                            "name": "script",
+                            "configMap": {"name": script_configmap_name(script)},
+                        },
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,307 @@
+"""The RayCluster per profile and mode: the seed's ray-cluster-a4x.yaml (A4X), tutorial §5.1
+(A4/A3 Ultra Autopilot, DRANET) and §5.3 (A4/A3 Ultra Standard, multi-NIC).
+
+Fixes of the tutorial's manifests: nodeSelector values are strings, unused hostPath volumes
+(`/lib64`, `/sys`, `/proc/sys`) are gone, the x86 Standard init container that `pip install -e`d
+verl into its own (discarded) filesystem is gone (jobs get verl via PYTHONPATH=/data/verl), and
+the Autopilot head is not a Spot VM (a preempted head ends the training run).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.rdma_networks import RdmaLayout
+from config.profiles import GpuNetworking, Mode
+from config.settings import StackSettings
+from manifests import dra_driver, dranet, network_mapping
+from manifests.common import (
+    ACCELERATOR_LABEL,
+    GCSFUSE_VOLUMES,
+    Manifest,
+    bucket_mount,
+    bucket_volume,
+    cpu_node_selector,
+    equal_requests_and_limits,
+    metadata,
+)
+from manifests.nccl_installer import HOST_GIB_DIR, HOST_NVIDIA_DIR
+
+API_VERSION = "ray.io/v1"
+WORKER_GROUP = "gpu-group"
+HEAD_CONTAINER = "ray-head"
+WORKER_CONTAINER = "ray-worker"
+DASHBOARD_PORT = 8265
+# KubeRay 1.7 sets status.state to "ready" once the head and every worker pod are ready
+# (crds/ray.io_rayclusters.yaml); Pulumi waits for it.
+WAIT_FOR_READY = "jsonpath={.status.state}=ready"
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
+GIB_DIR = "/usr/local/gib"
+IMEX_CLAIM = "compute-domain-channel"
+# tutorial-facts §5.1: the Autopilot workers install the gIB plugin and its NCCL configs from
+# Google's apt repository into a volume the worker container reads.
+GIB_APT_INSTALL = (
+    "set -euo pipefail\n"
+    'echo "Installing gIB plugins..."\n'
+    "curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+    " | gpg --dearmor -o /etc/apt/trusted.gpg.d/cloud.google.gpg\n"
+    "echo 'deb https://packages.cloud.google.com/apt gpudirect-gib-apt main'"
+    " > /etc/apt/sources.list.d/nccl-gib.list\n"
+    "apt-get update && apt-get install -y nccl-gib-plugins\n"
+)
+
+
+def head_service_name(settings: StackSettings) -> str:
+    """The Service KubeRay creates for the head: `<cluster>-head-svc`."""
+    return f"{settings.profile.ray_cluster_name}-head-svc"
+
+
+def dashboard_port_forward_command(settings: StackSettings) -> str:
+    return (
+        f"kubectl port-forward -n {settings.namespace} svc/{head_service_name(settings)} "
+        f"{DASHBOARD_PORT}:{DASHBOARD_PORT}"
+    )
+
+
+@dataclass
+class WorkerFabric:
+    """What a GPU worker pod needs to reach its RDMA NICs and the gIB NCCL plugin."""
+
+    node_selector: dict[str, str]
+    ld_library_path: str
+    annotations: dict[str, str] = field(default_factory=dict)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    init_containers: list[dict[str, Any]] = field(default_factory=list)
+    resource_claims: list[dict[str, str]] = field(default_factory=list)
+
+
+def _host_gib_and_nvidia() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # The NCCL installer DaemonSet put the gIB plugin here; the GPU driver lives beside it.
+    volumes = [
+        {"name": "gib", "hostPath": {"path": HOST_GIB_DIR}},
+        {"name": "nvidia", "hostPath": {"path": HOST_NVIDIA_DIR}},
+    ]
+    mounts = [
+        {"name": "nvidia", "mountPath": "/usr/local/nvidia", "readOnly": True},
+        {"name": "gib", "mountPath": GIB_DIR, "readOnly": True},
+    ]
+    return volumes, mounts
+
+
+def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabric:
+    if layout is None:
+        raise ValueError("multi-NIC GPU networking needs the RDMA network layout")
+    volumes, mounts = _host_gib_and_nvidia()
+    return WorkerFabric(
+        node_selector={ACCELERATOR_LABEL: settings.profile.gpu_type},
+        ld_library_path=NVIDIA_LIB_DIR,
+        annotations=network_mapping.pod_interface_annotations(layout),
+        volumes=volumes,
+        mounts=mounts,
+    )
+
+
+def _dranet_compute_class(settings: StackSettings) -> WorkerFabric:
+    return WorkerFabric(
+        node_selector={"cloud.google.com/compute-class": dranet.compute_class_name(settings)},
+        ld_library_path=f"{NVIDIA_LIB_DIR}:{GIB_DIR}/lib64",
+        volumes=[{"name": "gib", "emptyDir": {}}],
+        mounts=[{"name": "gib", "mountPath": GIB_DIR, "readOnly": True}],
+        init_containers=[
+            {
+                "name": "gib-setup",
+                "image": settings.verl_image,
+                "command": ["/bin/bash", "-c"],
+                "args": [GIB_APT_INSTALL],
+                "volumeMounts": [{"name": "gib", "mountPath": GIB_DIR}],
+            }
+        ],
+        resource_claims=[
+            {"name": "rdma-claim", "resourceClaimTemplateName": dranet.ALL_MRDMA_CLAIM_TEMPLATE}
+        ],
+    )
+
+
+def _dranet_node_pool(settings: StackSettings) -> WorkerFabric:
+    volumes, mounts = _host_gib_and_nvidia()
+    # One claim per NIC of the node (seed: rdma-nic-0..3 for the four A4X NICs).
+    claims = [
+        {"name": f"rdma-nic-{index}", "resourceClaimTemplateName": dranet.RDMA_NIC_CLAIM_TEMPLATE}
+        for index in range(settings.profile.rdma_nics_per_node)
+    ]
+    return WorkerFabric(
+        node_selector={ACCELERATOR_LABEL: settings.profile.gpu_type},
+        ld_library_path=NVIDIA_LIB_DIR,
+        volumes=volumes,
+        mounts=mounts,
+        resource_claims=claims,
+    )
+
+
+def worker_fabric(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabric:
+    networking = settings.gpu_networking
+    if networking is GpuNetworking.MULTI_NIC:
+        fabric = _multi_nic(settings, layout)
+    elif networking is GpuNetworking.DRANET_COMPUTE_CLASS:
+        fabric = _dranet_compute_class(settings)
+    else:
+        fabric = _dranet_node_pool(settings)
+    if settings.profile.multi_node_nvlink:
+        # The IMEX channel of the ComputeDomain: NVLink between nodes.
+        fabric.resource_claims.append(
+            {"name": IMEX_CLAIM, "resourceClaimTemplateName": dra_driver.COMPUTE_DOMAIN_CHANNEL}
+        )
+    return fabric
+
+
+def _post_start(settings: StackSettings) -> dict[str, Any]:
+    packages = settings.profile.ray_container_pip_packages
+    if not packages:
+        return {}
+    install = f"pip3 install --quiet {shlex.join(packages)}"
+    return {"lifecycle": {"postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}}}
+
+
+def _head_node_selector(settings: StackSettings, cpu_pool_name: str | None) -> dict[str, str]:
+    selector = cpu_node_selector(settings, cpu_pool_name)
+    if settings.mode is Mode.AUTOPILOT:
+        # The tutorial's machine series for the Autopilot head.
+        selector["cloud.google.com/machine-family"] = "c2"
+    return selector
+
+
+def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str, Any]:
+    profile = settings.profile
+    start_params = {"dashboard-host": "0.0.0.0"}
+    pod_spec: dict[str, Any] = {"serviceAccountName": settings.ksa_name}
+    if profile.ray_head_on_gpu_nodes:
+        # The image does not run on the CPU pool: the head shares a GPU node with a worker,
+        # asks for no GPU and takes no Ray tasks.
+        start_params["num-cpus"] = "0"
+        pod_spec["nodeSelector"] = {ACCELERATOR_LABEL: profile.gpu_type}
+        pod_spec["tolerations"] = [t.manifest() for t in profile.gpu_tolerations]
+    else:
+        pod_spec["nodeSelector"] = _head_node_selector(settings, cpu_pool_name)
+    head = profile.ray_head
+    pod_spec["containers"] = [
+        {
+            "name": HEAD_CONTAINER,
+            "image": settings.verl_image,
+            **_post_start(settings),
+            "ports": [
+                {"containerPort": 6379, "name": "gcs-server"},
+                {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                {"containerPort": 10001, "name": "client"},
+            ],
+            "resources": equal_requests_and_limits(
+                {
+                    "cpu": head.cpu,
+                    "memory": head.memory,
+                    "ephemeral-storage": head.ephemeral_storage,
+                }
+            ),
+            "volumeMounts": [{"mountPath": "/tmp/ray", "name": "ray-logs"}, bucket_mount()],
+        }
+    ]
+    pod_spec["volumes"] = [{"name": "ray-logs", "emptyDir": {}}, bucket_volume()]
+    return {
+        "rayStartParams": start_params,
+        "template": {
+            "metadata": {"annotations": {GCSFUSE_VOLUMES: "true"}},
+            "spec": pod_spec,
+        },
+    }
+
+
+def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, Any]:
+    profile = settings.profile
+    shape = profile.ray_workers[settings.mode]
+    resources = equal_requests_and_limits(
+        {
+            "cpu": shape.cpu,
+            "memory": shape.memory,
+            "nvidia.com/gpu": str(profile.gpus_per_node),
+            "ephemeral-storage": shape.ephemeral_storage,
+        }
+    )
+    if fabric.resource_claims:
+        resources["claims"] = [{"name": claim["name"]} for claim in fabric.resource_claims]
+    container: dict[str, Any] = {
+        "name": WORKER_CONTAINER,
+        "image": settings.verl_image,
+        **_post_start(settings),
+        "env": [{"name": "LD_LIBRARY_PATH", "value": fabric.ld_library_path}],
+        "resources": resources,
+        "volumeMounts": [
+            *fabric.mounts,
+            {"name": "shared-memory", "mountPath": "/dev/shm"},
+            {"name": "ray-tmp-storage", "mountPath": "/tmp"},
+            bucket_mount(),
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": settings.ksa_name,
+        "nodeSelector": fabric.node_selector,
+        # One worker per GPU node.
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"ray.io/group": WORKER_GROUP}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+        "tolerations": [t.manifest() for t in profile.gpu_tolerations],
+    }
+    if fabric.init_containers:
+        pod_spec["initContainers"] = fabric.init_containers
+    pod_spec["containers"] = [container]
+    pod_spec["volumes"] = [
+        *fabric.volumes,
+        {
+            "name": "shared-memory",
+            "emptyDir": {"medium": "Memory", "sizeLimit": shape.shared_memory},
+        },
+        {"name": "ray-tmp-storage", "emptyDir": {}},
+        bucket_volume(),
+    ]
+    if fabric.resource_claims:
+        pod_spec["resourceClaims"] = fabric.resource_claims
+    return {
+        "groupName": WORKER_GROUP,
+        "replicas": settings.gpu_nodes,
+        "minReplicas": settings.gpu_nodes,
+        "maxReplicas": settings.gpu_nodes,
+        "rayStartParams": {"num-cpus": shape.ray_num_cpus},
+        "template": {
+            "metadata": {"annotations": {GCSFUSE_VOLUMES: "true", **fabric.annotations}},
+            "spec": pod_spec,
+        },
+    }
+
+
+def ray_cluster(
+    settings: StackSettings, cpu_pool_name: str | None, layout: RdmaLayout | None
+) -> Manifest:
+    fabric = worker_fabric(settings, layout)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RayCluster",
+        "metadata": metadata(
+            settings.profile.ray_cluster_name,
+            "ray-cluster",
+            settings.namespace,
+            annotations={WAIT_FOR_ANNOTATION: WAIT_FOR_READY},
+        ),
+        "spec": {
+            "rayVersion": settings.ray_version,
+            "headGroupSpec": _head_group(settings, cpu_pool_name),
+            "workerGroupSpecs": [_worker_group(settings, fabric)],
+        },
+    }

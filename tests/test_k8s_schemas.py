@@ -1,0 +1,103 @@
+"""Every Kubernetes object the program registers is valid: core kinds against the Kubernetes API
+schemas (strict) at the cluster's version, custom resources against their CRDs (strict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.program import COMBINATIONS, plan
+from tests.support import schemas
+from tools.plan import kubernetes_objects
+
+CUSTOM_KINDS = {
+    ("ray.io/v1", "RayCluster"),
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"),
+    ("networking.gke.io/v1", "GKENetworkParamSet"),
+    ("networking.gke.io/v1", "Network"),
+    ("cloud.google.com/v1", "ComputeClass"),
+}
+KUBERNETES_VERSION = "1.34"
+needs_crds = pytest.mark.skipif(schemas.crds_dir() is None, reason=schemas.CRDS_MISSING)
+
+
+def objects(stack: str, mode: str, **extra: str) -> list[dict]:
+    return [body for _, body in kubernetes_objects(plan(stack, mode, **extra))]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_every_object_is_a_core_kind_or_a_known_custom_resource(stack: str, mode: str) -> None:
+    for body in objects(stack, mode):
+        key = (body["apiVersion"], body["kind"])
+        assert schemas.is_core_kind(body, KUBERNETES_VERSION) or key in CUSTOM_KINDS, key
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_core_objects_pass_strict_validation_at_the_cluster_version(stack: str, mode: str) -> None:
+    # The version the cluster is pinned to (verl-gke:kubernetesVersion).
+    version = plan(stack, mode).one("gcp:container/cluster:Cluster").inputs["minMasterVersion"]
+    checked = 0
+    for body in objects(stack, mode):
+        if schemas.is_core_kind(body, version):
+            schemas.validate_core(body, version)
+            checked += 1
+    # ServiceAccount, Secret, PV, PVC, ConfigMap, Job, NCCL installer at least.
+    assert checked >= 7
+
+
+def test_resource_claim_templates_need_kubernetes_1_34() -> None:
+    # resource.k8s.io/v1 exists from 1.34: the minimum version the settings enforce.
+    template = next(b for b in objects("a4x", "standard") if b["kind"] == "ResourceClaimTemplate")
+    schemas.validate_core(template, "1.34")
+    assert not schemas.is_core_kind(template, "1.33")
+
+
+def test_strict_core_validation_rejects_a_misspelt_field() -> None:
+    job = next(b for b in objects("a4", "standard") if b["kind"] == "Job")
+    job["spec"]["template"]["spec"]["containers"][0]["commnd"] = ["true"]
+    with pytest.raises(schemas.kubernetes_validate.ValidationError):
+        schemas.validate_core(job, KUBERNETES_VERSION)
+
+
+@needs_crds
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_custom_resources_match_their_crds(stack: str, mode: str) -> None:
+    customs = [b for b in objects(stack, mode) if (b["apiVersion"], b["kind"]) in CUSTOM_KINDS]
+    assert any(b["kind"] == "RayCluster" for b in customs)
+    for body in customs:
+        errors = schemas.custom_resource_errors(body, schemas.crds_dir())
+        assert errors == [], f"{body['kind']} {body['metadata']['name']}: {errors}"
+
+
+@needs_crds
+def test_crd_validation_is_strict() -> None:
+    ray = next(b for b in objects("a4x", "standard") if b["kind"] == "RayCluster")
+    ray["spec"]["workerGroupSpecs"][0]["minReplica"] = 4
+    ray["spec"]["workerGroupSpecs"][0]["replicas"] = "four"
+    errors = schemas.custom_resource_errors(ray, schemas.crds_dir())
+    assert any("'minReplica' was unexpected" in e for e in errors)
+    assert any("'four' is not of type 'integer'" in e for e in errors)
+
+
+@needs_crds
+def test_every_crd_the_program_uses_is_present() -> None:
+    known = schemas.known_custom_kinds(schemas.crds_dir())
+    assert CUSTOM_KINDS - {("cloud.google.com/v1", "ComputeClass")} <= known
+
+
+def test_compute_class_shape_is_checked() -> None:
+    compute_class = next(b for b in objects("a4", "autopilot") if b["kind"] == "ComputeClass")
+    assert schemas.custom_resource_errors(compute_class, schemas.crds_dir()) == []
+    compute_class["spec"]["priorities"][0]["acceleratorNetworkProfiles"] = "auto"
+    compute_class["spec"]["priorities"][0]["gpu"]["count"] = "8"
+    errors = schemas.custom_resource_errors(compute_class, schemas.crds_dir())
+    assert any("'acceleratorNetworkProfiles' was unexpected" in e for e in errors)
+    assert any("'8' is not of type 'integer'" in e for e in errors)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_node_selector_values_are_strings(stack: str, mode: str) -> None:
+    # The tutorial's `gke-accelerator-count: 8` (an int) is rejected by the API server.
+    for body in objects(stack, mode):
+        for path, value in schemas.walk(body):
+            if path.endswith("nodeSelector"):
+                assert all(isinstance(v, str) for v in value.values()), (body["kind"], path)
