@@ -1,0 +1,706 @@
+"""Per-GPU peak memory of a verl GRPO job (FSDP/FSDP2 actor + vLLM rollout), before any GPU exists.
+
+The estimate is pure arithmetic over the model's architecture (a small table of public config.json
+facts, or a config.json file) and the job's knobs. It models the three phases of a hybrid-engine
+GRPO step on one GPU:
+
+- rollout: vLLM generates; its `gpu_memory_utilization` reservation (a fraction of the whole GPU,
+  vLLM >= 0.7) sits beside whatever trainer state is not offloaded;
+- log_prob: the actor's old log-probs and the reference model's log-probs, forward only;
+- actor_update: forward + backward + AdamW step of the FSDP actor in bf16 mixed precision.
+
+Byte counts are for the sharded fp32 master copy that verl's FSDP actor keeps (its
+`fsdp_config.model_dtype` defaults to fp32), bf16 all-gathered compute copies, fp32 gradients and
+AdamW moments, and the activation tensors a Hugging Face Qwen2-style decoder layer saves for
+backward. The training-phase terms were checked against `torch.cuda.max_memory_allocated` of
+FSDP2 steps on two H200s, Qwen2.5 geometries from 0.5B to 32B, with and without gradient
+checkpointing: the estimate of allocated memory was within -1.7 % .. +1.6 % of the measurement
+in all 18 cases (bench/memory_fit_gpu.py; tables in docs/memory-and-fabric.md). The rollout
+(vLLM) and log-prob phases are derived, not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+GIB = 1024**3
+BF16 = 2
+FP32 = 4
+
+# A phase within this fraction of the GPU's memory fits on paper but leaves too little room for
+# allocator fragmentation and library workspaces that vary between versions: warn.
+WARN_FRACTION = 0.90
+
+LogprobImpl = Literal["fused", "fp32_log_softmax"]
+
+# Bytes per (token x vocab entry) held at the peak of the loss computation. "fused" is flash-attn's
+# Triton cross-entropy that verl uses when flash-attn is installed (its images have it): bf16 logits
+# kept for backward, gradient written in place, plus a bf16 slack for the cast of the gradient.
+# "fp32_log_softmax" is the plain PyTorch path (log_softmax over fp32-upcast logits): at the start
+# of backward the saved fp32 output, the dense fp32 gradient of the gather and the fp32 gradient of
+# log_softmax coexist (3 x 4 bytes); measured on H200 in bench/memory_fit_gpu.py.
+_LOGITS_BYTES_TRAIN: Mapping[str, int] = MappingProxyType({"fused": 4, "fp32_log_softmax": 12})
+# Forward only (no grad): bf16 logits + fp32 upcast + fp32 log_softmax output (+ entropy for the
+# actor's old log-probs, which verl computes for its metrics).
+_LOGITS_BYTES_FORWARD: Mapping[str, int] = MappingProxyType({"fused": 6, "fp32_log_softmax": 10})
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """The config.json facts of a Qwen2/Llama-style decoder that decide its memory."""
+
+    name: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    # Qwen2 has biases on q/k/v; Llama does not.
+    attention_bias: bool = True
+    head_dim: int | None = None
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_size
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_size
+
+    @property
+    def layer_params(self) -> int:
+        h = self.hidden_size
+        attn = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.attention_bias:
+            attn += self.q_size + 2 * self.kv_size
+        mlp = 3 * h * self.intermediate_size
+        norms = 2 * h
+        return attn + mlp + norms
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def root_params(self) -> int:
+        """Parameters FSDP keeps in the root unit: final norm, lm_head (or the tied embedding)."""
+        return self.hidden_size + self.embedding_params
+
+    @property
+    def num_params(self) -> int:
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_params
+        return (
+            self.embedding_params
+            + self.num_hidden_layers * self.layer_params
+            + self.hidden_size
+            + lm_head
+        )
+
+    def with_layers(self, num_hidden_layers: int) -> ModelArch:
+        """The same layer geometry with fewer layers (used to test 32B shapes on small budgets)."""
+        return replace(
+            self, name=f"{self.name}[{num_hidden_layers}L]", num_hidden_layers=num_hidden_layers
+        )
+
+
+def _qwen25(
+    size: str, hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tie: bool
+) -> tuple[str, ModelArch]:
+    name = f"Qwen/Qwen2.5-{size}-Instruct"
+    return name, ModelArch(name, hidden, inter, layers, heads, kv, vocab, tie)
+
+
+# Values from the models' public config.json files on the Hugging Face Hub (Qwen/Qwen2.5-*-Instruct;
+# the base models share them).
+KNOWN_MODELS: Mapping[str, ModelArch] = MappingProxyType(
+    dict(
+        [
+            _qwen25("0.5B", 896, 4864, 24, 14, 2, 151936, True),
+            _qwen25("1.5B", 1536, 8960, 28, 12, 2, 151936, True),
+            _qwen25("3B", 2048, 11008, 36, 16, 2, 151936, True),
+            _qwen25("7B", 3584, 18944, 28, 28, 4, 152064, False),
+            _qwen25("14B", 5120, 13824, 48, 40, 8, 152064, False),
+            _qwen25("32B", 5120, 27648, 64, 40, 8, 152064, False),
+            _qwen25("72B", 8192, 29568, 80, 64, 8, 152064, False),
+        ]
+    )
+)
+
+
+def model_arch_from_config(config: Mapping[str, object], name: str = "custom") -> ModelArch:
+    """Reads the fields that matter from a parsed config.json (Qwen2/Llama/Mistral style)."""
+
+    def need_int(key: str) -> int:
+        value = config.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(
+                f"config.json of model {name!r}: {key!r} is {value!r}; a positive integer is "
+                f"required (e.g. {key}: 5120 as in Qwen2.5-32B)"
+            )
+        return value
+
+    hidden = need_int("hidden_size")
+    heads = need_int("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim")
+    model_type = str(config.get("model_type", ""))
+    return ModelArch(
+        name=name,
+        hidden_size=hidden,
+        intermediate_size=need_int("intermediate_size"),
+        num_hidden_layers=need_int("num_hidden_layers"),
+        num_attention_heads=heads,
+        num_key_value_heads=int(kv_heads) if isinstance(kv_heads, int) else heads,
+        vocab_size=need_int("vocab_size"),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
+        head_dim=int(head_dim) if isinstance(head_dim, int) else None,
+    )
+
+
+def resolve_model(model: str) -> ModelArch:
+    """A known model id (with or without the `Qwen/` org, any case), or a path to a config.json
+    (or to a model folder that holds one)."""
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return model_arch_from_config(json.loads(path.read_text()), name=model)
+    by_lower = {key.lower(): arch for key, arch in KNOWN_MODELS.items()}
+    # A model folder in the bucket, e.g. /data/Qwen2.5-32B-Instruct, is named after the Hub id.
+    for candidate in (model.lower(), f"qwen/{model.lower()}", f"qwen/{path.name.lower()}"):
+        if candidate in by_lower:
+            return by_lower[candidate]
+    raise ValueError(
+        f"model {model!r} is neither a known architecture ({', '.join(KNOWN_MODELS)}) nor a "
+        "readable config.json; pass a path to the model's config.json"
+    )
+
+
+@dataclass(frozen=True)
+class GrpoMemoryInputs:
+    """What the estimator needs from the GRPO job spec and the accelerator profile."""
+
+    model: ModelArch
+    gpu_memory_gib: float
+    gpus_per_node: int
+    nodes: int
+    # actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu and the sequence lengths (data.*).
+    micro_batch_size_per_gpu: int
+    max_prompt_length: int
+    max_response_length: int
+    # actor_rollout_ref.{rollout,ref}.log_prob_micro_batch_size_per_gpu
+    log_prob_micro_batch_size_per_gpu: int
+    # actor_rollout_ref.rollout.tensor_model_parallel_size / gpu_memory_utilization
+    rollout_tp: int
+    gpu_memory_utilization: float
+    gradient_checkpointing: bool = True
+    # With use_dynamic_bsz, a micro-batch holds up to max_token_len_per_gpu tokens instead.
+    use_dynamic_bsz: bool = False
+    max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = 16384
+    # actor fsdp_config.param_offload / optimizer_offload: verl moves them to CPU between phases
+    # and back for the update, so they shrink the rollout and log-prob phases, not the update.
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    # actor fsdp_config.offload_policy (FSDP2 CPUOffloadPolicy): sharded params, grads and AdamW
+    # stay in host memory and the optimizer steps on CPU.
+    offload_policy: bool = False
+    # use_kl_loss (or use_kl_in_reward) makes verl build a reference model.
+    use_reference: bool = True
+    ref_param_offload: bool = False
+    # verl's legacy FSDP worker (<= v0.8) builds the ref in bf16; v0.9's engine workers in fp32.
+    ref_dtype_bytes: int = BF16
+    # rollout.free_cache_engine (vLLM sleep mode): vLLM frees weights and KV cache while training.
+    free_cache_engine: bool = True
+    rollout_max_num_batched_tokens: int = 8192
+    logprob_impl: LogprobImpl = "fused"
+    # CUDA context, NCCL buffers and cuBLAS workspaces outside PyTorch's allocator: 1.57 GiB per
+    # process measured on an H200 pair (bench/memory_fit_gpu.py, non_torch_gib).
+    fixed_overhead_gib: float = 2.0
+    # The caching allocator's reserved-but-free memory, as a fraction of the allocated peak.
+    # Measured reserved/allocated on H200: 1.06-1.16 with PYTORCH_CUDA_ALLOC_CONF=
+    # expandable_segments:True, 1.05-1.31 with the default allocator.
+    fragmentation_fraction: float = 0.10
+
+    @property
+    def n_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def sequence_length(self) -> int:
+        return self.max_prompt_length + self.max_response_length
+
+    @property
+    def train_tokens(self) -> int:
+        if self.use_dynamic_bsz:
+            return max(self.max_token_len_per_gpu, self.sequence_length)
+        return self.micro_batch_size_per_gpu * self.sequence_length
+
+    @property
+    def log_prob_tokens(self) -> int:
+        if self.use_dynamic_bsz:
+            return max(self.log_prob_max_token_len_per_gpu, self.sequence_length)
+        return self.log_prob_micro_batch_size_per_gpu * self.sequence_length
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str
+    gib: float
+    # Allocated through PyTorch's caching allocator, so subject to its fragmentation. vLLM's
+    # reservation is a fixed budget it carves up itself.
+    fragments: bool = True
+
+
+@dataclass(frozen=True)
+class PhaseEstimate:
+    name: str
+    items: tuple[Item, ...]
+
+    @property
+    def allocated_gib(self) -> float:
+        """What torch.cuda.max_memory_allocated would report (no fixed overhead, no
+        fragmentation); vLLM's reservation counts in full."""
+        return sum(i.gib for i in self.items if not i.label.startswith("overhead"))
+
+    @property
+    def total_gib(self) -> float:
+        return sum(i.gib for i in self.items)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    inputs: GrpoMemoryInputs
+    phases: tuple[PhaseEstimate, ...]
+    # vLLM: KV-cache room left inside its reservation, and what one full-length sequence needs.
+    kv_cache_gib: float
+    kv_cache_needed_gib: float
+
+    def phase(self, name: str) -> PhaseEstimate:
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def peak(self) -> PhaseEstimate:
+        return max(self.phases, key=lambda p: p.total_gib)
+
+
+class MemoryFitError(ValueError):
+    """The configuration cannot fit; the message names the phase, the numbers and the fixes."""
+
+    def __init__(self, message: str, breakdown: MemoryBreakdown) -> None:
+        super().__init__(message)
+        self.breakdown = breakdown
+
+
+def layer_activation_bytes_per_token(arch: ModelArch) -> int:
+    """Bytes one decoder layer saves for backward per token, bf16 compute, no checkpointing.
+
+    Hugging Face Qwen2/Llama layer with SDPA flash attention (counted tensor by tensor with
+    torch.autograd.graph.saved_tensors_hooks):
+    - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h);
+    - rotated q and k, v (RoPE's multiplications save cos/sin, not q/k), the attention output,
+      which is also o_proj's input, and the fp32 logsumexp per head;
+    - MLP: gate, SiLU(gate), up and their product (4 x 2I).
+    """
+    h, q, kv, inter = arch.hidden_size, arch.q_size, arch.kv_size, arch.intermediate_size
+    norms = 2 * (FP32 * h + BF16 * h + BF16 * h)
+    attention = BF16 * (2 * q + 2 * kv)
+    lse = FP32 * arch.num_attention_heads
+    mlp = 4 * BF16 * inter
+    return norms + attention + lse + mlp
+
+
+def _layer_backward_transient_bytes_per_token(arch: ModelArch) -> int:
+    # Gradients alive while one layer back-propagates: the MLP's (3 x 2I) and the residual's.
+    return 3 * BF16 * arch.intermediate_size + 2 * BF16 * arch.hidden_size
+
+
+def _gib(n_bytes: float) -> float:
+    return n_bytes / GIB
+
+
+def _overheads(allocated_gib: float, inputs: GrpoMemoryInputs) -> tuple[Item, ...]:
+    return (
+        Item("overhead: fragmentation", allocated_gib * inputs.fragmentation_fraction),
+        Item("overhead: CUDA context, NCCL, workspaces", inputs.fixed_overhead_gib),
+    )
+
+
+def _phase(name: str, items: list[Item], inputs: GrpoMemoryInputs) -> PhaseEstimate:
+    kept = [i for i in items if i.gib > 0]
+    allocated = sum(i.gib for i in kept if i.fragments)
+    return PhaseEstimate(name, tuple(kept) + _overheads(allocated, inputs))
+
+
+def _vllm_reservation_gib(inputs: GrpoMemoryInputs) -> float:
+    return inputs.gpu_memory_utilization * inputs.gpu_memory_gib
+
+
+def _vllm_weights_gib(inputs: GrpoMemoryInputs) -> float:
+    return _gib(BF16 * inputs.model.num_params / inputs.rollout_tp)
+
+
+def _vllm_activation_gib(inputs: GrpoMemoryInputs) -> float:
+    # vLLM's profiling run: the widest tensors of one layer for max_num_batched_tokens (MLP
+    # gate+up output and its activation, sharded by TP) plus sampler logits in fp32 for up to
+    # 256 sequences (max_num_seqs default), plus ~1 GiB of CUDA graphs.
+    arch = inputs.model
+    tokens = inputs.rollout_max_num_batched_tokens
+    mlp = tokens * 3 * BF16 * arch.intermediate_size / inputs.rollout_tp
+    logits = 256 * arch.vocab_size * FP32 * 2
+    return _gib(mlp + logits) + 1.0
+
+
+def _kv_bytes_per_token(inputs: GrpoMemoryInputs) -> float:
+    arch = inputs.model
+    # KV heads are split over TP; with fewer KV heads than TP ranks vLLM replicates them.
+    kv_heads_per_rank = max(1, math.ceil(arch.num_key_value_heads / inputs.rollout_tp))
+    return 2 * arch.num_hidden_layers * kv_heads_per_rank * arch.head_size * BF16
+
+
+def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
+    """Per-GPU memory of each GRPO phase, in GiB."""
+    _validate(inputs)
+    arch = inputs.model
+    n = inputs.n_gpus
+    params = arch.num_params
+
+    # Sharded FSDP state (fp32 master weights, fp32 grads, AdamW exp_avg + exp_avg_sq).
+    shard_params = _gib(FP32 * params / n)
+    shard_grads = _gib(FP32 * params / n)
+    shard_adam = _gib(2 * FP32 * params / n)
+    ref_shard = _gib(inputs.ref_dtype_bytes * params / n) if inputs.use_reference else 0.0
+    ref_resident = 0.0 if inputs.ref_param_offload else ref_shard
+    on_gpu_states = not inputs.offload_policy
+
+    # bf16 all-gather buffers: FSDP2 keeps the root unit (final norm + lm_head, or the tied
+    # embedding) unsharded through forward and backward; layers are gathered one at a time with
+    # one prefetched. Backward adds the layer's bf16 grads and their fp32 reduce-scatter copy.
+    layer = arch.layer_params
+    root_unsharded = _gib(BF16 * arch.root_params)
+    fwd_layer_buffers = _gib(3 * BF16 * layer)
+    bwd_layer_buffers = (3 * BF16 + FP32) * layer
+
+    vllm_resident = 0.0 if inputs.free_cache_engine else _vllm_reservation_gib(inputs)
+    vllm_item = Item(
+        "vLLM reservation kept during training (free_cache_engine=False)",
+        vllm_resident,
+        fragments=False,
+    )
+
+    # --- actor update ----------------------------------------------------------------------
+    tokens = inputs.train_tokens
+    per_layer = layer_activation_bytes_per_token(arch)
+    final_norm = 2 * (FP32 * arch.hidden_size + BF16 * arch.hidden_size)
+    logits_train = _LOGITS_BYTES_TRAIN[inputs.logprob_impl] * arch.vocab_size
+    if inputs.gradient_checkpointing:
+        saved = arch.num_hidden_layers * BF16 * arch.hidden_size
+        activation_label = "activations: checkpointed layer inputs"
+        # Backward re-runs one layer's forward, then back-propagates through it.
+        layer_peak = per_layer + _layer_backward_transient_bytes_per_token(arch)
+    else:
+        saved = arch.num_hidden_layers * per_layer
+        activation_label = "activations: all layers saved (no checkpointing)"
+        layer_peak = _layer_backward_transient_bytes_per_token(arch)
+    # Backward peaks either in the loss (logits and their gradients, with only the last layer
+    # gathered ahead) or later in a layer (one layer's activations and gradients, the layer
+    # gather/reduce-scatter buffers, and lm_head's unsharded bf16 gradient, which waits for the
+    # root's reduce-scatter at the very end). Measured on H200: see the module docstring.
+    in_loss = tokens * logits_train + BF16 * layer
+    in_layer = BF16 * arch.root_params + tokens * layer_peak + bwd_layer_buffers
+    if in_loss >= in_layer:
+        peak_label = "backward peak in the loss: logits + their grads, 1 layer gathered"
+    else:
+        peak_label = "backward peak in a layer: lm_head grad, 1 layer, FSDP buffers"
+    train_items = [
+        Item("actor fp32 params (sharded)", shard_params if on_gpu_states else 0.0),
+        Item("actor fp32 grads (sharded)", shard_grads if on_gpu_states else 0.0),
+        Item("actor AdamW states (sharded)", shard_adam if on_gpu_states else 0.0),
+        Item("ref params (sharded, resident)", ref_resident),
+        Item("bf16 root unit unsharded (lm_head/embedding)", root_unsharded),
+        Item(f"{activation_label} ({tokens} tokens)", _gib(tokens * (saved + final_norm))),
+        Item(peak_label, _gib(max(in_loss, in_layer))),
+        vllm_item,
+    ]
+    step_items = [
+        Item("actor fp32 params (sharded)", shard_params),
+        Item("actor fp32 grads (sharded)", shard_grads),
+        Item("actor AdamW states (sharded)", shard_adam),
+        # torch's foreach AdamW materialises sqrt(exp_avg_sq) for every parameter at once.
+        Item("AdamW foreach temporaries", shard_params),
+        Item("ref params (sharded, resident)", ref_resident),
+        vllm_item,
+    ]
+    train_phase = _phase("actor_update", train_items, inputs)
+    step_phase = _phase("optimizer_step", step_items if on_gpu_states else [vllm_item], inputs)
+
+    # --- log-prob (old policy and reference, forward only) ---------------------------------
+    lp_tokens = inputs.log_prob_tokens
+    actor_params_lp = shard_params if on_gpu_states else 0.0
+    adam_lp = shard_adam if (on_gpu_states and not inputs.optimizer_offload) else 0.0
+    lp_activations = _gib(
+        lp_tokens
+        * (
+            _LOGITS_BYTES_FORWARD[inputs.logprob_impl] * arch.vocab_size
+            + 4 * BF16 * arch.intermediate_size
+        )
+    )
+    # When the ref log-probs run, verl loads the ref even if it is offloaded; the actor's params
+    # are resident unless param_offload moved them out.
+    actor_params_during_ref = 0.0 if inputs.param_offload or not on_gpu_states else shard_params
+    worst_params = max(actor_params_lp + ref_resident, actor_params_during_ref + ref_shard)
+    logprob_items = [
+        Item("actor/ref params (sharded, worst of the two passes)", worst_params),
+        Item("actor AdamW states (sharded, unless optimizer_offload)", adam_lp),
+        Item("bf16 root unit unsharded (lm_head/embedding)", root_unsharded),
+        Item("FSDP layer gather buffers", fwd_layer_buffers),
+        Item(f"activations + logits, no grad ({lp_tokens} tokens)", lp_activations),
+        vllm_item,
+    ]
+    logprob_phase = _phase("log_prob", logprob_items, inputs)
+
+    # --- rollout ---------------------------------------------------------------------------
+    trainer_rollout = 0.0
+    if on_gpu_states and not inputs.param_offload:
+        trainer_rollout += shard_params
+    if on_gpu_states and not inputs.optimizer_offload:
+        trainer_rollout += shard_adam
+    rollout_items = [
+        Item("actor state kept during rollout (params/AdamW not offloaded)", trainer_rollout),
+        Item("ref params (sharded, resident)", ref_resident),
+        Item(
+            f"vLLM reservation: gpu_memory_utilization {inputs.gpu_memory_utilization} x "
+            f"{inputs.gpu_memory_gib} GiB",
+            _vllm_reservation_gib(inputs),
+            fragments=False,
+        ),
+    ]
+    rollout_phase = _phase("rollout", rollout_items, inputs)
+
+    kv_cache = (
+        _vllm_reservation_gib(inputs) - _vllm_weights_gib(inputs) - _vllm_activation_gib(inputs)
+    )
+    kv_needed = _gib(_kv_bytes_per_token(inputs) * inputs.sequence_length)
+    return MemoryBreakdown(
+        inputs=inputs,
+        phases=(rollout_phase, logprob_phase, train_phase, step_phase),
+        kv_cache_gib=kv_cache,
+        kv_cache_needed_gib=kv_needed,
+    )
+
+
+def _validate(inputs: GrpoMemoryInputs) -> None:
+    positive = {
+        "gpu_memory_gib": inputs.gpu_memory_gib,
+        "gpus_per_node": inputs.gpus_per_node,
+        "nodes": inputs.nodes,
+        "micro_batch_size_per_gpu": inputs.micro_batch_size_per_gpu,
+        "log_prob_micro_batch_size_per_gpu": inputs.log_prob_micro_batch_size_per_gpu,
+        "max_prompt_length": inputs.max_prompt_length,
+        "max_response_length": inputs.max_response_length,
+        "rollout_tp": inputs.rollout_tp,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ValueError(f"memory estimate: {key} is {value}; it must be positive (e.g. 1)")
+    if not 0.0 < inputs.gpu_memory_utilization < 1.0:
+        raise ValueError(
+            f"memory estimate: gpu_memory_utilization is {inputs.gpu_memory_utilization}; it is a "
+            "fraction of the whole GPU between 0 and 1 (e.g. 0.4)"
+        )
+    if inputs.ref_dtype_bytes not in (BF16, FP32):
+        raise ValueError(
+            f"memory estimate: ref_dtype_bytes is {inputs.ref_dtype_bytes}; use 2 (bf16) or 4 "
+            "(fp32)"
+        )
+
+
+# --- fit check -----------------------------------------------------------------------------
+
+_MAX_NODES_TRIED = 64
+
+
+def _fits(inputs: GrpoMemoryInputs, phase: str | None = None) -> bool:
+    b = estimate(inputs)
+    limit = inputs.gpu_memory_gib
+    if b.kv_cache_gib < b.kv_cache_needed_gib:
+        return False
+    phases = b.phases if phase is None else (b.phase(phase),)
+    return all(p.total_gib <= limit for p in phases)
+
+
+def _fix_nodes(inputs: GrpoMemoryInputs) -> str | None:
+    for nodes in range(inputs.nodes + 1, _MAX_NODES_TRIED + 1):
+        if _fits(replace(inputs, nodes=nodes)):
+            return (
+                f"more GPU nodes: nodes={nodes} ({nodes * inputs.gpus_per_node} GPUs) shards "
+                "the FSDP state thinner"
+            )
+    return None
+
+
+def _fix_micro_batch(inputs: GrpoMemoryInputs) -> str | None:
+    if inputs.use_dynamic_bsz:
+        tokens = inputs.max_token_len_per_gpu // 2
+        while tokens >= inputs.sequence_length:
+            if _fits(replace(inputs, max_token_len_per_gpu=tokens)):
+                return f"smaller actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tokens}"
+            tokens //= 2
+        return None
+    for micro in range(inputs.micro_batch_size_per_gpu - 1, 0, -1):
+        if _fits(replace(inputs, micro_batch_size_per_gpu=micro)):
+            return f"smaller actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}"
+    return None
+
+
+def _fix_log_prob_micro_batch(inputs: GrpoMemoryInputs) -> str | None:
+    if inputs.use_dynamic_bsz:
+        return None
+    for micro in range(inputs.log_prob_micro_batch_size_per_gpu - 1, 0, -1):
+        if _fits(replace(inputs, log_prob_micro_batch_size_per_gpu=micro)):
+            return (
+                "smaller actor_rollout_ref.{rollout,ref}.log_prob_micro_batch_size_per_gpu="
+                f"{micro}"
+            )
+    return None
+
+
+def _fix_utilization(inputs: GrpoMemoryInputs) -> str | None:
+    util = round(inputs.gpu_memory_utilization - 0.05, 2)
+    while util >= 0.05:
+        if _fits(replace(inputs, gpu_memory_utilization=util)):
+            return f"lower actor_rollout_ref.rollout.gpu_memory_utilization={util}"
+        util = round(util - 0.05, 2)
+    return None
+
+
+def _fix_tp(inputs: GrpoMemoryInputs) -> str | None:
+    tp = inputs.rollout_tp * 2
+    while tp <= inputs.gpus_per_node:
+        if inputs.model.num_attention_heads % tp == 0 and _fits(replace(inputs, rollout_tp=tp)):
+            return f"larger actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"
+        tp *= 2
+    return None
+
+
+def _fix_flags(inputs: GrpoMemoryInputs) -> list[str]:
+    fixes = []
+    candidates: list[tuple[dict[str, bool], str]] = [
+        (
+            {"gradient_checkpointing": True},
+            "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        ),
+        ({"ref_param_offload": True}, "actor_rollout_ref.ref.fsdp_config.param_offload=True"),
+        (
+            {"param_offload": True, "optimizer_offload": True},
+            "actor_rollout_ref.actor.fsdp_config.param_offload=True and optimizer_offload=True "
+            "(offloaded while vLLM generates)",
+        ),
+        (
+            {"offload_policy": True},
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=True (FSDP2 CPU offload; slower "
+            "update, needs ~16 bytes/param of host RAM per node)",
+        ),
+    ]
+    for change, text in candidates:
+        if all(getattr(inputs, k) == v for k, v in change.items()):
+            continue
+        if _fits(replace(inputs, **change)):
+            fixes.append(text)
+    return fixes
+
+
+def suggest_fixes(inputs: GrpoMemoryInputs) -> list[str]:
+    """Single-knob changes, each of which alone makes every phase fit."""
+    fixes = _fix_flags(inputs)
+    for finder in (
+        _fix_micro_batch,
+        _fix_log_prob_micro_batch,
+        _fix_utilization,
+        _fix_tp,
+        _fix_nodes,
+    ):
+        fix = finder(inputs)
+        if fix:
+            fixes.append(fix)
+    return fixes
+
+
+def check_fit(inputs: GrpoMemoryInputs, profile_name: str = "") -> str | None:
+    """Raises MemoryFitError when a phase cannot fit on the GPU; returns a warning string when
+    the tightest phase is within 10 % of the limit, else None."""
+    breakdown = estimate(inputs)
+    limit = inputs.gpu_memory_gib
+    gpu = f"the {profile_name} GPU" if profile_name else "the GPU"
+    problems = [
+        f"phase {p.name!r} needs {p.total_gib:.1f} GiB per GPU but {gpu} has {limit:g} GiB"
+        for p in breakdown.phases
+        if p.total_gib > limit
+    ]
+    if breakdown.kv_cache_gib < breakdown.kv_cache_needed_gib:
+        problems.append(
+            f"vLLM's reservation leaves {max(breakdown.kv_cache_gib, 0.0):.1f} GiB of KV cache "
+            f"per GPU, less than the {breakdown.kv_cache_needed_gib:.2f} GiB one "
+            f"{inputs.sequence_length}-token sequence needs"
+        )
+    if problems:
+        fixes = suggest_fixes(inputs)
+        fix_text = (
+            "; ".join(fixes)
+            if fixes
+            else "no single knob is enough: combine offload with more nodes or shorter sequences"
+        )
+        raise MemoryFitError(
+            f"GRPO memory-fit ({inputs.model.name}, {inputs.n_gpus} GPUs): "
+            + "; ".join(problems)
+            + f". Fixes, each enough on its own: {fix_text}.\n"
+            + format_breakdown(breakdown),
+            breakdown,
+        )
+    peak = breakdown.peak
+    if peak.total_gib > WARN_FRACTION * limit:
+        return (
+            f"GRPO memory-fit ({inputs.model.name}): phase {peak.name!r} needs "
+            f"{peak.total_gib:.1f} of {limit:g} GiB per GPU ({peak.total_gib / limit:.0%}); "
+            "allocator fragmentation or a library upgrade may push it over (set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to keep fragmentation low)"
+        )
+    return None
+
+
+def format_breakdown(breakdown: MemoryBreakdown) -> str:
+    """A plain-text table of every phase's items, for the plan command."""
+    inputs = breakdown.inputs
+    arch = inputs.model
+    lines = [
+        f"GRPO memory per GPU: {arch.name} ({arch.num_params / 1e9:.2f} B params), "
+        f"{inputs.nodes} x {inputs.gpus_per_node} GPUs of {inputs.gpu_memory_gib:g} GiB, "
+        f"train micro-batch {inputs.train_tokens} tokens, rollout TP {inputs.rollout_tp}",
+    ]
+    width = max(len(i.label) for p in breakdown.phases for i in p.items) + 2
+    for p in breakdown.phases:
+        share = p.total_gib / inputs.gpu_memory_gib
+        lines.append(f"  {p.name}: {p.total_gib:7.1f} GiB ({share:.0%})")
+        for item in p.items:
+            lines.append(f"    {item.label:<{width}}{item.gib:7.1f}")
+    lines.append(
+        f"  vLLM KV cache per GPU: {breakdown.kv_cache_gib:.1f} GiB "
+        f"(one {inputs.sequence_length}-token sequence needs {breakdown.kv_cache_needed_gib:.2f})"
+    )
+    return "\n".join(lines)
