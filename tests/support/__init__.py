@@ -1,0 +1,1 @@
+"""Reusable test infrastructure: local Ray head, GCS emulator, network stand-ins."""

@@ -1,0 +1,267 @@
+"""A throwaway local Ray head for tests and benchmarks, bound to 127.0.0.1 and stopped by PID.
+
+Usage::
+
+    head = start_ray_head(Path(tempfile.mkdtemp(prefix="rh", dir="/tmp")))
+    try:
+        JobSubmissionClient(head.dashboard_url)   # Jobs API
+        os.environ.update(LOOPBACK_ENV)           # (monkeypatch.setenv) before a driver's
+        ray.init(address=head.gcs_address)        # ray.init, see LOOPBACK_ENV
+    finally:
+        head.stop()
+
+or ``with start_ray_head(tmp) as head: ...``.
+
+Why not plain ``ray start`` / ``ray stop``: other engineers run Ray heads on the same machine at
+the same time, so every port is picked free here (never 6379/8265/10001/52365), the head keeps its
+own ``--temp-dir``, and ``stop()`` signals only the processes this head started (``ray stop``
+kills every Ray process of the machine by name). ``ray start --block`` keeps one root process
+whose descendants are the whole head (GCS, raylet, dashboard, agents, workers, job drivers);
+``stop()`` collects that tree from /proc, sends SIGTERM, and SIGKILLs what is left after
+``grace_s`` (gcs_server and raylet often ignore SIGTERM for several seconds). Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+# Without this Ray rewrites 127.0.0.1 to the host's first interface address (test-tooling §3):
+# the head then listens there, and a driver (ray.init in the test process) looks for the GCS
+# there and hangs for minutes. The head gets it from start_ray_head; set it in the environment of
+# any process that calls ray.init(address=head.gcs_address) too.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+# Unix socket paths (<temp_dir>/session_<date>_<pid>/sockets/plasma_store) are limited to 107
+# bytes; the session part takes about 65 of them.
+MAX_TEMP_DIR_CHARS = 40
+
+
+@dataclass
+class RayHead:
+    """A running local head. Use the addresses; call ``stop()`` (or use ``with``) when done."""
+
+    dashboard_url: str  # http://127.0.0.1:<port>: the Jobs API / JobSubmissionClient address
+    gcs_address: str  # 127.0.0.1:<port>: for ray.init(address=...) or `ray start --address`
+    temp_dir: Path
+    log_path: Path  # output of `ray start`
+    pids: tuple[int, ...]  # the head's processes when it became ready (root first)
+    _root: subprocess.Popen[bytes] = field(repr=False)
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """SIGTERM the head's process tree, then SIGKILL whatever is still alive after grace_s."""
+        tree = _identities([*self.pids, self._root.pid, *_descendants(self._root.pid)])
+        _signal_all(tree, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            self._root.poll()
+            tree |= _live_descendants(tree)
+            if not any(_same_process(proc) for proc in tree):
+                break
+            time.sleep(0.1)
+        tree |= _live_descendants(tree)
+        _signal_all(tree, signal.SIGKILL)
+        try:
+            self._root.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> RayHead:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_ray_head(
+    temp_dir: Path,
+    num_cpus: int = 2,
+    ready_timeout_s: float = 90.0,
+    extra_env: dict[str, str] | None = None,
+) -> RayHead:
+    """Start a head on 127.0.0.1 with free ports; return once the dashboard answers.
+
+    temp_dir: an absolute, short (<= 40 chars, e.g. tempfile.mkdtemp(dir="/tmp")) folder owned by
+    the caller; Ray writes its session and logs there. extra_env: added to the head's environment
+    (jobs and workers inherit it).
+    """
+    temp_dir = temp_dir.resolve()
+    if len(str(temp_dir)) > MAX_TEMP_DIR_CHARS:
+        raise ValueError(
+            f"temp_dir {str(temp_dir)!r} is {len(str(temp_dir))} characters long; Ray's Unix "
+            f"sockets need it <= {MAX_TEMP_DIR_CHARS}, "
+            "e.g. tempfile.mkdtemp(prefix='rh', dir='/tmp')"
+        )
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    gcs_port, dashboard_port = free_port(), free_port()
+    ray_bin = Path(sys.executable).with_name("ray")
+    command = [
+        str(ray_bin), "start", "--head", "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs_port}",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--ray-client-server-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        # 0/0: workers take OS-assigned ports instead of the shared 10002-19999 default range.
+        "--min-worker-port=0", "--max-worker-port=0",
+        f"--num-cpus={num_cpus}",
+        "--num-gpus=0",
+        "--object-store-memory=100000000",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_RAY_ADDRESS_VARS}
+    env.update(LOOPBACK_ENV)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.update(extra_env or {})
+    log_path = temp_dir / "ray-start.log"
+    with log_path.open("wb") as log:
+        root = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+    dashboard_url = f"http://127.0.0.1:{dashboard_port}"
+    head = RayHead(
+        dashboard_url=dashboard_url,
+        gcs_address=f"127.0.0.1:{gcs_port}",
+        temp_dir=temp_dir,
+        log_path=log_path,
+        pids=(root.pid,),
+        _root=root,
+    )
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        if root.poll() is not None:
+            head.stop(grace_s=1.0)
+            raise RuntimeError(
+                f"`ray start` exited with code {root.returncode} before the dashboard at "
+                f"{dashboard_url} answered; its log ({log_path}):\n{_tail(log_path)}"
+            )
+        if _answers(f"{dashboard_url}/api/version"):
+            break
+        if time.monotonic() > deadline:
+            head.stop(grace_s=1.0)
+            raise RuntimeError(
+                f"Ray dashboard at {dashboard_url} did not answer within {ready_timeout_s:.0f}s; "
+                f"`ray start` log ({log_path}):\n{_tail(log_path)}"
+            )
+        time.sleep(0.2)
+    head.pids = (root.pid, *_descendants(root.pid))
+    return head
+
+
+_INHERITED_RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(log not readable: {exc})"
+
+
+def _parent_map() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for child, parent in _parent_map().items():
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+# A process is identified by (pid, start time in clock ticks), so that a PID the kernel has reused
+# for somebody else's process after ours exited is never signalled.
+_Identity = tuple[int, int]
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def _identities(pids: list[int]) -> set[_Identity]:
+    found: set[_Identity] = set()
+    for pid in pids:
+        started = _start_time(pid)
+        if started is not None:
+            found.add((pid, started))
+    return found
+
+
+def _same_process(proc: _Identity) -> bool:
+    return _start_time(proc[0]) == proc[1]
+
+
+def _live_descendants(tree: set[_Identity]) -> set[_Identity]:
+    pids = [child for proc in tree if _same_process(proc) for child in _descendants(proc[0])]
+    return _identities(pids)
+
+
+def _signal_all(tree: set[_Identity], sig: signal.Signals) -> None:
+    for proc in tree:
+        if not _same_process(proc):
+            continue
+        try:
+            os.kill(proc[0], sig)
+        except (ProcessLookupError, PermissionError):
+            pass

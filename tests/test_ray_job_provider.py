@@ -1,0 +1,742 @@
+"""The Ray job dynamic provider (jobs/ray_job.py) against a real local Ray head and GCS emulator.
+
+The Pulumi engine is not available here, so the tests call the provider's methods the way the
+engine does (check -> diff -> delete/create/update/read) and look at the cluster through Ray's own
+JobSubmissionClient. One Ray head and one emulator serve the whole module.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dill
+import pytest
+from pulumi.dynamic.dynamic import serialize_provider
+from ray.exceptions import AuthenticationError
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+from jobs import dashboard_access
+from jobs.ray_job import (
+    UNKNOWN,
+    JobDeadlines,
+    RayJobArgs,
+    RayJobProvider,
+    _is_transient,
+    input_problems,
+    submission_id,
+)
+from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
+from tests.support.local_proxies import (
+    TcpForwarder,
+    make_tls_material,
+    start_service_proxy,
+)
+from tests.support.ray_head import RayHead, free_port, start_ray_head
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
+BUCKET = "provider-ckpt"
+FAST = JobDeadlines(
+    submit_s=60.0,
+    start_s=60.0,
+    startup_grace_s=0.3,
+    wait_s=60.0,
+    stop_s=30.0,
+    poll_interval_s=0.1,
+)
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[GcsEmulator]:
+    with start_gcs_emulator() as emulator:
+        emulator.client().create_bucket(BUCKET)
+        # The provider's own checkpoint discovery uses the default storage client.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+            yield emulator
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[RayHead]:
+    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjp", dir="/tmp"))) as ray_head:
+        yield ray_head
+
+
+@pytest.fixture(scope="module")
+def jobs(head: RayHead) -> JobSubmissionClient:
+    return JobSubmissionClient(head.dashboard_url)
+
+
+@pytest.fixture
+def provider() -> RayJobProvider:
+    return RayJobProvider()
+
+
+def props(
+    dashboard: dict[str, Any],
+    gcs: GcsEmulator,
+    run: str,
+    *,
+    steps: int = 2,
+    step_seconds: float = 0.0,
+    fail_at_step: int = 0,
+    log_lines_per_step: int = 1,
+    wait: bool = False,
+    deadlines: JobDeadlines = FAST,
+) -> dict[str, Any]:
+    """Inputs as the engine hands them to the provider; `run` names the checkpoint folder."""
+    root = f"gs://{BUCKET}/{run}"
+    command = [
+        sys.executable, str(FAKE_TRAINER), "--root", root, "--steps", str(steps),
+        "--step-seconds", str(step_seconds), "--fail-at-step", str(fail_at_step),
+        "--log-lines-per-step", str(log_lines_per_step), "--world-size", "2",
+    ]  # fmt: skip
+    return RayJobArgs(
+        entrypoint=shlex.join(command),
+        runtime_env={
+            "env_vars": {"STORAGE_EMULATOR_HOST": gcs.url, "TOKENIZERS_PARALLELISM": "true"}
+        },
+        dashboard=dashboard,
+        checkpoint_root=root,
+        submission_id_prefix="test",
+        wait=wait,
+        deadlines=deadlines,
+    ).to_props()
+
+
+def long_running(head: RayHead, gcs: GcsEmulator, run: str) -> dict[str, Any]:
+    return props(dashboard_access.url_dashboard(head.dashboard_url), gcs, run, steps=100_000,
+                 step_seconds=0.5)  # fmt: skip
+
+
+def jobs_with_id(jobs: JobSubmissionClient, prefix: str) -> list[str]:
+    return sorted(
+        job.submission_id
+        for job in jobs.list_jobs()
+        if job.submission_id and job.submission_id.startswith(prefix)
+    )
+
+
+def stop_quietly(provider: RayJobProvider, sid: str, state: dict[str, Any]) -> None:
+    provider.delete(sid, state)
+
+
+# -- against the real head --------------------------------------------------------------------
+
+
+def test_submit_runs_to_success_and_reads_checkpoints_back(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    inputs = props(
+        dashboard_access.url_dashboard(head.dashboard_url), gcs, "success", steps=3, wait=True
+    )
+    created = provider.create(inputs)
+    sid = created.id
+    outs = created.outs
+    assert outs is not None
+    assert sid == submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
+    assert jobs.get_job_status(sid) == JobStatus.SUCCEEDED
+    root = f"gs://{BUCKET}/success"
+    expected = [f"{root}/global_step_{n}" for n in (1, 2, 3)]
+    assert outs["status"] == "SUCCEEDED"
+    assert outs["message"] == "Job finished successfully."
+    assert outs["submission_id"] == sid
+    assert outs["checkpoint_root"] == root
+    assert outs["checkpoints"] == expected
+    assert (outs["latest_step"], outs["latest_checkpoint"]) == (3, f"{root}/global_step_3")
+    assert outs["start_time"] is not None and outs["end_time"] is not None
+    assert outs["start_time"] <= outs["end_time"]
+    assert f"ray job logs {sid} --address {head.dashboard_url}" in outs["dashboard_hint"]
+    # Every input is kept in the state: diff and update receive the old state, not old inputs.
+    assert {k: outs[k] for k in inputs if k != "checkpoint_root"} == {
+        k: v for k, v in inputs.items() if k != "checkpoint_root"
+    }
+
+    refreshed = provider.read(sid, outs)
+    assert refreshed.id == sid and refreshed.outs is not None
+    assert refreshed.outs["status"] == "SUCCEEDED"
+    assert refreshed.outs["checkpoints"] == expected
+    assert refreshed.outs["latest_step"] == 3
+
+
+def test_create_returns_while_running_and_a_second_create_adopts(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    inputs = long_running(head, gcs, "adopt")
+    first = provider.create(inputs)
+    assert first.outs is not None and first.outs["status"] == "RUNNING"
+    try:
+        second = provider.create(inputs)
+        assert second.id == first.id
+        assert second.outs is not None and second.outs["status"] == "RUNNING"
+        assert jobs_with_id(jobs, first.id) == [first.id]
+    finally:
+        stop_quietly(provider, first.id, first.outs)
+
+
+def test_destroy_stops_a_running_job_and_is_idempotent(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    created = provider.create(long_running(head, gcs, "destroy"))
+    assert created.outs is not None
+    assert jobs.get_job_status(created.id) == JobStatus.RUNNING
+    provider.delete(created.id, created.outs)
+    assert jobs.get_job_status(created.id) == JobStatus.STOPPED
+    provider.delete(created.id, created.outs)  # a second destroy finds it terminal: no error
+    assert jobs.get_job_status(created.id) == JobStatus.STOPPED
+
+
+def test_changed_spec_replaces_and_stops_the_old_job_before_the_new_one_starts(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    old_inputs = long_running(head, gcs, "replace")
+    old = provider.create(old_inputs)
+    assert old.outs is not None
+    new_inputs = {**old_inputs, "entrypoint": old_inputs["entrypoint"] + " --save-freq 5"}
+
+    diff = provider.diff(old.id, old.outs, new_inputs)
+    assert diff.changes is True
+    assert diff.replaces == ["entrypoint"]
+    assert diff.delete_before_replace is True
+    # What the engine does for delete_before_replace: delete the old resource, then create.
+    provider.delete(old.id, old.outs)
+    new = provider.create(new_inputs)
+    assert new.outs is not None
+    try:
+        assert new.id != old.id
+        old_info, new_info = jobs.get_job_info(old.id), jobs.get_job_info(new.id)
+        assert old_info.status == JobStatus.STOPPED
+        assert new_info.status == JobStatus.RUNNING
+        assert old_info.end_time is not None and new_info.start_time is not None
+        assert old_info.end_time <= new_info.start_time
+    finally:
+        stop_quietly(provider, new.id, new.outs)
+
+
+def test_a_stopped_job_is_resubmitted_as_a_new_attempt(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    inputs = long_running(head, gcs, "attempts")
+    first = provider.create(inputs)
+    assert first.outs is not None
+    provider.delete(first.id, first.outs)  # e.g. `pulumi destroy`, then `pulumi up` again
+    second = provider.create(inputs)
+    assert second.outs is not None
+    try:
+        assert second.id == f"{first.id}-r2"
+        assert jobs.get_job_status(second.id) == JobStatus.RUNNING
+        assert jobs_with_id(jobs, first.id) == [first.id, second.id]
+        # Running again adopts the live attempt instead of starting a third.
+        assert provider.create(inputs).id == second.id
+    finally:
+        stop_quietly(provider, second.id, second.outs)
+
+
+def test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    # wait is off: the failure must be caught during the startup grace (a long one here, so
+    # that a slow start cannot let the job look healthy before it fails).
+    inputs = props(
+        dashboard_access.url_dashboard(head.dashboard_url),
+        gcs,
+        "failing",
+        steps=5,
+        fail_at_step=2,
+        log_lines_per_step=40,
+        deadlines=replace(FAST, startup_grace_s=120.0),
+    )
+    sid = submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
+    with pytest.raises(RuntimeError) as failure:
+        provider.create(inputs)
+    text = str(failure.value)
+    assert f"Ray job {sid} FAILED: Job entrypoint command failed with exit code 3" in text
+    assert "RuntimeError: boom at step 2" in text
+    tail = text.split("lines of the driver log ---\n", 1)[1].splitlines()
+    assert len(tail) == 50
+    assert tail[-1] == "RuntimeError: boom at step 2"
+    assert "step:1 - line:0 -" not in text  # older lines are cut
+    assert jobs.get_job_status(sid) == JobStatus.FAILED
+
+
+def test_dashboard_down_at_submit_then_up_within_the_deadline(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    forwarder = TcpForwarder(target_port=int(head.dashboard_url.rsplit(":", 1)[1]))
+    late_url = f"http://127.0.0.1:{forwarder.listen_port}"
+    inputs = props(dashboard_access.url_dashboard(late_url), gcs, "late-dashboard", wait=True)
+    opened = threading.Timer(2.0, forwarder.start)
+    opened.start()
+    started = time.monotonic()
+    try:
+        created = provider.create(inputs)
+    finally:
+        opened.cancel()
+        forwarder.stop()
+    assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+    assert time.monotonic() - started >= 2.0  # it could only have succeeded after retrying
+    assert forwarder.connections > 0
+    assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+
+
+def test_dashboard_down_past_the_deadline_names_the_address(
+    provider: RayJobProvider, gcs: GcsEmulator
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    deadlines = JobDeadlines(submit_s=1.5, poll_interval_s=0.2)
+    inputs = props(dashboard_access.url_dashboard(nobody), gcs, "no-dashboard", deadlines=deadlines)
+    with pytest.raises(RuntimeError) as failure:
+        provider.create(inputs)
+    assert f"Ray dashboard at {nobody} did not answer within" in str(failure.value)
+    assert "Failed to connect to Ray" in str(failure.value)
+
+
+def test_refresh_after_the_job_record_is_gone_reports_it_gone(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    created = provider.create(
+        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "gone", wait=True)
+    )
+    assert created.outs is not None
+    assert jobs.delete_job(created.id) is True
+    refreshed = provider.read(created.id, created.outs)
+    assert refreshed.id is None
+    assert refreshed.outs == {}
+
+
+def test_service_proxy_addressing_with_a_bearer_token(
+    head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    proxy = start_service_proxy(head.dashboard_url, "sesame", "verl", "verl-head-svc")
+    try:
+        dashboard = dashboard_access.kube_proxy_dashboard(
+            proxy.endpoint, "", "verl", "verl-head-svc"
+        )
+        tokens: list[str] = []
+
+        def token() -> str:
+            tokens.append("sesame")
+            return "sesame"
+
+        provider = RayJobProvider(token_provider=token)
+        created = provider.create(props(dashboard, gcs, "proxied", wait=True))
+        assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+        assert created.outs["latest_step"] == 2
+        assert proxy.forwarded > 0 and proxy.rejected == 0 and tokens
+        assert (
+            "kubectl port-forward -n verl service/verl-head-svc 8265:dashboard"
+            in (created.outs["dashboard_hint"])
+        )
+        # The token is fetched per call and never lands in the state.
+        assert "sesame" not in json.dumps(created.outs)
+        assert provider.read(created.id, created.outs).outs["status"] == "SUCCEEDED"  # type: ignore[index]
+
+        # Without the token the proxy answers 401, both to Ray's client and to the provider.
+        address = f"{proxy.endpoint}{proxy.prefix}"
+        with pytest.raises(AuthenticationError):
+            JobSubmissionClient(address)
+        wrong = RayJobProvider(token_provider=lambda: "guess")
+        with pytest.raises(RuntimeError, match="refused the credentials"):
+            wrong.read(created.id, created.outs)
+        assert proxy.rejected >= 2
+    finally:
+        proxy.stop()
+
+
+def test_service_proxy_answering_503_at_first_is_retried(
+    head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    proxy = start_service_proxy(
+        head.dashboard_url, "sesame", "verl", "head-svc", unavailable_first=4
+    )
+    try:
+        dashboard = dashboard_access.kube_proxy_dashboard(proxy.endpoint, "", "verl", "head-svc")
+        created = RayJobProvider(token_provider=lambda: "sesame").create(
+            props(dashboard, gcs, "no-endpoints-yet", wait=True)
+        )
+        assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+        assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+    finally:
+        proxy.stop()
+
+
+def test_service_proxy_over_tls_verifies_against_the_cluster_ca(
+    head: RayHead, gcs: GcsEmulator, tmp_path: Path
+) -> None:
+    tls = make_tls_material(tmp_path / "tls")
+    proxy = start_service_proxy(head.dashboard_url, "sesame", "verl", "head-svc", tls=tls)
+    try:
+        assert "://" not in proxy.endpoint  # a bare host:port, as GKE's endpoint
+        ca = base64.b64encode(tls.ca_pem).decode()  # as GKE's master_auth.cluster_ca_certificate
+        provider = RayJobProvider(token_provider=lambda: "sesame")
+        dashboard = dashboard_access.kube_proxy_dashboard(proxy.endpoint, ca, "verl", "head-svc")
+        created = provider.create(props(dashboard, gcs, "tls", wait=True))
+        assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+
+        # Another CA: the certificate check fails at once (not retried until the deadline).
+        other_ca = base64.b64encode(make_tls_material(tmp_path / "other").ca_pem).decode()
+        impostor = dashboard_access.kube_proxy_dashboard(
+            proxy.endpoint, other_ca, "verl", "head-svc"
+        )
+        with pytest.raises(RuntimeError) as failure:
+            provider.read(created.id, {**created.outs, "dashboard": impostor})
+        assert "CERTIFICATE_VERIFY_FAILED" in str(failure.value)
+        assert "did not answer within" not in str(failure.value)
+    finally:
+        proxy.stop()
+
+
+def test_provider_survives_dill_serialization(
+    head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    plain = dill.loads(dill.dumps(RayJobProvider(), recurse=True))
+    # What pulumi stores in the state (`__provider`): sorted-dict dill, base64.
+    stored = dill.loads(base64.b64decode(serialize_provider(RayJobProvider())))
+    for index, revived in enumerate((plain, stored)):
+        assert isinstance(revived, RayJobProvider)
+        created = revived.create(
+            props(
+                dashboard_access.url_dashboard(head.dashboard_url), gcs, f"dill-{index}", wait=True
+            )
+        )
+        assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+        assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+
+
+def test_the_pulumi_dynamic_provider_host_runs_the_provider(
+    head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    """Drive `python -m pulumi.dynamic` (what the engine starts) over gRPC, as the engine does.
+
+    Covers what calling methods directly cannot: the provider is unpickled by reference in
+    another process started in the program folder, inputs and outputs cross Pulumi's wire format.
+    """
+    import asyncio
+
+    import grpc
+    from google.protobuf import struct_pb2
+    from pulumi.runtime import rpc
+    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    urn = "urn:pulumi:test::verl-gke::pulumi-python:dynamic/jobs:RayJob::grpo"
+    host = subprocess.Popen(
+        [sys.executable, "-u", "-m", "pulumi.dynamic"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    try:
+        assert host.stdout is not None
+        port = int(host.stdout.readline())
+        drain = threading.Thread(target=lambda: output.extend(host.stdout), daemon=True)  # type: ignore[arg-type]
+        drain.start()
+        stub = provider_pb2_grpc.ResourceProviderStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        inputs = {
+            **props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "host", wait=True),
+            "__provider": serialize_provider(RayJobProvider()),
+        }
+        news = asyncio.run(rpc.serialize_properties(inputs, {}))
+
+        checked = stub.Check(
+            provider_pb2.CheckRequest(urn=urn, olds=struct_pb2.Struct(), news=news)
+        )
+        assert list(checked.failures) == []
+        created = stub.Create(provider_pb2.CreateRequest(urn=urn, properties=checked.inputs))
+        state = rpc.deserialize_properties(created.properties)
+        assert created.id == submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
+        assert state["status"] == "SUCCEEDED" and state["latest_step"] == 2
+        assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+
+        diff = stub.Diff(
+            provider_pb2.DiffRequest(
+                id=created.id, urn=urn, olds=created.properties, news=checked.inputs
+            )
+        )
+        assert diff.changes == provider_pb2.DiffResponse.DIFF_NONE
+        read = stub.Read(
+            provider_pb2.ReadRequest(id=created.id, urn=urn, properties=created.properties)
+        )
+        assert read.id == created.id
+        assert rpc.deserialize_properties(read.properties)["checkpoints"] == state["checkpoints"]
+        stub.Delete(provider_pb2.DeleteRequest(id=created.id, urn=urn, properties=read.properties))
+        assert jobs.delete_job(created.id) is True
+        gone = stub.Read(
+            provider_pb2.ReadRequest(id=created.id, urn=urn, properties=read.properties)
+        )
+        assert gone.id == ""
+    finally:
+        host.kill()
+        host.wait()
+    drain.join(timeout=5)
+    assert any(f"[ray-job {created.id}] SUCCEEDED" in line for line in output), output
+
+
+def test_client_ignores_ray_address_from_the_environment(
+    provider: RayJobProvider,
+    head: RayHead,
+    gcs: GcsEmulator,
+    jobs: JobSubmissionClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Ray user's shell often exports RAY_ADDRESS; Ray's client would prefer it to our input.
+    monkeypatch.setenv("RAY_ADDRESS", f"http://127.0.0.1:{free_port()}")
+    created = provider.create(
+        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "env", wait=True)
+    )
+    assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
+
+
+# -- pure logic (no cluster) ------------------------------------------------------------------
+
+
+def plain_props(**overrides: Any) -> dict[str, Any]:
+    base = RayJobArgs(
+        entrypoint="python3 -m verl.trainer.main_ppo trainer.save_freq=10",
+        runtime_env={
+            "env_vars": {
+                "TOKENIZERS_PARALLELISM": "true",
+                "HF_HOME": "/data/hf_home",
+                "HF_TOKEN_PATH": "/var/run/secrets/hf/hf_token",
+                "VLLM_MAX_TOKENS": "8192",
+            }
+        },
+        dashboard=dashboard_access.url_dashboard("http://127.0.0.1:8265"),
+        checkpoint_root="gs://bucket/checkpoints/run",
+        submission_id_prefix="a4x",
+    ).to_props()
+    return {**base, **overrides}
+
+
+def test_submission_id_is_deterministic_safe_and_spec_sensitive() -> None:
+    env = {"env_vars": {"A": "1"}, "config": {"setup_timeout_seconds": 600}}
+    sid = submission_id("A4X stack!", "python3 train.py", env)
+    assert sid == submission_id("A4X stack!", "python3 train.py", json.loads(json.dumps(env)))
+    # Pulumi's wire format turns 600 into 600.0: same job.
+    float_env = {"env_vars": {"A": "1"}, "config": {"setup_timeout_seconds": 600.0}}
+    assert sid == submission_id("A4X stack!", "python3 train.py", float_env)
+    assert sid.startswith("a4x-stack-") and len(sid) == len("a4x-stack-") + 12
+    assert set(sid) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+    assert sid != submission_id("A4X stack!", "python3 train.py", {"env_vars": {"A": "2"}})
+    assert sid != submission_id("A4X stack!", "python3 train.py --x", env)
+
+
+def test_check_accepts_the_default_shape_and_unknowns() -> None:
+    provider = RayJobProvider()
+    assert provider.check({}, plain_props()).failures == []
+    unknown = plain_props(
+        entrypoint=UNKNOWN,
+        dashboard={"kube_api_endpoint": UNKNOWN, "cluster_ca_certificate": UNKNOWN,
+                   "namespace": "verl", "service": UNKNOWN, "port_name": "dashboard"},
+        checkpoint_root=UNKNOWN,
+    )  # fmt: skip
+    assert provider.check({}, unknown).failures == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "prop", "fragment"),
+    [
+        ({"runtime_env": {"env_vars": {"HF_TOKEN": "x"}}}, "runtime_env",
+         "runtime_env.env_vars.HF_TOKEN: secrets must not be RayJob inputs"),
+        ({"runtime_env": {"env_vars": {"WANDB_API_KEY": "x"}}}, "runtime_env",
+         "runtime_env.env_vars.WANDB_API_KEY"),
+        ({"runtime_env": {"env_vars": {"HUGGINGFACEHUB_API_TOKEN": "x"}}}, "runtime_env",
+         "runtime_env.env_vars.HUGGINGFACEHUB_API_TOKEN"),
+        ({"runtime_env": {"config": {"db_password": "x"}}}, "runtime_env",
+         "runtime_env.config.db_password"),
+        ({"runtime_env": {"env_vars": {"X": "hf_" + "a1B2" * 9}}}, "runtime_env",
+         "runtime_env.env_vars.X contains what looks like a Hugging Face token"),
+        ({"entrypoint": "huggingface-cli login --token hf_" + "Z" * 34 + " && train"},
+         "entrypoint", "entrypoint contains what looks like a Hugging Face token"),
+        ({"entrypoint": "  "}, "entrypoint", "entrypoint must be a non-empty command"),
+        ({"dashboard": {"url": "127.0.0.1:8265"}}, "dashboard", "dashboard.url must be an http"),
+        ({"dashboard": {"host": "x"}}, "dashboard", "expected either ['url']"),
+        ({"dashboard": dashboard_access.kube_proxy_dashboard("1.2.3.4", "bm90IGEgY2VydA==",
+                                                            "verl", "svc")},
+         "dashboard", "does not contain a PEM certificate"),
+        ({"checkpoint_root": "/data/checkpoints"}, "checkpoint_root",
+         "checkpoint_root must be a gs://<bucket>/<folder> URL, got '/data/checkpoints'"),
+        ({"deadline_submit_s": -1}, "deadline_submit_s", "must be a number of seconds >= 0"),
+        ({"submission_id_prefix": "--"}, "submission_id_prefix", "must contain a letter"),
+    ],
+)  # fmt: skip
+def test_check_rejects_bad_inputs_with_a_clear_reason(
+    overrides: dict[str, Any], prop: str, fragment: str
+) -> None:
+    failures = RayJobProvider().check({}, plain_props(**overrides)).failures
+    assert [(f.property, fragment in f.reason) for f in failures] == [(prop, True)], failures
+
+
+def test_diff_replaces_on_spec_changes_and_updates_in_place_otherwise() -> None:
+    provider = RayJobProvider()
+    state = {**plain_props(), "status": "RUNNING", "submission_id": "a4x-0123"}
+
+    def diff(**news: Any) -> tuple[bool | None, list[str] | None, bool | None]:
+        result = provider.diff("a4x-0123", state, plain_props(**news))
+        return result.changes, result.replaces, result.delete_before_replace
+
+    assert diff() == (False, [], True)
+    assert diff(entrypoint="python3 other.py") == (True, ["entrypoint"], True)
+    assert diff(runtime_env={"env_vars": {"X": "1"}}) == (True, ["runtime_env"], True)
+    assert diff(submission_id_prefix="a4") == (True, ["submission_id_prefix"], True)
+    # How to reach or watch the job: no replace.
+    assert diff(dashboard=dashboard_access.url_dashboard("http://10.0.0.1:8265"))[:2] == (True, [])
+    assert diff(wait=True)[:2] == (True, [])
+    assert diff(deadline_submit_s=5.0)[:2] == (True, [])
+    assert diff(checkpoint_root="gs://bucket/elsewhere")[:2] == (True, [])
+    assert diff(checkpoint_root="gs://bucket/checkpoints/run/") == (False, [], True)
+    # Pulumi's wire floats are not a change.
+    assert diff(deadline_submit_s=600) == (False, [], True)
+    # Unknown during preview: a spec value may change the job, a connection value may not.
+    assert diff(entrypoint=UNKNOWN)[:2] == (True, ["entrypoint"])
+    assert diff(runtime_env={"env_vars": {"BUCKET": UNKNOWN}})[:2] == (True, ["runtime_env"])
+    assert diff(dashboard={"url": UNKNOWN})[:2] == (True, [])
+
+
+def test_update_stores_new_connection_inputs_and_keeps_observed_outputs() -> None:
+    state = {
+        **plain_props(),
+        "submission_id": "a4x-0123",
+        "status": "RUNNING",
+        "message": "Job is currently running.",
+        "dashboard_hint": "old",
+        "checkpoint_root": "gs://bucket/checkpoints/run",
+        "checkpoints": ["gs://bucket/checkpoints/run/global_step_10"],
+        "latest_checkpoint": "gs://bucket/checkpoints/run/global_step_10",
+        "latest_step": 10.0,
+        "start_time": "2026-11-29T10:00:00+00:00",
+        "end_time": None,
+    }
+    news = plain_props(dashboard=dashboard_access.url_dashboard("http://10.1.2.3:8265"), wait=True)
+    outs = RayJobProvider().update("a4x-0123", state, news).outs
+    assert outs is not None
+    assert outs["dashboard"] == {"url": "http://10.1.2.3:8265"} and outs["wait"] is True
+    assert "--address http://10.1.2.3:8265" in outs["dashboard_hint"]
+    for key in ("status", "checkpoints", "latest_step", "start_time", "submission_id"):
+        assert outs[key] == state[key]
+
+
+def test_kube_proxy_client_arguments() -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+    spec = dashboard_access.parse_dashboard(
+        dashboard_access.kube_proxy_dashboard(
+            "34.1.2.3", base64.b64encode(pem).decode(), "verl", "verl-raycluster-head-svc"
+        )
+    )
+    calls: list[int] = []
+
+    def token() -> str:
+        calls.append(1)
+        return f"ya29.token-{len(calls)}"
+
+    with dashboard_access.client_args(spec, token) as make:
+        first, second = make(), make()
+        assert first.address == (
+            "https://34.1.2.3/api/v1/namespaces/verl/services/"
+            "verl-raycluster-head-svc:dashboard/proxy"
+        )
+        assert first.headers == {"Authorization": "Bearer ya29.token-1"}
+        assert second.headers == {"Authorization": "Bearer ya29.token-2"}  # fetched per client
+        assert isinstance(first.verify, str)
+        ca_file = Path(first.verify)
+        assert ca_file.read_bytes() == pem
+        assert ca_file.stat().st_mode & 0o077 == 0  # private to this user
+        assert "ya29" not in repr(first)
+    assert not ca_file.exists()
+
+    plain = dashboard_access.parse_dashboard(dashboard_access.url_dashboard("http://h:8265/"))
+    with dashboard_access.client_args(plain, token) as make:
+        assert make() == dashboard_access.ClientArgs("http://h:8265", {}, True)
+    assert len(calls) == 2  # no token for a plain URL
+
+
+def test_program_side_construction_registers_inputs_and_outputs() -> None:
+    # Under pulumi's mocks in a subprocess: set_mocks is process-wide and must not leak into the
+    # lead's program tests that share this pytest process.
+    script = """
+import json, pulumi
+
+class Mocks(pulumi.runtime.Mocks):
+    seen = {}
+    def new_resource(self, args):
+        Mocks.seen[args.typ] = sorted(args.inputs)
+        return f"{args.name}-id", {**args.inputs, "status": "RUNNING"}
+    def call(self, args):
+        return {}
+
+pulumi.runtime.set_mocks(Mocks(), project="verl-gke", stack="a4x", preview=False)
+from jobs.ray_job import RayJob, RayJobArgs
+from jobs.dashboard_access import kube_proxy_dashboard
+
+@pulumi.runtime.test
+def run():
+    job = RayJob("grpo", RayJobArgs(
+        entrypoint="python3 -m verl.trainer.main_ppo",
+        runtime_env={"env_vars": {"HF_HOME": "/data/hf"}},
+        dashboard=kube_proxy_dashboard(pulumi.Output.from_input("34.1.2.3"), "", "verl", "svc"),
+        checkpoint_root="gs://bucket/run",
+        submission_id_prefix=pulumi.get_stack(),
+    ))
+    report = lambda status: print(json.dumps({"status": status, "seen": Mocks.seen}))
+    return job.status.apply(report)
+
+run()
+try:
+    RayJob("bad", RayJobArgs(entrypoint="x", runtime_env={"env_vars": {"HF_TOKEN": "t"}},
+           dashboard={"url": "http://h:1"}, checkpoint_root="gs://bucket/run",
+           submission_id_prefix="a4x"))
+except ValueError as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    registered, error = lines[0], lines[1]
+    assert registered["status"] == "RUNNING"
+    inputs = registered["seen"]["pulumi-python:dynamic/jobs:RayJob"]
+    assert {"entrypoint", "runtime_env", "dashboard", "checkpoint_root", "wait"} <= set(inputs)
+    assert "__provider" in inputs
+    assert "runtime_env.env_vars.HF_TOKEN" in error["error"]
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (ConnectionError("Failed to connect to Ray at address: http://h:1."), True),
+        (RuntimeError("Request failed with status code 500: No available agent to submit job, "
+                      "please try again later.."), True),
+        (RuntimeError("Request failed with status code 503: no endpoints available"), True),
+        (RuntimeError("Request failed with status code 500: Traceback ... ValueError: Job with "
+                      "submission_id x already exists. Please use a different submission_id."),
+         False),
+        (RuntimeError("Request failed with status code 404: Job x does not exist."), False),
+        (RuntimeError("Request failed with status code 400: bad runtime_env"), False),
+        (ValueError("something else"), False),
+    ],
+)  # fmt: skip
+def test_transient_errors_are_told_apart(error: Exception, transient: bool) -> None:
+    assert _is_transient(error) is transient
+
+
+def test_input_problems_collects_every_failure() -> None:
+    problems = input_problems(
+        plain_props(entrypoint="", checkpoint_root="s3://x/y", dashboard={"url": 3})
+    )
+    assert sorted(prop for prop, _ in problems) == ["checkpoint_root", "dashboard", "entrypoint"]
