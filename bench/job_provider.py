@@ -129,6 +129,11 @@ def bench_discovery(runs: int) -> None:
                 f"{label:32s} requests {max(counts):3d}   bytes {max(volumes):9,d}   "
                 f"{summary(times)}   steps found {len(found)}"
             )
+        print(
+            "(requests include one background bucket-metadata GET per new client, made by\n"
+            " google-cloud-storage 3.17; the emulator has no page cap, so the naive listing is\n"
+            " paged at 1,000 entries as real GCS does)"
+        )
 
 
 def bench_submit(runs: int) -> None:
