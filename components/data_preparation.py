@@ -48,6 +48,15 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
+        policy = manifests.ingress_policy(s)
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-deny-ingress",
+            metadata=policy["metadata"],
+            spec=policy["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=provider, depends_on=[args.namespace]
+            ),
+        )
         job_body = manifests.data_prep_job(s, script, args.cluster.cpu_pool_name)
         # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
         # first. The fixed name means a changed Job is deleted before its replacement starts.

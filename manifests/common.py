@@ -30,6 +30,24 @@ ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 AUTOPILOT_CPU_CLASS = "Performance"
 
 
+# checkov findings accepted for an object, as checkov's own skip annotations so the reason sits
+# next to the object (README "checkov findings" lists them all).
+def accepted_findings(findings: dict[str, str]) -> dict[str, str]:
+    return {
+        f"checkov.io/skip{index}": f"{check}={reason}"
+        for index, (check, reason) in enumerate(sorted(findings.items()), start=1)
+    }
+
+
+DEFAULT_NAMESPACE_FINDING = {
+    "CKV_K8S_21": "the tutorial's namespace; verl-gke:namespace moves the workload elsewhere"
+}
+
+
+def default_namespace_findings(settings: StackSettings) -> dict[str, str]:
+    return DEFAULT_NAMESPACE_FINDING if settings.namespace == "default" else {}
+
+
 def labels(component: str) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": component}
 

@@ -8,6 +8,8 @@ from manifests.common import (
     BUCKET_PVC,
     HF_SECRET,
     Manifest,
+    accepted_findings,
+    default_namespace_findings,
     metadata,
 )
 
@@ -50,7 +52,12 @@ def service_account(settings: StackSettings) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(settings.ksa_name, "storage", settings.namespace),
+        "metadata": metadata(
+            settings.ksa_name,
+            "storage",
+            settings.namespace,
+            annotations=accepted_findings(default_namespace_findings(settings)),
+        ),
     }
 
 
@@ -68,7 +75,12 @@ def hf_secret(settings: StackSettings) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": metadata(HF_SECRET, "storage", settings.namespace),
+        "metadata": metadata(
+            HF_SECRET,
+            "storage",
+            settings.namespace,
+            annotations=accepted_findings(default_namespace_findings(settings)),
+        ),
         "type": "Opaque",
     }
 
