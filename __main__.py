@@ -7,6 +7,7 @@ from components.data_preparation import DataPreparation, DataPreparationArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs, get_credentials_command
 from components.gpu_networking import GpuFabric, GpuFabricArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.grpo_training import GrpoTraining, GrpoTrainingArgs
 from components.host_network import HostNetwork, HostNetworkArgs
 from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
@@ -55,6 +56,9 @@ ray_cluster = RayCluster(
     "ray",
     RayClusterArgs(settings, gke, namespace, kuberay, storage, fabric, dra_driver, rdma_networks),
 )
+training = GrpoTraining(
+    "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep)
+)
 
 pulumi.export("profile", settings.profile_name)
 pulumi.export("mode", settings.mode.value)
@@ -68,3 +72,11 @@ pulumi.export("namespace", namespace.name)
 pulumi.export("rayClusterName", ray_cluster.name)
 pulumi.export("rayHeadService", ray_cluster.head_service)
 pulumi.export("dashboardPortForwardCommand", ray_cluster.port_forward_command)
+pulumi.export("jobSubmissionId", training.job.submission_id)
+pulumi.export("jobStatus", training.job.status)
+pulumi.export("jobMessage", training.job.message)
+pulumi.export("jobDashboardHint", training.job.dashboard_hint)
+pulumi.export("checkpointRoot", training.job.checkpoint_root)
+pulumi.export("checkpoints", training.job.checkpoints)
+pulumi.export("latestCheckpoint", training.job.latest_checkpoint)
+pulumi.export("latestCheckpointStep", training.job.latest_step)

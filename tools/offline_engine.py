@@ -180,6 +180,10 @@ class OfflineMocks(mocks.Mocks):
         if args.typ == "gcp:container/cluster:Cluster":
             state.setdefault("endpoint", FAKE_ENDPOINT)
             state.setdefault("masterAuth", {"clusterCaCertificate": FAKE_CA})
+        if args.typ.startswith("pulumi-python:dynamic"):
+            # A dynamic provider computes its outputs (job status, checkpoints) at apply time;
+            # a preview knows none of them.
+            state = {k: rpc.UNKNOWN if v is None else v for k, v in state.items()}
         state.setdefault("name", args.name)
         return f"{args.name}-id", state
 
@@ -264,12 +268,17 @@ def run_stack(
     return PlanResult(stack, list(monitor.recorded), outputs, secret_outputs, warnings.messages)
 
 
+# Stands for an output only known after `pulumi up` (as a real preview shows it).
+UNKNOWN_OUTPUT = "(known after apply)"
+
+
 def _resolve_outputs(exports: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
     values: dict[str, Any] = {}
     secrets = set()
     for key, value in exports.items():
         output = pulumi.Output.from_input(value)
-        values[key] = _sync_await(output.future())
+        known = _sync_await(output.is_known())
+        values[key] = _sync_await(output.future()) if known else UNKNOWN_OUTPUT
         if _sync_await(output.is_secret()):
             secrets.add(key)
     return values, frozenset(secrets)

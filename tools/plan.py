@@ -54,6 +54,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
+    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait", "checkpoint_root"),
 }
 
 

@@ -1,0 +1,125 @@
+"""The GRPO job as the real program registers it, per stack and mode."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tests.program import COMBINATIONS, plan
+from tools.offline_engine import FAKE_CA, FAKE_ENDPOINT, UNKNOWN_OUTPUT
+
+RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
+
+# The tutorial's numbers that decide the run's shape (seed for A4X, tutorial §7 for A4/A3U).
+SHAPE = {
+    "a4x": {"tp": "4", "gpus": "4", "nodes": "4", "mini": "64"},
+    "a4": {"tp": "8", "gpus": "8", "nodes": "2", "mini": "256"},
+    "a3u": {"tp": "8", "gpus": "8", "nodes": "2", "mini": "256"},
+}
+
+
+def overrides(entrypoint: str) -> dict[str, str]:
+    words = shlex.split(entrypoint)
+    assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    return dict(word.split("=", 1) for word in words[3:])
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
+    job = plan(stack, mode).one(RAY_JOB)
+    args = overrides(job.inputs["entrypoint"])
+    shape = SHAPE[stack]
+    assert args["algorithm.adv_estimator"] == "grpo"
+    assert args["actor_rollout_ref.rollout.tensor_model_parallel_size"] == shape["tp"]
+    assert args["trainer.n_gpus_per_node"] == shape["gpus"]
+    assert args["trainer.nnodes"] == shape["nodes"]
+    assert args["actor_rollout_ref.actor.ppo_mini_batch_size"] == shape["mini"]
+    assert args["data.train_files"] == "/data/gsm8k/train.parquet"
+    assert args["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
+    # Checkpoints land in the bucket, one folder per experiment, and are actually written.
+    assert args["trainer.default_local_dir"] == (
+        f"/data/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
+    )
+    assert int(args["trainer.save_freq"]) > 0
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_job_runtime_env_per_profile_and_mode(stack: str, mode: str) -> None:
+    env = plan(stack, mode).one(RAY_JOB).inputs["runtime_env"]["env_vars"]
+    assert env["PYTHONPATH"] == "/data/verl"
+    assert env["HF_HOME"] == "/data/huggingface_cache"
+    assert env["NCCL_DEBUG"] == "INFO"
+    expected = {
+        ("a4x", "standard"): ("NCCL_ENV_PLUGIN", "gcp"),
+        ("a4", "standard"): (
+            "NCCL_TUNER_CONFIG_PATH",
+            "/usr/local/gib/configs/tuner_config_a4.txtpb",
+        ),
+        ("a3u", "standard"): (
+            "NCCL_TUNER_CONFIG_PATH",
+            "/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        ),
+        ("a4", "autopilot"): ("NCCL_CONF_FILE", "/usr/local/gib/configs/nccl.a4.conf"),
+        ("a3u", "autopilot"): ("NCCL_CONF_FILE", "/usr/local/gib/configs/nccl.a3u.conf"),
+    }[(stack, mode)]
+    assert env[expected[0]] == expected[1]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_job_reaches_dashboard_through_the_api_server_proxy(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    job = result.one(RAY_JOB)
+    dashboard = job.inputs["dashboard"]
+    assert dashboard["kube_api_endpoint"] == FAKE_ENDPOINT
+    assert dashboard["cluster_ca_certificate"] == FAKE_CA
+    assert dashboard["namespace"] == "default"
+    assert dashboard["service"] == result.outputs["rayHeadService"]
+    assert job.inputs["checkpoint_root"] == result.outputs["checkpointRoot"]
+    assert result.outputs["checkpointRoot"] == (
+        f"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
+    )
+    assert job.inputs["submission_id_prefix"] == f"{stack}-grpo"
+    assert job.inputs["wait"] is False
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_job_waits_for_ray_cluster_and_data_but_hf_token_never_reaches_it(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode)
+    job = result.one(RAY_JOB)
+    assert result.depends_on(job, result.one("kubernetes:ray.io/v1:RayCluster"))
+    assert result.depends_on(job, result.one("kubernetes:batch/v1:Job", "data-prep-job"))
+    assert "hf_test_token_value" not in repr(job.inputs)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_job_outputs_exported(stack: str, mode: str) -> None:
+    outputs = plan(stack, mode).outputs
+    for key in (
+        "jobSubmissionId",
+        "jobStatus",
+        "jobMessage",
+        "jobDashboardHint",
+        "checkpoints",
+        "latestCheckpoint",
+        "latestCheckpointStep",
+    ):
+        assert outputs[key] == UNKNOWN_OUTPUT, key
+
+
+def test_job_overrides_from_stack_config_reach_the_entrypoint() -> None:
+    result = plan("a3u", "standard", **{"verl-gke__job": '{"ppoMicroBatchSizePerGpu": 4}'})
+    args = overrides(result.one(RAY_JOB).inputs["entrypoint"])
+    assert args["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "4"
+
+
+def test_job_wait_setting() -> None:
+    result = plan("a4x", **{"verl-gke__jobWait": "true"})
+    assert result.one(RAY_JOB).inputs["wait"] is True
+
+
+def test_more_nodes_scale_the_job() -> None:
+    args = overrides(plan("a4x", **{"verl-gke__gpuNodes": "8"}).one(RAY_JOB).inputs["entrypoint"])
+    assert args["trainer.nnodes"] == "8"
