@@ -17,6 +17,7 @@ from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
 from config.profiles import GpuNetworking, Mode
 from config.settings import settings_from_pulumi
+from jobs.memory_fit import format_breakdown
 from jobs.training_job import training_job
 
 # Validate everything before the first resource is registered.
@@ -24,7 +25,10 @@ loaded = settings_from_pulumi()
 for notice in loaded.notices:
     pulumi.log.warn(notice)
 settings = loaded.settings
-grpo = training_job(settings)  # verl's rules, checked before any GPU is paid for
+grpo = training_job(settings)  # verl's rules and the memory fit, before any GPU is paid for
+pulumi.log.info(format_breakdown(grpo.memory))
+if grpo.memory_warning:
+    pulumi.log.warn(grpo.memory_warning)
 
 host_network = HostNetwork("host", HostNetworkArgs(settings))
 rdma_networks = (
@@ -80,3 +84,5 @@ pulumi.export("checkpointRoot", training.job.checkpoint_root)
 pulumi.export("checkpoints", training.job.checkpoints)
 pulumi.export("latestCheckpoint", training.job.latest_checkpoint)
 pulumi.export("latestCheckpointStep", training.job.latest_step)
+pulumi.export("fabricCheckBusbwGbps", training.fabric_result("busbw_gbps"))
+pulumi.export("fabricCheckTransport", training.fabric_result("transport"))

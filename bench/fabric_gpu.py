@@ -1,6 +1,6 @@
 """The fabric check's measurement core next to a plain all-reduce loop, on the same GPUs.
 
-Ray is not needed: torchrun starts one process per GPU, each runs jobs/fabric_check.py's core
+Ray is not needed: torchrun starts one process per GPU, each runs jobs/fabric/fabric_check.py's core
 (measure_all_reduce, summarize, classify_transport, evaluate) and a plain loop timed with CUDA
 events (warm-up, then `iters` torch.distributed.all_reduce calls between two events, slowest
 rank), alternating for a few rounds at the same sizes. Rank 0 prints one JSON line with both
@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.fabric_check import (
+from jobs.fabric.fabric_check import (
     DEFAULT_ITERS,
     DEFAULT_WARMUP,
     Transport,

@@ -1,8 +1,10 @@
-"""The GRPO training run: one Ray job on the RayCluster, submitted through the Ray Jobs API."""
+"""The GRPO training run on the RayCluster: an NCCL fabric check first (unless turned off), then
+the GRPO job, both submitted through the Ray Jobs API."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -12,8 +14,11 @@ from components.ray_cluster import RayCluster
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from jobs.dashboard_access import kube_proxy_dashboard
-from jobs.ray_job import RayJob, RayJobArgs
-from jobs.training_job import TrainingJob
+from jobs.ray_job import JobDeadlines, RayJob, RayJobArgs
+from jobs.training_job import FABRIC_RESULT_TAG, TrainingJob, fabric_check_run
+
+# The fabric check moves a few GiB per rank; half an hour means something is wrong.
+FABRIC_DEADLINES = JobDeadlines(wait_s=1800.0)
 
 
 @dataclass(frozen=True)
@@ -28,11 +33,13 @@ class GrpoTrainingArgs:
 
 class GrpoTraining(pulumi.ComponentResource):
     job: RayJob
+    fabric_check: RayJob | None
 
     def __init__(
         self, name: str, args: GrpoTrainingArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("verl-gke:training:GrpoTraining", name, None, opts)
+        s = args.settings
         gke = args.cluster.cluster
         # The dashboard is reached through the API server's service proxy with a short-lived
         # ADC token: no public endpoint, no port-forward process.
@@ -42,6 +49,29 @@ class GrpoTraining(pulumi.ComponentResource):
             args.namespace.name,
             args.ray_cluster.head_service,
         )
+
+        self.fabric_check = None
+        grpo_waits_for: list[pulumi.Resource] = [args.ray_cluster, args.data_preparation]
+        if s.fabric_check:
+            run = fabric_check_run(s)
+            # `wait`: GRPO is only submitted once the fabric passed (GPUs are exclusive, and a
+            # failed check fails `pulumi up` with its verdict and log tail).
+            self.fabric_check = RayJob(
+                f"{name}-fabric-check",
+                RayJobArgs(
+                    entrypoint=run.entrypoint,
+                    runtime_env=run.runtime_env,
+                    dashboard=dashboard,
+                    checkpoint_root=None,
+                    submission_id_prefix=f"{s.stack}-fabric",
+                    wait=True,
+                    deadlines=FABRIC_DEADLINES,
+                    result_tag=FABRIC_RESULT_TAG,
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.ray_cluster]),
+            )
+            grpo_waits_for.append(self.fabric_check)
+
         self.job = RayJob(
             f"{name}-job",
             RayJobArgs(
@@ -49,11 +79,15 @@ class GrpoTraining(pulumi.ComponentResource):
                 runtime_env=args.job.runtime_env,
                 dashboard=dashboard,
                 checkpoint_root=args.job.checkpoint_url,
-                submission_id_prefix=f"{args.settings.stack}-grpo",
-                wait=args.settings.job_wait,
+                submission_id_prefix=f"{s.stack}-grpo",
+                wait=s.job_wait,
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[args.ray_cluster, args.data_preparation]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=grpo_waits_for),
         )
         self.register_outputs({"submissionId": self.job.submission_id})
+
+    def fabric_result(self, key: str) -> pulumi.Output[Any] | None:
+        """One field of the fabric check's JSON verdict (busbw_gbps, transport, ...)."""
+        if self.fabric_check is None:
+            return None
+        return self.fabric_check.result.apply(lambda result: (result or {}).get(key))

@@ -125,6 +125,10 @@ class StackSettings(BaseModel):
     job: dict[str, Any] = Field(default_factory=dict)
     # Block `pulumi up` until the GRPO job finishes (default: return once it is running).
     job_wait: bool = False
+    # Run the NCCL all-reduce fabric check (jobs/fabric/) before GRPO, and its pass mark in GB/s
+    # of bus bandwidth (default: the profile's, see jobs/fabric/fabric_check.py).
+    fabric_check: bool = True
+    fabric_min_busbw_gbps: float | None = Field(default=None, gt=0)
     host_subnet_cidr: str = "10.128.0.0/20"
     pods_cidr: str = "10.4.0.0/14"
     services_cidr: str = "10.0.32.0/20"

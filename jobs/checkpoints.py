@@ -32,14 +32,14 @@ _STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
 
 @dataclass(frozen=True)
 class CheckpointListing:
-    root: str  # gs://bucket/prefix, no trailing slash
+    root: str | None  # gs://bucket/prefix, no trailing slash; None: the job keeps no checkpoints
     checkpoints: tuple[str, ...]  # gs://.../global_step_N folders, sorted by N
     steps: tuple[int, ...]  # the N of each entry of `checkpoints`
     latest_step: int | None  # from the tracker file; None when absent, unreadable or dangling
     latest_checkpoint: str | None  # gs://.../global_step_<latest_step>
 
     @classmethod
-    def empty(cls, root: str) -> CheckpointListing:
+    def empty(cls, root: str | None) -> CheckpointListing:
         return cls(root=root, checkpoints=(), steps=(), latest_step=None, latest_checkpoint=None)
 
 

@@ -258,6 +258,13 @@ def _modelled_keys() -> dict[str, str]:
     return {key: _alias(name) for name, keys in _HYDRA_KEYS.items() for key in keys}
 
 
+def in_config_terms(text: str) -> str:
+    """`text` with verl's Hydra keys replaced by the `verl-gke:job.<key>` settings that set them."""
+    for hydra_key, alias in sorted(_modelled_keys().items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(hydra_key, f"{CONFIG_KEY}.{alias}")
+    return text
+
+
 # --- models ----------------------------------------------------------------------------------
 
 

@@ -66,6 +66,7 @@ CONNECTION_KEYS = (
     "deadline_wait_s",
     "deadline_stop_s",
     "deadline_poll_interval_s",
+    "result_tag",
 )
 OUTPUT_KEYS = (
     "submission_id",
@@ -78,6 +79,7 @@ OUTPUT_KEYS = (
     "latest_step",
     "start_time",
     "end_time",
+    "result",
 )
 LOG_TAIL_LINES = 50
 MESSAGE_MAX_CHARS = 1000
@@ -116,10 +118,15 @@ class RayJobArgs:
     entrypoint: Any  # Input[str]: the shell command Ray runs on the head
     runtime_env: Any  # Input[dict]: Ray runtime env (env_vars, working_dir, ...), no secrets
     dashboard: Any  # Input[dict]: dashboard_access.url_dashboard / kube_proxy_dashboard
-    checkpoint_root: Any  # Input[str]: gs://bucket/folder = trainer.default_local_dir's bucket path
+    # Input[str]: gs://bucket/folder = trainer.default_local_dir's bucket path; None for a job
+    # that writes no checkpoints.
+    checkpoint_root: Any
     submission_id_prefix: str  # usually the stack name
     wait: bool = False  # block `pulumi up` until the job is terminal
     deadlines: JobDeadlines = field(default_factory=JobDeadlines)
+    # A job that prints its result as one JSON line {"check": <result_tag>, ...}: the provider
+    # exposes the last such line of a finished job as the `result` output.
+    result_tag: str | None = None
 
     def to_props(self) -> dict[str, Any]:
         return {
@@ -130,6 +137,7 @@ class RayJobArgs:
             "submission_id_prefix": self.submission_id_prefix,
             "wait": self.wait,
             **{f"deadline_{f.name}": getattr(self.deadlines, f.name) for f in fields(JobDeadlines)},
+            "result_tag": self.result_tag,
         }
 
 
@@ -141,10 +149,11 @@ class JobInputs:
     runtime_env: dict[str, Any]
     dashboard: dashboard_access.DashboardSpec
     dashboard_input: dict[str, Any]
-    checkpoint_root: str
+    checkpoint_root: str | None
     submission_id_prefix: str
     wait: bool
     deadlines: JobDeadlines
+    result_tag: str | None
 
     @classmethod
     def parse(cls, props: Mapping[str, Any]) -> JobInputs:
@@ -163,10 +172,15 @@ class JobInputs:
             runtime_env=dict(props.get("runtime_env") or {}),
             dashboard=dashboard_access.parse_dashboard(props["dashboard"]),
             dashboard_input=dict(props["dashboard"]),
-            checkpoint_root=normalize_root(props["checkpoint_root"]),
+            checkpoint_root=(
+                normalize_root(props["checkpoint_root"])
+                if props.get("checkpoint_root") is not None
+                else None
+            ),
             submission_id_prefix=props["submission_id_prefix"],
             wait=bool(props.get("wait", False)),
             deadlines=deadlines,
+            result_tag=props.get("result_tag"),
         )
 
     def to_props(self) -> dict[str, Any]:
@@ -178,6 +192,7 @@ class JobInputs:
             submission_id_prefix=self.submission_id_prefix,
             wait=self.wait,
             deadlines=self.deadlines,
+            result_tag=self.result_tag,
         ).to_props()
 
     @property
@@ -235,7 +250,7 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
             dashboard_access.parse_dashboard(props.get("dashboard"))  # type: ignore[arg-type]
         except ValueError as exc:
             problems.append(("dashboard", str(exc)))
-    if known("checkpoint_root"):
+    if known("checkpoint_root") and props.get("checkpoint_root") is not None:
         try:
             parse_gcs_url(props.get("checkpoint_root"))  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:
@@ -317,18 +332,20 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             info = self._await_started(dashboard, job, sid)
             if info.status.value in ("FAILED", "STOPPED"):
                 raise RuntimeError(_failure_report(dashboard, sid, info))
+            result = _tagged_result(dashboard, job, sid, info)
         listing = _discover(job.checkpoint_root, None)
-        return pulumi.dynamic.CreateResult(sid, _outputs(job, sid, info, listing))
+        return pulumi.dynamic.CreateResult(sid, _outputs(job, sid, info, listing, result))
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
         job = JobInputs.parse(props)
         with self._dashboard(job) as dashboard:
             info = dashboard.job_info(id_)
+            result = _tagged_result(dashboard, job, id_, info) if info else props.get("result")
         if info is None:
             _progress(id_, "the Ray cluster no longer knows this job: removing it from the state")
             return pulumi.dynamic.ReadResult(None, {})
         listing = _discover(job.checkpoint_root, _listing_from(props))
-        return pulumi.dynamic.ReadResult(id_, _outputs(job, id_, info, listing))
+        return pulumi.dynamic.ReadResult(id_, _outputs(job, id_, info, listing, result))
 
     def update(
         self, _id: str, _olds: dict[str, Any], _news: dict[str, Any]
@@ -624,7 +641,9 @@ def _short_message(message: str | None) -> str:
     return redact(text[:MESSAGE_MAX_CHARS])
 
 
-def _discover(root: str, previous: CheckpointListing | None) -> CheckpointListing:
+def _discover(root: str | None, previous: CheckpointListing | None) -> CheckpointListing:
+    if root is None:
+        return CheckpointListing.empty(None)
     try:
         return discover_checkpoints(root)
     except Exception as exc:  # a storage hiccup must not fail a job operation
@@ -633,7 +652,8 @@ def _discover(root: str, previous: CheckpointListing | None) -> CheckpointListin
 
 
 def _listing_from(props: Mapping[str, Any]) -> CheckpointListing:
-    root = normalize_root(str(props.get("checkpoint_root")))
+    raw_root = props.get("checkpoint_root")
+    root = normalize_root(str(raw_root)) if raw_root is not None else None
     checkpoints = tuple(str(c) for c in props.get("checkpoints") or ())
     latest_step = props.get("latest_step")
     return CheckpointListing(
@@ -654,8 +674,38 @@ def _listing_outputs(listing: CheckpointListing) -> dict[str, Any]:
     }
 
 
+def _tagged_result(
+    dashboard: _Dashboard, job: JobInputs, sid: str, info: JobDetails
+) -> dict[str, Any] | None:
+    """The job's own JSON result line, once it has finished (see RayJobArgs.result_tag)."""
+    if job.result_tag is None or info.status.value not in _TERMINAL:
+        return None
+    logs = dashboard.call(f"read the log of {sid}", lambda client: client.get_job_logs(sid))
+    return find_tagged_result(logs, job.result_tag)
+
+
+def find_tagged_result(logs: str, tag: str) -> dict[str, Any] | None:
+    """The last log line that is a JSON object with "check" equal to `tag`."""
+    for line in reversed(logs.splitlines()):
+        text = line.strip()
+        # Ray prefixes output of actors/tasks; the driver's own lines are bare.
+        if not text.startswith("{"):
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and value.get("check") == tag:
+            return value
+    return None
+
+
 def _outputs(
-    job: JobInputs, sid: str, info: JobDetails, listing: CheckpointListing
+    job: JobInputs,
+    sid: str,
+    info: JobDetails,
+    listing: CheckpointListing,
+    result: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         **job.to_props(),
@@ -666,6 +716,7 @@ def _outputs(
         **_listing_outputs(listing),
         "start_time": _iso(info.start_time),
         "end_time": _iso(info.end_time),
+        "result": result,
     }
 
 
@@ -727,6 +778,7 @@ class RayJob(pulumi.dynamic.Resource, module="jobs", name="RayJob"):
     latest_step: pulumi.Output[int | None]
     start_time: pulumi.Output[str | None]
     end_time: pulumi.Output[str | None]
+    result: pulumi.Output[dict[str, Any] | None]
 
     def __init__(
         self, name: str, args: RayJobArgs, opts: pulumi.ResourceOptions | None = None

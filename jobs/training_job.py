@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
+from jobs.fabric import fabric_check
 from jobs.grpo_spec import (
     DATA_MOUNT,
+    GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
+    in_config_terms,
     preflight,
     render_entrypoint,
     render_runtime_env,
+)
+from jobs.memory_fit import (
+    GrpoMemoryInputs,
+    MemoryBreakdown,
+    MemoryFitError,
+    check_fit,
+    estimate,
+    resolve_model,
 )
 
 
@@ -24,6 +38,9 @@ class TrainingJob:
     runtime_env: dict[str, Any]
     # Where verl writes checkpoints, as seen from outside the cluster.
     checkpoint_url: str
+    # Estimated per-GPU memory of each GRPO phase, and a warning when it is within 10 % of it.
+    memory: MemoryBreakdown
+    memory_warning: str | None
 
 
 def bucket_url(bucket: str, mounted_path: str) -> str:
@@ -48,9 +65,82 @@ def training_job(settings: StackSettings) -> TrainingJob:
         gpus_per_node_provisioned=settings.profile.gpus_per_node,
         gpu_nodes_provisioned=settings.gpu_nodes,
     )
+    memory_inputs = memory_fit_inputs(spec, settings.profile)
+    try:
+        warning = check_fit(memory_inputs, settings.profile.name)
+    except MemoryFitError as error:
+        # A 32B job that runs out of memory after an hour of provisioning is the costliest
+        # mistake there is: refuse it here, with the knob that fixes it.
+        raise GrpoPreflightError([in_config_terms(str(error))]) from None
     return TrainingJob(
         spec=spec,
         entrypoint=render_entrypoint(spec),
         runtime_env=render_runtime_env(spec, settings.profile, settings.mode),
         checkpoint_url=bucket_url(settings.bucket_name, spec.default_local_dir),
+        memory=estimate(memory_inputs),
+        memory_warning=warning,
+    )
+
+
+def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemoryInputs:
+    """What the memory estimator needs, read off the job spec (None = verl's default)."""
+    return GrpoMemoryInputs(
+        model=resolve_model(spec.model_path),
+        gpu_memory_gib=profile.gpu_memory_gib,
+        gpus_per_node=spec.n_gpus_per_node,
+        nodes=spec.nnodes,
+        micro_batch_size_per_gpu=spec.ppo_micro_batch_size_per_gpu,
+        max_prompt_length=spec.max_prompt_length,
+        max_response_length=spec.max_response_length,
+        log_prob_micro_batch_size_per_gpu=max(
+            spec.rollout_log_prob_micro_batch_size_per_gpu,
+            spec.ref_log_prob_micro_batch_size_per_gpu,
+        ),
+        rollout_tp=spec.rollout_tensor_parallel_size,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        # verl enables gradient checkpointing unless told otherwise.
+        gradient_checkpointing=spec.enable_gradient_checkpointing is not False,
+        param_offload=bool(spec.actor_param_offload),
+        optimizer_offload=bool(spec.actor_optimizer_offload),
+        use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
+        ref_param_offload=bool(spec.ref_param_offload),
+    )
+
+
+# The fabric check's code reaches the head as the Ray job's working_dir; the path is relative to
+# the program's directory (the dynamic provider's cwd), so the job spec is the same on every
+# machine that runs `pulumi up`.
+FABRIC_CHECK_DIR = "jobs/fabric"
+FABRIC_RESULT_TAG = fabric_check.RESULT_KIND
+
+
+@dataclass(frozen=True)
+class FabricCheckRun:
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    min_busbw_gbps: float
+
+
+def fabric_check_run(settings: StackSettings) -> FabricCheckRun:
+    """The NCCL all-reduce check on every GPU of the RayCluster, with the NCCL environment the
+    GRPO job gets, so it measures the path training will use."""
+    profile = settings.profile
+    threshold = settings.fabric_min_busbw_gbps or fabric_check.default_min_busbw_gbps(profile.name)
+    script = Path(fabric_check.__file__).read_bytes()
+    return FabricCheckRun(
+        entrypoint=(
+            f"python fabric_check.py --profile {profile.name} --min-busbw-gbps {threshold:g}"
+        ),
+        runtime_env={
+            "working_dir": FABRIC_CHECK_DIR,
+            "excludes": ["__pycache__"],
+            "env_vars": {
+                **profile.nccl_env[settings.mode],
+                # The transport is read from NCCL's INFO lines.
+                "NCCL_DEBUG": "INFO",
+                # A changed script is a different job (the id hashes the runtime env).
+                "VERL_GKE_FABRIC_CHECK_SHA256": hashlib.sha256(script).hexdigest(),
+            },
+        },
+        min_busbw_gbps=threshold,
     )

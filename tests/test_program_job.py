@@ -27,7 +27,7 @@ def overrides(entrypoint: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
-    job = plan(stack, mode).one(RAY_JOB)
+    job = plan(stack, mode).one(RAY_JOB, "grpo-job")
     args = overrides(job.inputs["entrypoint"])
     shape = SHAPE[stack]
     assert args["algorithm.adv_estimator"] == "grpo"
@@ -46,7 +46,7 @@ def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_runtime_env_per_profile_and_mode(stack: str, mode: str) -> None:
-    env = plan(stack, mode).one(RAY_JOB).inputs["runtime_env"]["env_vars"]
+    env = plan(stack, mode).one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
     assert env["PYTHONPATH"] == "/data/verl"
     assert env["HF_HOME"] == "/data/huggingface_cache"
     assert env["NCCL_DEBUG"] == "INFO"
@@ -69,7 +69,7 @@ def test_job_runtime_env_per_profile_and_mode(stack: str, mode: str) -> None:
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_reaches_dashboard_through_the_api_server_proxy(stack: str, mode: str) -> None:
     result = plan(stack, mode)
-    job = result.one(RAY_JOB)
+    job = result.one(RAY_JOB, "grpo-job")
     dashboard = job.inputs["dashboard"]
     assert dashboard["kube_api_endpoint"] == FAKE_ENDPOINT
     assert dashboard["cluster_ca_certificate"] == FAKE_CA
@@ -88,7 +88,7 @@ def test_job_waits_for_ray_cluster_and_data_but_hf_token_never_reaches_it(
     stack: str, mode: str
 ) -> None:
     result = plan(stack, mode)
-    job = result.one(RAY_JOB)
+    job = result.one(RAY_JOB, "grpo-job")
     assert result.depends_on(job, result.one("kubernetes:ray.io/v1:RayCluster"))
     assert result.depends_on(job, result.one("kubernetes:batch/v1:Job", "data-prep-job"))
     assert "hf_test_token_value" not in repr(job.inputs)
@@ -111,15 +111,102 @@ def test_job_outputs_exported(stack: str, mode: str) -> None:
 
 def test_job_overrides_from_stack_config_reach_the_entrypoint() -> None:
     result = plan("a3u", "standard", **{"verl-gke__job": '{"ppoMicroBatchSizePerGpu": 4}'})
-    args = overrides(result.one(RAY_JOB).inputs["entrypoint"])
+    args = overrides(result.one(RAY_JOB, "grpo-job").inputs["entrypoint"])
     assert args["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "4"
 
 
 def test_job_wait_setting() -> None:
     result = plan("a4x", **{"verl-gke__jobWait": "true"})
-    assert result.one(RAY_JOB).inputs["wait"] is True
+    assert result.one(RAY_JOB, "grpo-job").inputs["wait"] is True
 
 
 def test_more_nodes_scale_the_job() -> None:
-    args = overrides(plan("a4x", **{"verl-gke__gpuNodes": "8"}).one(RAY_JOB).inputs["entrypoint"])
+    args = overrides(
+        plan("a4x", **{"verl-gke__gpuNodes": "8"}).one(RAY_JOB, "grpo-job").inputs["entrypoint"]
+    )
     assert args["trainer.nnodes"] == "8"
+
+
+FABRIC_THRESHOLDS = {"a4x": "320", "a4": "160", "a3u": "160"}
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    fabric = result.one(RAY_JOB, "grpo-fabric-check")
+    grpo = result.one(RAY_JOB, "grpo-job")
+    assert shlex.split(fabric.inputs["entrypoint"]) == [
+        "python",
+        "fabric_check.py",
+        "--profile",
+        stack,
+        "--min-busbw-gbps",
+        FABRIC_THRESHOLDS[stack],
+    ]
+    runtime_env = fabric.inputs["runtime_env"]
+    assert runtime_env["working_dir"] == "jobs/fabric"
+    env = runtime_env["env_vars"]
+    assert env["NCCL_DEBUG"] == "INFO"
+    training_env = grpo.inputs["runtime_env"]["env_vars"]
+    for key, value in env.items():
+        if key.startswith("NCCL_") and key != "NCCL_DEBUG":
+            assert training_env[key] == value, key
+    assert len(env["VERL_GKE_FABRIC_CHECK_SHA256"]) == 64
+    assert fabric.inputs["wait"] is True
+    assert fabric.inputs["result_tag"] == "fabric"
+    assert fabric.inputs.get("checkpoint_root") is None
+    # GRPO is submitted only after the check passed; the check needs the RayCluster.
+    assert result.depends_on(grpo, fabric)
+    assert result.depends_on(fabric, result.one("kubernetes:ray.io/v1:RayCluster"))
+    assert result.outputs["fabricCheckBusbwGbps"] == UNKNOWN_OUTPUT
+    assert result.outputs["fabricCheckTransport"] == UNKNOWN_OUTPUT
+
+
+def test_fabric_check_working_dir_holds_only_the_check() -> None:
+    from tools.offline_engine import REPO_ROOT
+
+    files = {p.name for p in (REPO_ROOT / "jobs" / "fabric").iterdir() if p.name != "__pycache__"}
+    assert files == {"__init__.py", "fabric_check.py"}
+
+
+def test_fabric_check_can_be_turned_off() -> None:
+    result = plan("a3u", **{"verl-gke__fabricCheck": "false"})
+    assert [r.name for r in result.of_type(RAY_JOB)] == ["grpo-job"]
+    assert result.outputs["fabricCheckBusbwGbps"] is None
+
+
+def test_fabric_threshold_setting() -> None:
+    fabric = plan("a4", **{"verl-gke__fabricMinBusbwGbps": "250"}).one(RAY_JOB, "grpo-fabric-check")
+    assert fabric.inputs["entrypoint"].endswith("--min-busbw-gbps 250")
+
+
+def test_memory_breakdown_is_reported_per_stack() -> None:
+    messages = plan("a3u").messages
+    breakdown = next(m for m in messages if m.startswith("GRPO memory per GPU"))
+    assert "2 x 8 GPUs of 141 GiB" in breakdown
+    for phase in ("rollout:", "log_prob:", "actor_update:", "optimizer_step:"):
+        assert phase in breakdown
+
+
+def test_memory_that_cannot_fit_fails_before_any_resource() -> None:
+    from jobs.grpo_spec import GrpoPreflightError
+
+    with pytest.raises(GrpoPreflightError) as caught:
+        plan(
+            "a3u",
+            **{
+                "verl-gke__job": (
+                    '{"ppoMicroBatchSizePerGpu": 32, "enableGradientCheckpointing": false}'
+                )
+            },
+        )
+    message = str(caught.value)
+    assert "phase 'actor_update'" in message and "141 GiB" in message
+    assert "verl-gke:job.enableGradientCheckpointing=True" in message
+
+
+def test_memory_within_ten_percent_warns() -> None:
+    # 0.72 x 141 GiB of vLLM reservation plus the trainer state kept during rollout lands the
+    # rollout phase between 90 % and 100 % of an H200.
+    result = plan("a3u", **{"verl-gke__job": '{"gpuMemoryUtilization": 0.72}'})
+    assert any("GiB" in notice and "%" in notice for notice in result.notices), result.notices

@@ -33,6 +33,7 @@ from jobs.ray_job import (
     RayJobArgs,
     RayJobProvider,
     _is_transient,
+    find_tagged_result,
     input_problems,
     submission_id,
 )
@@ -740,3 +741,45 @@ def test_input_problems_collects_every_failure() -> None:
         plain_props(entrypoint="", checkpoint_root="s3://x/y", dashboard={"url": 3})
     )
     assert sorted(prop for prop, _ in problems) == ["checkpoint_root", "dashboard", "entrypoint"]
+
+
+def test_a_job_without_checkpoints_reports_its_tagged_result(
+    provider: RayJobProvider, head: RayHead, tmp_path: Path
+) -> None:
+    # The shape of the fabric check job: its code travels as the job's working_dir, it keeps no
+    # checkpoints, and its verdict is one JSON line that becomes the `result` output.
+    (tmp_path / "report.py").write_text(
+        "import json\n"
+        "print('warming up')\n"
+        "print(json.dumps({'check': 'demo', 'busbw_gbps': 12.5, 'ok': True}))\n"
+        "print(json.dumps({'check': 'other', 'ok': False}))\n"
+    )
+    inputs = RayJobArgs(
+        entrypoint="python report.py",
+        runtime_env={"working_dir": str(tmp_path)},
+        dashboard=dashboard_access.url_dashboard(head.dashboard_url),
+        checkpoint_root=None,
+        submission_id_prefix="tagged",
+        wait=True,
+        deadlines=FAST,
+        result_tag="demo",
+    ).to_props()
+    assert provider.check({}, inputs).failures == []
+    created = provider.create(inputs)
+    outs = created.outs or {}
+    assert outs["status"] == "SUCCEEDED"
+    assert outs["result"] == {"check": "demo", "busbw_gbps": 12.5, "ok": True}
+    assert outs["checkpoints"] == [] and outs["checkpoint_root"] is None
+    refreshed = provider.read(created.id, outs)
+    assert refreshed.outs is not None and refreshed.outs["result"] == outs["result"]
+
+
+def test_find_tagged_result_takes_the_last_matching_json_line() -> None:
+    logs = (
+        '{"check": "fabric", "ok": false}\n'
+        'noise {"check": "fabric"}\n'
+        '{"check": "fabric", "ok": true}\n'
+    )
+    assert find_tagged_result(logs, "fabric") == {"check": "fabric", "ok": True}
+    assert find_tagged_result(logs, "memory") is None
+    assert find_tagged_result("{not json\n", "fabric") is None

@@ -64,7 +64,9 @@ class PlanResult:
     resources: list[RecordedResource]
     outputs: dict[str, Any]
     secret_outputs: frozenset[str]
+    # What the program logged: warnings (placeholders, tight memory) and information.
     notices: list[str]
+    messages: list[str]
 
     def of_type(self, type_: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_]
@@ -243,9 +245,10 @@ def run_stack(
         config.pop(key, None)
     set_all_config(config, [key for key in config if key in SECRET_KEYS])
     monitor = RecordingMonitor(OfflineMocks())
-    warnings = _WarningCollector()
+    logs = _LogCollector()
     logger = logging.getLogger(f"verl-gke.offline.{stack}")
-    logger.handlers = [warnings]
+    logger.setLevel(logging.INFO)
+    logger.handlers = [logs]
     logger.propagate = False
     runtime_settings.set_root_resource(None)
     mocks.set_mocks(
@@ -265,7 +268,9 @@ def run_stack(
             os.environ.pop(OFFLINE_PLAN_ENV, None)
         else:
             os.environ[OFFLINE_PLAN_ENV] = previous
-    return PlanResult(stack, list(monitor.recorded), outputs, secret_outputs, warnings.messages)
+    return PlanResult(
+        stack, list(monitor.recorded), outputs, secret_outputs, logs.warnings, logs.infos
+    )
 
 
 # Stands for an output only known after `pulumi up` (as a real preview shows it).
@@ -284,12 +289,15 @@ def _resolve_outputs(exports: Mapping[str, Any]) -> tuple[dict[str, Any], frozen
     return values, frozenset(secrets)
 
 
-class _WarningCollector(logging.Handler):
-    """Collects what the program logs with pulumi.log.warn (placeholder notices and the like)."""
+class _LogCollector(logging.Handler):
+    """Collects what the program logs with pulumi.log.info/warn (the memory breakdown,
+    placeholder notices and the like)."""
 
     def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.messages: list[str] = []
+        super().__init__(level=logging.INFO)
+        self.warnings: list[str] = []
+        self.infos: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        target = self.warnings if record.levelno >= logging.WARNING else self.infos
+        target.append(record.getMessage())

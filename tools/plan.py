@@ -168,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for notice in result.notices:
         print(f"  note: {notice}")
     print(render_tree(result))
+    for message in result.messages:
+        print(message)
     print("Outputs:")
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
