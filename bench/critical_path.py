@@ -30,14 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from config.profiles import PROFILES
 from tools.offline_engine import PlanResult, RecordedResource, run_stack
 
-COMBINATIONS = (
-    ("a4x", "standard"),
-    ("a4", "autopilot"),
-    ("a4", "standard"),
-    ("a3u", "autopilot"),
-    ("a3u", "standard"),
+# Every stack/mode combination the profile table supports.
+COMBINATIONS = tuple(
+    (profile.name, mode.value) for profile in PROFILES.values() for mode in profile.modes
 )
 CONFIG = {
     "gcp:project": "acme-ml-prod",

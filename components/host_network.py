@@ -13,6 +13,15 @@ POD_RANGE = "pods"
 SERVICE_RANGE = "services"
 
 
+def internal_traffic() -> list[gcp.compute.FirewallAllowArgs]:
+    """All TCP, UDP and ICMP: what nodes of one cluster send each other."""
+    return [
+        gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["0-65535"]),
+        gcp.compute.FirewallAllowArgs(protocol="udp", ports=["0-65535"]),
+        gcp.compute.FirewallAllowArgs(protocol="icmp"),
+    ]
+
+
 @dataclass(frozen=True)
 class HostNetworkArgs:
     settings: StackSettings
@@ -81,11 +90,7 @@ class HostNetwork(pulumi.ComponentResource):
             name=f"{base}-internal",
             project=s.project,
             network=self.network.id,
-            allows=[
-                gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["0-65535"]),
-                gcp.compute.FirewallAllowArgs(protocol="udp", ports=["0-65535"]),
-                gcp.compute.FirewallAllowArgs(protocol="icmp"),
-            ],
+            allows=internal_traffic(),
             source_ranges=[s.host_subnet_cidr, s.pods_cidr],
             opts=child,
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from components.host_network import internal_traffic
 from config.settings import StackSettings
 
 GVNIC_CIDR = "192.168.0.0/24"
@@ -94,11 +95,7 @@ class RdmaNetworks(pulumi.ComponentResource):
             name=f"{layout.gvnic_network}-internal",
             project=s.project,
             network=self.gvnic_network.id,
-            allows=[
-                gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["0-65535"]),
-                gcp.compute.FirewallAllowArgs(protocol="udp", ports=["0-65535"]),
-                gcp.compute.FirewallAllowArgs(protocol="icmp"),
-            ],
+            allows=internal_traffic(),
             source_ranges=[RDMA_SUPERNET],
             opts=child,
         )

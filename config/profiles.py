@@ -206,6 +206,64 @@ _X86_NETWORKING = _frozen(
     {Mode.STANDARD: GpuNetworking.MULTI_NIC, Mode.AUTOPILOT: GpuNetworking.DRANET_COMPUTE_CLASS}
 )
 
+
+def _x86_profile(
+    *,
+    name: str,
+    description: str,
+    gpu_type: str,
+    machine_type: str,
+    gpu_memory_gib: int,
+    modes: tuple[Mode, ...],
+    ray_cluster_name: str,
+) -> AcceleratorProfile:
+    """A4 and A3 Ultra: 8 GPUs and 8 RoCE NICs per x86 node, the same tutorial path; they differ
+    in GPU, machine and the names of the NCCL tuning files (tutorial §6)."""
+    return AcceleratorProfile(
+        name=name,
+        description=description,
+        gpu_type=gpu_type,
+        machine_type=machine_type,
+        gpus_per_node=8,
+        gpu_memory_gib=gpu_memory_gib,
+        arch="amd64",
+        gpu_tolerations=(_GPU_TAINT,),
+        modes=modes,
+        networking=_X86_NETWORKING,
+        rdma_nics_per_node=8,
+        reservation_required=False,
+        default_gpu_nodes=2,
+        max_gpu_nodes=64,
+        max_gpu_nodes_reason="a guard against typos; raise it in config/profiles.py if your "
+        "reservation is larger",
+        # A4 boots only from Hyperdisk; "for A3 Ultra node pools, you must set the disk type to
+        # hyperdisk-balanced".
+        boot_disk_type="hyperdisk-balanced",
+        boot_disk_size_gb=200,
+        # DEFAULT installs R570 on GKE >= 1.32.1-gke.1729000, which A4 needs.
+        gpu_driver_version="DEFAULT",
+        placement=None,
+        min_kubernetes_version="1.34",
+        verl_image=_X86_VERL_IMAGE,
+        verl_ref=_X86_VERL_REF,
+        ray_version=_X86_RAY_VERSION,
+        ray_container_pip_packages=(),
+        nccl_installer_image=_X86_GIB_IMAGE,
+        nccl_env=_frozen(
+            {
+                Mode.STANDARD: _x86_standard_nccl_env(f"tuner_config_{name}.txtpb"),
+                Mode.AUTOPILOT: _x86_autopilot_nccl_env(f"nccl.{name}.conf"),
+            }
+        ),
+        data_prep_image=_X86_DATA_PREP_IMAGE,
+        multi_node_nvlink=False,
+        ray_cluster_name=ray_cluster_name,
+        ray_head_on_gpu_nodes=False,
+        ray_head=_X86_RAY_HEAD,
+        ray_workers=_X86_RAY_WORKERS,
+    )
+
+
 PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
     {
         "a4x": AcceleratorProfile(
@@ -269,89 +327,24 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
                 }
             ),
         ),
-        "a4": AcceleratorProfile(
+        "a4": _x86_profile(
             name="a4",
             description="A4: NVIDIA B200, x86",
             gpu_type="nvidia-b200",
             machine_type="a4-highgpu-8g",
-            gpus_per_node=8,
             gpu_memory_gib=180,
-            arch="amd64",
-            gpu_tolerations=(_GPU_TAINT,),
             modes=(Mode.AUTOPILOT, Mode.STANDARD),
-            networking=_X86_NETWORKING,
-            rdma_nics_per_node=8,
-            reservation_required=False,
-            default_gpu_nodes=2,
-            max_gpu_nodes=64,
-            max_gpu_nodes_reason="a guard against typos; raise it in config/profiles.py if your "
-            "reservation is larger",
-            # A4 machines boot only from Hyperdisk.
-            boot_disk_type="hyperdisk-balanced",
-            boot_disk_size_gb=200,
-            # DEFAULT installs R570 on GKE >= 1.32.1-gke.1729000, which A4 needs.
-            gpu_driver_version="DEFAULT",
-            placement=None,
-            min_kubernetes_version="1.34",
-            verl_image=_X86_VERL_IMAGE,
-            verl_ref=_X86_VERL_REF,
-            ray_version=_X86_RAY_VERSION,
-            ray_container_pip_packages=(),
-            nccl_installer_image=_X86_GIB_IMAGE,
-            nccl_env=_frozen(
-                {
-                    Mode.STANDARD: _x86_standard_nccl_env("tuner_config_a4.txtpb"),
-                    Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a4.conf"),
-                }
-            ),
-            data_prep_image=_X86_DATA_PREP_IMAGE,
-            multi_node_nvlink=False,
             ray_cluster_name="b200-ray-cluster",
-            ray_head_on_gpu_nodes=False,
-            ray_head=_X86_RAY_HEAD,
-            ray_workers=_X86_RAY_WORKERS,
         ),
-        "a3u": AcceleratorProfile(
+        "a3u": _x86_profile(
             name="a3u",
             description="A3 Ultra: NVIDIA H200 141GB, x86",
             gpu_type="nvidia-h200-141gb",
             machine_type="a3-ultragpu-8g",
-            gpus_per_node=8,
             gpu_memory_gib=141,
-            arch="amd64",
-            gpu_tolerations=(_GPU_TAINT,),
             modes=(Mode.STANDARD, Mode.AUTOPILOT),
-            networking=_X86_NETWORKING,
-            rdma_nics_per_node=8,
-            reservation_required=False,
-            default_gpu_nodes=2,
-            max_gpu_nodes=64,
-            max_gpu_nodes_reason="a guard against typos; raise it in config/profiles.py if your "
-            "reservation is larger",
-            # "For A3 Ultra node pools, you must set the disk type to hyperdisk-balanced".
-            boot_disk_type="hyperdisk-balanced",
-            boot_disk_size_gb=200,
-            gpu_driver_version="DEFAULT",
-            placement=None,
-            min_kubernetes_version="1.34",
-            verl_image=_X86_VERL_IMAGE,
-            verl_ref=_X86_VERL_REF,
-            ray_version=_X86_RAY_VERSION,
-            ray_container_pip_packages=(),
-            nccl_installer_image=_X86_GIB_IMAGE,
-            nccl_env=_frozen(
-                {
-                    Mode.STANDARD: _x86_standard_nccl_env("tuner_config_a3u.txtpb"),
-                    Mode.AUTOPILOT: _x86_autopilot_nccl_env("nccl.a3u.conf"),
-                }
-            ),
-            data_prep_image=_X86_DATA_PREP_IMAGE,
-            multi_node_nvlink=False,
             # The tutorial names the H200 cluster "b200-ray-cluster" too; named for its GPU here.
             ray_cluster_name="h200-ray-cluster",
-            ray_head_on_gpu_nodes=False,
-            ray_head=_X86_RAY_HEAD,
-            ray_workers=_X86_RAY_WORKERS,
         ),
     }
 )
