@@ -68,7 +68,15 @@ class GrpoTraining(pulumi.ComponentResource):
                     deadlines=FABRIC_DEADLINES,
                     result_tag=FABRIC_RESULT_TAG,
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.ray_cluster]),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[args.ray_cluster],
+                    # The check gates training on this Ray cluster's hardware: it runs once per
+                    # RayCluster. Re-running it for a changed script or threshold while GRPO
+                    # holds the GPUs would only wait for them; a new RayCluster re-runs it.
+                    ignore_changes=["entrypoint", "runtime_env"],
+                    replace_with=[args.ray_cluster.cluster],
+                ),
             )
             grpo_waits_for.append(self.fabric_check)
 

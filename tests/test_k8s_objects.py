@@ -472,29 +472,12 @@ def test_hf_token_is_a_kubernetes_secret_and_a_pulumi_secret(stack: str, mode: s
             assert "hf_test_token_value" not in json.dumps(value, default=str), key
 
 
-class _RetainRecorder(offline_engine.RecordingMonitor):
-    retained: dict[str, bool] = {}
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        _RetainRecorder.retained[request.name] = request.retainOnDelete
-        return super().RegisterResource(request)
-
-
 @pytest.mark.parametrize(("delete", "retained"), [("false", True), ("true", False)])
-def test_bucket_kept_on_destroy_unless_told(
-    monkeypatch: pytest.MonkeyPatch, delete: str, retained: bool
-) -> None:
-    monkeypatch.setattr(offline_engine, "RecordingMonitor", _RetainRecorder)
-    overrides = {
-        "gcp:project": "acme-ml-prod",
-        "verl-gke:zone": "us-central1-b",
-        "verl-gke:reservation": "gpu-res",
-        "verl-gke:hfToken": "hf_x",
-        "verl-gke:deleteBucketOnDestroy": delete,
-    }
-    result = offline_engine.run_stack("a3u", overrides, strict=True)
-    assert _RetainRecorder.retained["storage-bucket"] is retained
-    assert result.one("gcp:storage/bucket:Bucket").inputs["forceDestroy"] is (not retained)
+def test_bucket_kept_on_destroy_unless_told(delete: str, retained: bool) -> None:
+    result = plan("a3u", **{"verl-gke__deleteBucketOnDestroy": delete})
+    bucket = result.one("gcp:storage/bucket:Bucket")
+    assert bucket.retain_on_delete is retained
+    assert bucket.inputs["forceDestroy"] is (not retained)
 
 
 # --- data preparation (tutorial §4.5 + the jobs/prepare_data.py contract) -----------------------

@@ -155,9 +155,14 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
     assert fabric.inputs["wait"] is True
     assert fabric.inputs["result_tag"] == "fabric"
     assert fabric.inputs.get("checkpoint_root") is None
-    # GRPO is submitted only after the check passed; the check needs the RayCluster.
+    # GRPO is submitted only after the check passed; the check needs the RayCluster, runs once
+    # per RayCluster and is not re-run by later changes while GRPO holds the GPUs.
+    ray_cluster = result.one("kubernetes:ray.io/v1:RayCluster")
     assert result.depends_on(grpo, fabric)
-    assert result.depends_on(fabric, result.one("kubernetes:ray.io/v1:RayCluster"))
+    assert result.depends_on(fabric, ray_cluster)
+    assert fabric.replace_with == {ray_cluster.urn}
+    assert fabric.ignore_changes == {"entrypoint", "runtime_env"}
+    assert grpo.ignore_changes == frozenset()
     assert result.outputs["fabricCheckBusbwGbps"] == UNKNOWN_OUTPUT
     assert result.outputs["fabricCheckTransport"] == UNKNOWN_OUTPUT
 

@@ -51,6 +51,9 @@ class RecordedResource:
     provider: str
     custom_timeouts: Mapping[str, str]
     delete_before_replace: bool
+    ignore_changes: frozenset[str]
+    replace_with: frozenset[str]
+    retain_on_delete: bool
 
     @property
     def provider_urn(self) -> str:
@@ -169,6 +172,9 @@ class RecordingMonitor(mocks.MockMonitor):
                     if getattr(timeouts, op)
                 },
                 delete_before_replace=request.deleteBeforeReplace,
+                ignore_changes=frozenset(request.ignoreChanges),
+                replace_with=frozenset(request.replace_with),
+                retain_on_delete=request.retainOnDelete,
             )
         )
         return response
