@@ -61,7 +61,7 @@ ray_cluster = RayCluster(
     RayClusterArgs(settings, gke, namespace, kuberay, storage, fabric, dra_driver, rdma_networks),
 )
 training = GrpoTraining(
-    "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep)
+    "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, gpu_pool)
 )
 
 pulumi.export("profile", settings.profile_name)

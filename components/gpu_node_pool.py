@@ -13,6 +13,10 @@ from config.profiles import GpuNetworking
 from config.settings import StackSettings
 
 GPU_POOL_NAME = "gpu-pool"
+# Turns on GKE's managed DRANET driver, which publishes the RDMA NICs as mrdma.google.com DRA
+# devices; an "auto" accelerator network profile alone does not (GKE DRANET docs; Cluster
+# Toolkit's enable_dranet sets the same label).
+DRANET_DRIVER_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
 # Creating reserved GPU nodes routinely takes longer than the provider defaults.
 GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="60m", delete="60m")
 
@@ -97,6 +101,11 @@ class GpuNodePool(pulumi.ComponentResource):
                     mode="GKE_METADATA"
                 ),
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                labels=(
+                    DRANET_DRIVER_LABEL
+                    if s.gpu_networking is GpuNetworking.DRANET_NODE_POOL
+                    else None
+                ),
             ),
             network_config=_network_config(s.gpu_networking, args.rdma_networks),
             placement_policy=placement,

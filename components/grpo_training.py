@@ -10,6 +10,7 @@ import pulumi
 
 from components.data_preparation import DataPreparation
 from components.gke_cluster import GkeCluster
+from components.gpu_node_pool import GpuNodePool
 from components.ray_cluster import RayCluster
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
@@ -29,6 +30,8 @@ class GrpoTrainingArgs:
     namespace: WorkloadNamespace
     ray_cluster: RayCluster
     data_preparation: DataPreparation
+    # Standard only. Jobs run on its nodes: `pulumi destroy` must stop them before the pool goes.
+    gpu_pool: GpuNodePool | None
 
 
 class GrpoTraining(pulumi.ComponentResource):
@@ -51,7 +54,10 @@ class GrpoTraining(pulumi.ComponentResource):
         )
 
         self.fabric_check = None
-        grpo_waits_for: list[pulumi.Resource] = [args.ray_cluster, args.data_preparation]
+        on_cluster: list[pulumi.Resource] = [args.ray_cluster]
+        if args.gpu_pool is not None:
+            on_cluster.append(args.gpu_pool)
+        grpo_waits_for = [*on_cluster, args.data_preparation]
         if s.fabric_check:
             run = fabric_check_run(s)
             # `wait`: GRPO is only submitted once the fabric passed (GPUs are exclusive, and a
@@ -70,7 +76,7 @@ class GrpoTraining(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[args.ray_cluster],
+                    depends_on=on_cluster,
                     # The check gates training on this Ray cluster's hardware: it runs once per
                     # RayCluster. Re-running it for a changed script or threshold while GRPO
                     # holds the GPUs would only wait for them; a new RayCluster re-runs it.
@@ -90,7 +96,13 @@ class GrpoTraining(pulumi.ComponentResource):
                 submission_id_prefix=f"{s.stack}-grpo",
                 wait=s.job_wait,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=grpo_waits_for),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=grpo_waits_for,
+                # A new RayCluster has no record of the job: submit it there (verl resumes from
+                # its latest checkpoint) instead of reporting a job that died with the old head.
+                replace_with=[args.ray_cluster.cluster],
+            ),
         )
         self.register_outputs({"submissionId": self.job.submission_id})
 

@@ -68,7 +68,9 @@ class TrainingStorage(pulumi.ComponentResource):
             member=project.number.apply(
                 lambda number: manifests.workload_identity_principal(s, number)
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            # The principal names the project's Workload Identity pool, which exists only once
+            # the first cluster with Workload Identity does; IAM rejects it before that.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.cluster]),
         )
 
         account = manifests.service_account(s)

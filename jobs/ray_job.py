@@ -319,9 +319,14 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         self, _id: str, _olds: dict[str, Any], _news: dict[str, Any]
     ) -> pulumi.dynamic.DiffResult:
         changed = [k for k in (*SPEC_KEYS, *CONNECTION_KEYS) if _differs(k, _olds, _news)]
+        replaces = [k for k in changed if k in SPEC_KEYS]
+        if _olds.get("status") in ("FAILED", "STOPPED"):
+            # The last refresh saw the run end without success: `pulumi up` submits it again
+            # (as <id>-rN; verl resumes from its latest checkpoint).
+            replaces.append("status")
         return pulumi.dynamic.DiffResult(
-            changes=bool(changed),
-            replaces=[k for k in changed if k in SPEC_KEYS],
+            changes=bool(changed or replaces),
+            replaces=replaces,
             delete_before_replace=True,
         )
 
@@ -363,7 +368,14 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         job = JobInputs.parse(_props)
         with self._dashboard(job) as dashboard:
-            info = dashboard.job_info(_id)
+            try:
+                info = dashboard.job_info(_id)
+            except DashboardUnreachableError as exc:
+                # Typically the cluster or its GPU nodes are already gone (a partial destroy, a
+                # cluster deleted by hand): a job cannot outlive its Ray head, and failing here
+                # would leave a state that no later destroy could clear.
+                _progress(_id, f"{exc} Nothing to stop: the job ends with its Ray cluster.")
+                return
             if info is None:
                 _progress(_id, "not known to the Ray cluster: nothing to stop")
                 return
@@ -477,6 +489,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             time.sleep(deadlines.poll_interval_s)
 
 
+class DashboardUnreachableError(RuntimeError):
+    """The dashboard did not answer within the retry deadline."""
+
+
 @dataclass
 class _Dashboard:
     """One method call's view of the Jobs API: a client rebuilt on demand, calls with retries."""
@@ -512,7 +528,7 @@ class _Dashboard:
                     ) from exc
                 self._client = None
                 if time.monotonic() + backoff > deadline:
-                    raise RuntimeError(
+                    raise DashboardUnreachableError(
                         f"Ray dashboard at {self.address} did not answer within "
                         f"{self.retry_deadline_s:.0f}s ({attempts} attempts) while trying to "
                         f"{what}; last error: {redact(_describe(exc))[:500]}. Check that the "

@@ -11,6 +11,7 @@ from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
 from jobs.fabric import fabric_check
 from jobs.grpo_spec import (
+    CONFIG_KEY,
     DATA_MOUNT,
     GrpoPreflightError,
     GrpoSpec,
@@ -60,6 +61,9 @@ def training_job(settings: StackSettings) -> TrainingJob:
         model_dir=f"{DATA_MOUNT}/{settings.model_dir_name}",
     )
     spec = apply_overrides(spec, settings.job)
+    stack_problems = _data_layout_problems(spec, settings)
+    if stack_problems:
+        raise GrpoPreflightError(stack_problems)
     preflight(
         spec,
         gpus_per_node_provisioned=settings.profile.gpus_per_node,
@@ -80,6 +84,32 @@ def training_job(settings: StackSettings) -> TrainingJob:
         memory=estimate(memory_inputs),
         memory_warning=warning,
     )
+
+
+def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+    """The job must read what the data-prep Job writes, and must not write where it rewrites."""
+    problems = []
+    model_dir = f"{DATA_MOUNT}/{settings.model_dir_name}"
+    if spec.model_path.rstrip("/") != model_dir:
+        problems.append(
+            f"{CONFIG_KEY}.modelPath = {spec.model_path!r}: the data-prep Job downloads "
+            f"verl-gke:model ({settings.model}) to {model_dir}, so the job would not find its "
+            f"model. Fix: remove {CONFIG_KEY}.modelPath and set verl-gke:model to the model "
+            "you want"
+        )
+    checkpoints = spec.default_local_dir.rstrip("/")
+    # prepare_data.py redoes these folders when their inputs change; it keeps only
+    # /data/verl/checkpoints inside the verl checkout.
+    rewritten = (f"{DATA_MOUNT}/verl", f"{DATA_MOUNT}/gsm8k", f"{DATA_MOUNT}/.prep", model_dir)
+    kept = f"{DATA_MOUNT}/verl/checkpoints"
+    inside = [d for d in rewritten if checkpoints == d or checkpoints.startswith(f"{d}/")]
+    if inside and not checkpoints.startswith(f"{kept}/"):
+        problems.append(
+            f"{CONFIG_KEY}.defaultLocalDir = {spec.default_local_dir!r}: the data-prep Job "
+            f"rewrites {inside[0]} when its inputs change and would delete these checkpoints. "
+            f"Fix: use a folder under {kept}/ (the default) or elsewhere under {DATA_MOUNT}"
+        )
+    return problems
 
 
 def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemoryInputs:

@@ -143,6 +143,11 @@ def test_a4x_gpu_pool_dranet_and_1x72_placement() -> None:
     result = plan("a4x")
     pool = result.one(NODE_POOL, "gpu-pool")
     assert pool.inputs["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    # Without this label GKE's DRANET driver publishes no mrdma.google.com devices and the
+    # workers' NIC claims never bind.
+    assert pool.inputs["nodeConfig"]["labels"] == {
+        "cloud.google.com/gke-networking-dra-driver": "true"
+    }
     policy = result.one("gcp:compute/resourcePolicy:ResourcePolicy")
     assert policy.inputs["workloadPolicy"] == {
         "type": "HIGH_THROUGHPUT",
@@ -157,6 +162,7 @@ def test_a4x_gpu_pool_dranet_and_1x72_placement() -> None:
 @pytest.mark.parametrize("stack", ["a4", "a3u"])
 def test_x86_gpu_pool_one_gvnic_and_eight_rdma_networks(stack: str) -> None:
     pool = plan(stack, "standard").one(NODE_POOL, "gpu-pool")
+    assert "labels" not in pool.inputs["nodeConfig"]
     networks = pool.inputs["networkConfig"]["additionalNodeNetworkConfigs"]
     assert networks[0] == {
         "network": f"verl-{stack}-gvnic-net",
@@ -219,3 +225,16 @@ def test_components_own_their_children(stack: str, mode: str) -> None:
             assert resource.parent in components, f"{resource.name} is not inside a component"
     for component in components.values():
         assert component.type.startswith("verl-gke:")
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_bucket_iam_waits_for_the_workload_identity_pool(stack: str, mode: str) -> None:
+    # The member names <project>.svc.id.goog, which exists only once a cluster with Workload
+    # Identity does; IAM rejects the binding before that.
+    result = plan(stack, mode)
+    member = result.one("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert result.depends_on(member, result.one(CLUSTER))
+    assert member.inputs["member"].startswith(
+        "principal://iam.googleapis.com/projects/123456789012/locations/global/"
+        "workloadIdentityPools/acme-ml-prod.svc.id.goog/subject/ns/default/sa/verl-ray"
+    )

@@ -163,6 +163,12 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
     assert fabric.replace_with == {ray_cluster.urn}
     assert fabric.ignore_changes == {"entrypoint", "runtime_env"}
     assert grpo.ignore_changes == frozenset()
+    # A new RayCluster knows nothing of the old job: the job is submitted there again.
+    assert grpo.replace_with == {ray_cluster.urn}
+    # Destroy stops both jobs before it removes the GPU nodes they run on.
+    for gpu_pool in result.of_type("gcp:container/nodePool:NodePool"):
+        if gpu_pool.name == "gpu-pool":
+            assert result.depends_on(grpo, gpu_pool) and result.depends_on(fabric, gpu_pool)
     assert result.outputs["fabricCheckBusbwGbps"] == UNKNOWN_OUTPUT
     assert result.outputs["fabricCheckTransport"] == UNKNOWN_OUTPUT
 
@@ -215,3 +221,38 @@ def test_memory_within_ten_percent_warns() -> None:
     # rollout phase between 90 % and 100 % of an H200.
     result = plan("a3u", **{"verl-gke__job": '{"gpuMemoryUtilization": 0.72}'})
     assert any("GiB" in notice and "%" in notice for notice in result.notices), result.notices
+
+
+def test_model_path_must_be_where_data_prep_puts_the_model() -> None:
+    from jobs.grpo_spec import GrpoPreflightError
+
+    with pytest.raises(GrpoPreflightError) as caught:
+        plan("a3u", **{"verl-gke__job": '{"modelPath": "/data/Qwen2.5-14B-Instruct"}'})
+    message = str(caught.value)
+    assert "verl-gke:job.modelPath = '/data/Qwen2.5-14B-Instruct'" in message
+    assert "/data/Qwen2.5-32B-Instruct" in message and "verl-gke:model" in message
+
+
+def test_a_different_model_moves_both_the_download_and_the_job() -> None:
+    result = plan("a3u", **{"verl-gke__model": "Qwen/Qwen2.5-14B-Instruct"})
+    args = overrides(result.one(RAY_JOB, "grpo-job").inputs["entrypoint"])
+    assert args["actor_rollout_ref.model.path"] == "/data/Qwen2.5-14B-Instruct"
+    prep = result.one("kubernetes:batch/v1:Job", "data-prep-job").inputs
+    container = prep["spec"]["template"]["spec"]["containers"][0]
+    command = " ".join([*container.get("command", []), *container.get("args", [])])
+    assert "--model Qwen/Qwen2.5-14B-Instruct" in command
+    assert "--model-dir Qwen2.5-14B-Instruct" in command
+
+
+@pytest.mark.parametrize("folder", ["/data/verl/run1", "/data/gsm8k/ckpt", "/data/verl"])
+def test_checkpoints_never_where_data_prep_rewrites(folder: str) -> None:
+    from jobs.grpo_spec import GrpoPreflightError
+
+    with pytest.raises(GrpoPreflightError) as caught:
+        plan("a4x", **{"verl-gke__job": f'{{"defaultLocalDir": "{folder}"}}'})
+    assert f"verl-gke:job.defaultLocalDir = '{folder}'" in str(caught.value)
+
+
+def test_checkpoints_elsewhere_on_the_bucket_are_fine() -> None:
+    result = plan("a4x", **{"verl-gke__job": '{"defaultLocalDir": "/data/runs/exp1"}'})
+    assert result.outputs["checkpointRoot"] == "gs://acme-ml-prod-verl-a4x/runs/exp1"

@@ -609,6 +609,29 @@ def test_diff_replaces_on_spec_changes_and_updates_in_place_otherwise() -> None:
     assert diff(dashboard={"url": UNKNOWN})[:2] == (True, [])
 
 
+@pytest.mark.parametrize(
+    ("status", "resubmit"),
+    [("FAILED", True), ("STOPPED", True), ("SUCCEEDED", False), ("RUNNING", False)],
+)
+def test_up_resubmits_a_run_that_ended_without_success(status: str, resubmit: bool) -> None:
+    state = {**plain_props(), "status": status, "submission_id": "a4x-0123"}
+    result = RayJobProvider().diff("a4x-0123", state, plain_props())
+    assert (result.changes, result.replaces) == ((True, ["status"]) if resubmit else (False, []))
+
+
+def test_destroy_with_the_dashboard_gone_drops_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    # Nothing listens on the port: the cluster (and so the job) is already gone.
+    dead = dashboard_access.url_dashboard(f"http://127.0.0.1:{free_port()}")
+    quick = replace(FAST, submit_s=1.0)
+    state = {**plain_props(dashboard=dead, **_deadline_props(quick)), "status": "RUNNING"}
+    RayJobProvider().delete("a4x-0123", state)
+    assert "Nothing to stop" in capsys.readouterr().out
+
+
+def _deadline_props(deadlines: JobDeadlines) -> dict[str, Any]:
+    return {f"deadline_{name}": value for name, value in deadlines.__dict__.items()}
+
+
 def test_update_stores_new_connection_inputs_and_keeps_observed_outputs() -> None:
     state = {
         **plain_props(),
