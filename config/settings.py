@@ -500,7 +500,23 @@ def load_settings(
         settings = StackSettings.model_validate(raw)
     except ValidationError as error:
         raise SettingsError(_format(stack, _describe(error))) from None
+    notices.extend(_image_notices(settings))
     return LoadedSettings(settings, tuple(notices))
+
+
+def _image_notices(settings: StackSettings) -> list[str]:
+    """An x86-only image on arm64 nodes fails only once the GPU nodes pull it ("exec format
+    error"). arm64 builds say so in their tag, so flag an arm64 stack's image whose tag does not."""
+    if settings.profile.arch != "arm64":
+        return []
+    tag = settings.verl_image.rsplit("/", 1)[-1]
+    if "arm64" in tag or "aarch64" in tag:
+        return []
+    return [
+        f"{config_key('verl_image')} = {settings.verl_image!r}: {settings.profile.name} nodes "
+        f"are arm64 and the tag names neither arm64 nor aarch64; make sure the image is built "
+        f"for arm64 (the default is {settings.profile.verl_image})"
+    ]
 
 
 def _unknown_keys(config: Mapping[str, str]) -> list[str]:

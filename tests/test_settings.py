@@ -255,3 +255,13 @@ def test_valid_keys_are_camel_case_config_keys() -> None:
     ):
         assert key in keys
     assert "verl-gke:stack" not in keys and "verl-gke:project" not in keys
+
+
+def test_x86_only_verl_image_on_arm64_nodes_is_flagged() -> None:
+    loaded = load(**{"verl-gke:verlImage": "verlai/verl:vllm011.latest"})
+    assert any(
+        "verl-gke:verlImage = 'verlai/verl:vllm011.latest'" in n and "arm64" in n
+        for n in loaded.notices
+    )
+    assert load().notices == ()  # the default A4X image is the aarch64 build
+    assert load("a3u", **{"verl-gke:verlImage": "verlai/verl:custom"}).notices == ()
