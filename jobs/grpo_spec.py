@@ -24,7 +24,6 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
@@ -42,6 +41,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from config.profiles import AcceleratorProfile, Mode
+from jobs.memory_fit import KNOWN_MODELS, ModelArch
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
@@ -268,54 +268,7 @@ def in_config_terms(text: str) -> str:
 # --- models ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModelArchitecture:
-    """Public config.json facts of a Hugging Face model, as the preflight and estimators need."""
-
-    hf_id: str
-    num_attention_heads: int
-    num_key_value_heads: int
-    hidden_size: int
-    num_hidden_layers: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-
-
-def _qwen25(
-    size: str, heads: int, kv: int, hidden: int, layers: int, inter: int
-) -> ModelArchitecture:
-    # The three small Qwen2.5 models tie embeddings and use the 151936-entry vocabulary.
-    small = size in ("0.5B", "1.5B", "3B")
-    return ModelArchitecture(
-        hf_id=f"Qwen/Qwen2.5-{size}-Instruct",
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        intermediate_size=inter,
-        vocab_size=151936 if small else 152064,
-        tie_word_embeddings=small,
-    )
-
-
-KNOWN_MODELS: Mapping[str, ModelArchitecture] = MappingProxyType(
-    {
-        arch.hf_id: arch
-        for arch in (
-            _qwen25("0.5B", heads=14, kv=2, hidden=896, layers=24, inter=4864),
-            _qwen25("1.5B", heads=12, kv=2, hidden=1536, layers=28, inter=8960),
-            _qwen25("3B", heads=16, kv=2, hidden=2048, layers=36, inter=11008),
-            _qwen25("7B", heads=28, kv=4, hidden=3584, layers=28, inter=18944),
-            _qwen25("14B", heads=40, kv=8, hidden=5120, layers=48, inter=13824),
-            _qwen25("32B", heads=40, kv=8, hidden=5120, layers=64, inter=27648),
-            _qwen25("72B", heads=64, kv=8, hidden=8192, layers=80, inter=29568),
-        )
-    }
-)
-
-
-def model_architecture(model_id: str) -> ModelArchitecture | None:
+def model_architecture(model_id: str) -> ModelArch | None:
     """Look a model up by HF id ("Qwen/Qwen2.5-32B-Instruct") or by its folder
     ("/data/Qwen2.5-32B-Instruct"); None when it is not in KNOWN_MODELS."""
     if model_id in KNOWN_MODELS:
