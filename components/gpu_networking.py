@@ -1,5 +1,5 @@
-"""The pod side of the GPU fabric: the NCCL gIB installer and the objects that give Ray workers
-their RDMA NICs (multi-NIC mapping, DRANET ComputeClass or NIC claim templates)."""
+"""The pod side of the GPU fabric: the NCCL gIB installer (Standard) and the objects that give
+Ray workers their RDMA NICs (multi-NIC mapping, DRANET ComputeClass or NIC claim templates)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class GpuFabricArgs:
 
 
 class GpuFabric(pulumi.ComponentResource):
-    installer: k8s.apps.v1.DaemonSet
+    installer: k8s.apps.v1.DaemonSet | None
 
     def __init__(
         self, name: str, args: GpuFabricArgs, opts: pulumi.ResourceOptions | None = None
@@ -36,23 +36,17 @@ class GpuFabric(pulumi.ComponentResource):
         s = args.settings
         self._provider = args.cluster.provider
 
-        installer_deps: list[pulumi.Resource] = []
-        for body in nccl_installer.nccl_installer(s):
-            if body["kind"] == "Namespace":
-                installer_deps.append(
-                    k8s.core.v1.Namespace(
-                        f"{name}-installer-namespace",
-                        metadata=body["metadata"],
-                        opts=self._child(),
-                    )
-                )
-            else:
-                self.installer = k8s.apps.v1.DaemonSet(
-                    f"{name}-nccl-installer",
-                    metadata=body["metadata"],
-                    spec=body["spec"],
-                    opts=self._child(depends_on=installer_deps),
-                )
+        # Standard only: on Autopilot the Ray workers install the gIB plugin themselves
+        # (manifests/nccl_installer.py says why).
+        self.installer = None
+        if nccl_installer.needs_installer(s):
+            body = nccl_installer.nccl_installer(s)
+            self.installer = k8s.apps.v1.DaemonSet(
+                f"{name}-nccl-installer",
+                metadata=body["metadata"],
+                spec=body["spec"],
+                opts=self._child(),
+            )
 
         networking = s.gpu_networking
         if networking is GpuNetworking.MULTI_NIC:

@@ -52,6 +52,10 @@ _IMAGE = re.compile(
     r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
 )
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
+# The first nvidia-dra-driver-gpu chart whose DeviceClasses use resource.k8s.io/v1 when the
+# cluster serves it (NVIDIA/k8s-dra-driver-gpu 960b0e10, issue #533); older charts need the
+# v1beta1 DRA APIs, which this program does not enable on the cluster.
+DRA_DRIVER_MIN_CHART = "25.3.2"
 _K8S_VERSION = re.compile(r"^1\.(?P<minor>[0-9]+)(\.[0-9]+(-gke\.[0-9]+)?)?$")
 # Longest cluster name the tutorial allows; derived names (e.g. "<cluster>-rdma-sub-7") must
 # stay within GCE's 63-character limit.
@@ -118,8 +122,10 @@ class StackSettings(BaseModel):
     nccl_installer_image: str
     # The version of ../shared/crds/ray.io_rayclusters.yaml the RayCluster is validated against.
     kuberay_chart_version: str = "1.7.0"
-    # The seed's `helm upgrade --install nvidia-dra-driver-gpu ... --version=25.3.1` (A4X only).
-    dra_driver_chart_version: str = "25.3.1"
+    # NVIDIA DRA driver chart (A4X only). Not the seed's 25.3.1: it hard-codes
+    # resource.k8s.io/v1beta1 DeviceClasses, which GKE 1.34 does not serve unless enabled;
+    # 25.3.2 picks resource.k8s.io/v1 from the cluster (README, "NVIDIA DRA driver chart").
+    dra_driver_chart_version: str = DRA_DRIVER_MIN_CHART
     # Overrides of the GRPO job spec (jobs/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
     job: dict[str, Any] = Field(default_factory=dict)
@@ -233,7 +239,8 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_image(s, "data_prep_image", profile.data_prep_image),
         _check_image(s, "nccl_installer_image", profile.nccl_installer_image),
         _check_chart_version(s, "kuberay_chart_version", "1.7.0"),
-        _check_chart_version(s, "dra_driver_chart_version", "25.3.1"),
+        _check_chart_version(s, "dra_driver_chart_version", DRA_DRIVER_MIN_CHART),
+        _check_dra_driver_chart(s, profile),
     ]
 
 
@@ -410,6 +417,23 @@ def _check_image(s: StackSettings, field_name: str, example: str) -> str | None:
     return (
         f"{config_key(field_name)} = {value!r}: expected an image reference with a tag or "
         f"digest (REPOSITORY:TAG or REPOSITORY@sha256:...). Fix: {s.fix(field_name, example)}"
+    )
+
+
+def _check_dra_driver_chart(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    # Caught here, not as a failed `helm install` (rolled back) after four GPU nodes exist.
+    value = s.dra_driver_chart_version
+    if not profile.multi_node_nvlink or not _CHART_VERSION.match(value):
+        return None
+    release = tuple(int(part) for part in value.lstrip("v").split("-")[0].split("."))
+    minimum = tuple(int(part) for part in DRA_DRIVER_MIN_CHART.split("."))
+    if release >= minimum:
+        return None
+    return (
+        f"{config_key('dra_driver_chart_version')} = {value!r}: charts before "
+        f"{DRA_DRIVER_MIN_CHART} install their DeviceClasses as resource.k8s.io/v1beta1, which "
+        f"GKE {profile.min_kubernetes_version} does not serve unless enabled. "
+        f"Fix: {s.fix('dra_driver_chart_version', DRA_DRIVER_MIN_CHART)}"
     )
 
 

@@ -1,11 +1,16 @@
 """The NCCL gIB (RDMA) plugin installer DaemonSet (container-engine-accelerators/gpudirect-rdma).
 
-Three upstream variants (tutorial-facts §11): x86 Standard (`nccl-rdma-installer.yaml`),
-Autopilot (`nccl-rdma-installer-autopilot.yaml`) and A4X arm64 (`nccl-rdma-installer-a4x.yaml`).
-The tutorial applies them from the moving `master` branch; here the installer image is pinned
-(profile default, `verl-gke:ncclInstallerImage` to override) and the pod spec is built in code.
-The container part is kept as upstream writes it, because GKE Autopilot admits this privileged
-DaemonSet only in the shape Google publishes.
+GKE Standard only. Two upstream variants (tutorial-facts §11): x86 (`nccl-rdma-installer.yaml`)
+and A4X arm64 (`nccl-rdma-installer-a4x.yaml`). The tutorial applies them from the moving
+`master` branch; here the installer image is pinned (profile default,
+`verl-gke:ncclInstallerImage` to override) and the pod spec is built in code.
+
+Autopilot gets no installer: the tutorial's Autopilot flow (ComputeClass + DRANET, tutorial-facts
+§3.B) has none, and its Ray workers install the gIB plugin into their own pod (an init container
+and an emptyDir, manifests/ray_cluster.py), so nothing would read what a node-level installer
+writes. GKE documents `nccl-rdma-installer-autopilot.yaml` only for the older multi-networking
+Autopilot flow, and Autopilot rejects privileged pods that no installed allowlist matches
+(README, "Autopilot and the NCCL installer").
 """
 
 from __future__ import annotations
@@ -15,9 +20,7 @@ from config.settings import StackSettings
 from manifests.common import ACCELERATOR_LABEL, Manifest, accepted_findings, labels
 
 INSTALLER_NAME = "nccl-rdma-installer"
-# Autopilot keeps user workloads out of kube-system, so its variant brings its own namespace.
-AUTOPILOT_NAMESPACE = "rdma-system"
-STANDARD_NAMESPACE = "kube-system"
+INSTALLER_NAMESPACE = "kube-system"
 PAUSE_IMAGE = (
     "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
 )
@@ -27,7 +30,7 @@ HOST_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
 _CONTAINER_ROOT = "/usr/local/home/kubernetes/bin"
 
 
-_AS_PUBLISHED = "Google's installer as published; Autopilot admits it only in that shape"
+_AS_PUBLISHED = "Google's installer as published (container-engine-accelerators)"
 _AS_ROOT = "privileged root init container that writes into host directories"
 # checkov findings of the installer, and why (README, "checkov findings").
 FINDINGS = {
@@ -55,38 +58,31 @@ FINDINGS = {
 }
 
 
-def installer_namespace(settings: StackSettings) -> str:
-    return AUTOPILOT_NAMESPACE if settings.mode is Mode.AUTOPILOT else STANDARD_NAMESPACE
+def needs_installer(settings: StackSettings) -> bool:
+    """Only Standard nodes get the node-level installer (see the module docstring)."""
+    return settings.mode is Mode.STANDARD
 
 
-def install_script(settings: StackSettings) -> str:
+def install_script() -> str:
     # Upstream dropped --install-nccl from the Standard and A4X installers (2026-05-06): the
-    # training image brings NCCL. The Autopilot installer still installs it.
-    flags = " --install-nccl" if settings.mode is Mode.AUTOPILOT else ""
+    # training image brings NCCL.
     return (
         "set -ex\n"
-        f"/scripts/container_entry.sh install{flags}\n"
+        "/scripts/container_entry.sh install\n"
         f"cp -r /var/lib/gib/lib64/. {_CONTAINER_ROOT}/nvidia/lib64\n"
         f"cp -r /var/lib/gib/. {_CONTAINER_ROOT}/gib\n"
         'echo "installation finishes"\n'
     )
 
 
-def nccl_installer(settings: StackSettings) -> list[Manifest]:
-    """The objects to apply, in order: the Autopilot namespace (if any), then the DaemonSet."""
-    profile = settings.profile
-    namespace = installer_namespace(settings)
-    autopilot = settings.mode is Mode.AUTOPILOT
-    objects: list[Manifest] = []
-    if autopilot:
-        objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace, "labels": {"name": namespace}},
-            }
+def nccl_installer(settings: StackSettings) -> Manifest:
+    """The installer DaemonSet of a Standard stack, in kube-system."""
+    if not needs_installer(settings):
+        raise ValueError(
+            f"{settings.mode.value} stacks get no NCCL installer DaemonSet: the Ray workers "
+            "install the gIB plugin themselves"
         )
-
+    profile = settings.profile
     pod_labels = {"name": INSTALLER_NAME, "k8s-app": INSTALLER_NAME}
     volumes = [
         {
@@ -106,6 +102,8 @@ def nccl_installer(settings: StackSettings) -> list[Manifest]:
         {"key": "kubernetes.io/arch", "operator": "In", "values": [profile.arch]},
     ]
     pod_spec: dict = {
+        # As upstream: the plugin must be on the node before any training pod starts there.
+        "priorityClassName": "system-node-critical",
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -130,30 +128,23 @@ def nccl_installer(settings: StackSettings) -> list[Manifest]:
                     {"name": "gib", "mountPath": f"{_CONTAINER_ROOT}/gib"},
                 ],
                 "command": ["/bin/sh", "-c"],
-                "args": [install_script(settings)],
+                "args": [install_script()],
             }
         ],
         "containers": [{"image": PAUSE_IMAGE, "name": "pause"}],
     }
-    if not autopilot:
-        # Autopilot reserves system priority classes for GKE's own workloads.
-        pod_spec = {"priorityClassName": "system-node-critical", **pod_spec}
-
-    objects.append(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": {
-                "name": INSTALLER_NAME,
-                "namespace": namespace,
-                "labels": {"k8s-app": INSTALLER_NAME, **labels("nccl-installer")},
-                "annotations": accepted_findings(FINDINGS),
-            },
-            "spec": {
-                "selector": {"matchLabels": {"k8s-app": INSTALLER_NAME}},
-                "updateStrategy": {"type": "RollingUpdate"},
-                "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
-            },
-        }
-    )
-    return objects
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": INSTALLER_NAME,
+            "namespace": INSTALLER_NAMESPACE,
+            "labels": {"k8s-app": INSTALLER_NAME, **labels("nccl-installer")},
+            "annotations": accepted_findings(FINDINGS),
+        },
+        "spec": {
+            "selector": {"matchLabels": {"k8s-app": INSTALLER_NAME}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }

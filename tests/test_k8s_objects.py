@@ -11,8 +11,10 @@ import pytest
 
 from manifests import data_prep
 from tests.program import COMBINATIONS, plan
+from tests.support.schemas import walk
 from tools import offline_engine
 from tools.offline_engine import PlanResult, RecordedResource
+from tools.plan import kubernetes_objects
 
 STANDARD = [c for c in COMBINATIONS if c[1] == "standard"]
 AUTOPILOT = [c for c in COMBINATIONS if c[1] == "autopilot"]
@@ -42,12 +44,11 @@ def pod_spec(result: PlanResult, kind: str, name: str) -> dict[str, Any]:
 # --- NCCL gIB installer (tutorial-facts §11) ---------------------------------------------------
 
 
-@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
-def test_nccl_installer_per_profile_and_mode(stack: str, mode: str) -> None:
+@pytest.mark.parametrize(("stack", "mode"), STANDARD)
+def test_nccl_installer_per_profile(stack: str, mode: str) -> None:
     result = plan(stack, mode)
-    namespace = "rdma-system" if mode == "autopilot" else "kube-system"
     daemonset = k8s_object(result, "DaemonSet", "nccl-rdma-installer")
-    assert daemonset["metadata"]["namespace"] == namespace
+    assert daemonset["metadata"]["namespace"] == "kube-system"
     spec = daemonset["spec"]["template"]["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     expressions = terms["nodeSelectorTerms"][0]["matchExpressions"]
@@ -58,6 +59,7 @@ def test_nccl_installer_per_profile_and_mode(stack: str, mode: str) -> None:
     ]
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["hostNetwork"] is True and spec["hostPID"] is True
+    assert spec["priorityClassName"] == "system-node-critical"
     installer = spec["initContainers"][0]
     image = {
         "a4x": "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib-arm64:v1.1.0",
@@ -69,8 +71,9 @@ def test_nccl_installer_per_profile_and_mode(stack: str, mode: str) -> None:
     assert installer["securityContext"] == {"privileged": True}
     assert installer["resources"] == {"requests": {"cpu": "150m"}}
     script = installer["args"][0]
-    install = "install --install-nccl" if mode == "autopilot" else "install\n"
-    assert f"/scripts/container_entry.sh {install}" in script
+    # Upstream's Standard and A4X installers no longer pass --install-nccl.
+    assert "/scripts/container_entry.sh install\n" in script
+    assert "--install-nccl" not in script
     assert "cp -r /var/lib/gib/lib64/. /usr/local/home/kubernetes/bin/nvidia/lib64" in script
     assert "cp -r /var/lib/gib/. /usr/local/home/kubernetes/bin/gib" in script
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
@@ -82,16 +85,26 @@ def test_nccl_installer_per_profile_and_mode(stack: str, mode: str) -> None:
         expected["nvidia-dir"] = "/home/kubernetes/bin/nvidia"
     assert host_paths == expected
     assert spec["containers"][0]["image"].startswith("gke.gcr.io/pause:3.8@sha256:")
-    if mode == "autopilot":
-        assert "priorityClassName" not in spec
-        k8s_object(result, "Namespace", "rdma-system")
-        installer_resource = resource_of(result, "DaemonSet", "nccl-rdma-installer")
-        namespace_resource = resource_of(result, "Namespace", "rdma-system")
-        assert result.depends_on(installer_resource, namespace_resource)
-    else:
-        assert spec["priorityClassName"] == "system-node-critical"
-        names = {r.inputs["metadata"]["name"] for r in k8s_objects(result, "Namespace")}
-        assert "rdma-system" not in names
+
+
+@pytest.mark.parametrize(("stack", "mode"), AUTOPILOT)
+def test_autopilot_follows_the_tutorial_without_a_node_installer(stack: str, mode: str) -> None:
+    # The tutorial's ComputeClass + DRANET flow has no installer DaemonSet; the workers install
+    # the gIB plugin into an emptyDir themselves, and Autopilot rejects privileged pods that no
+    # allowlist matches (README, "Autopilot and the NCCL installer").
+    result = plan(stack, mode)
+    assert k8s_objects(result, "DaemonSet") == []
+    names = {r.inputs["metadata"]["name"] for r in k8s_objects(result, "Namespace")}
+    assert "rdma-system" not in names
+    for _, body in kubernetes_objects(result):
+        for path, value in walk(body):
+            if path.endswith("securityContext") and isinstance(value, dict):
+                assert value.get("privileged") is not True, (body["kind"], path)
+            assert not path.endswith("hostPath"), (body["kind"], path)
+    worker = ray(result)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    setup = worker["initContainers"][0]
+    assert "apt-get install -y nccl-gib-plugins" in setup["args"][0]
+    assert {"name": "gib", "emptyDir": {}} in worker["volumes"]
 
 
 def test_nccl_installer_image_override() -> None:
@@ -282,7 +295,8 @@ def test_dra_driver_namespace_quota_release(nodes: str, pods: str) -> None:
     release = result.one(RELEASE, "dra-release")
     assert release.inputs["name"] == "nvidia-dra-driver-gpu"
     assert release.inputs["chart"] == "nvidia-dra-driver-gpu"
-    assert release.inputs["version"] == "25.3.1"
+    # 25.3.2: the first chart that installs its DeviceClasses as resource.k8s.io/v1.
+    assert release.inputs["version"] == "25.3.2"
     assert release.inputs["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
     assert release.inputs["namespace"] == "nvidia-dra-driver-gpu"
     assert result.depends_on(

@@ -30,7 +30,8 @@ def error_of(stack: str = "a4x", **changes: str) -> str:
 def test_kubernetes_layer_defaults(stack: str) -> None:
     settings = load(stack)
     assert settings.kuberay_chart_version == "1.7.0"
-    assert settings.dra_driver_chart_version == "25.3.1"
+    # Not the seed's 25.3.1: its DeviceClasses are resource.k8s.io/v1beta1 only.
+    assert settings.dra_driver_chart_version == "25.3.2"
     assert settings.nccl_installer_image == PROFILES[stack].nccl_installer_image
     # The data-prep Job runs on the x86 CPU pool, so its image is x86 for every profile.
     assert settings.data_prep_image == "verlai/verl:vllm011.latest"
@@ -96,10 +97,33 @@ def test_overrides_are_used() -> None:
         ("verl-gke:ncclInstallerImage", "example.com/gib", "nccl-plugin-gib-arm64:v1.1.0"),
         ("verl-gke:dataPrepImage", "verlai/verl", "verlai/verl:vllm011.latest"),
         ("verl-gke:kuberayChartVersion", "latest", "kuberayChartVersion 1.7.0"),
-        ("verl-gke:draDriverChartVersion", "25.3", "draDriverChartVersion 25.3.1"),
+        ("verl-gke:draDriverChartVersion", "25.3", "draDriverChartVersion 25.3.2"),
     ],
 )
 def test_bad_image_or_chart_version_rejected(key: str, value: str, fix: str) -> None:
     message = error_of("a4x", **{key: value})
     assert f"{key} = {value!r}" in message
     assert fix in message and "pulumi config set" in message
+
+
+@pytest.mark.parametrize("version", ["25.3.1", "v25.3.0", "25.3.0-rc.5", "24.12.9"])
+def test_dra_driver_charts_that_need_beta_apis_are_rejected_on_a4x(version: str) -> None:
+    # They would fail `helm install` on the cluster, after four GPU nodes exist.
+    message = error_of("a4x", **{"verl-gke:draDriverChartVersion": version})
+    assert f"verl-gke:draDriverChartVersion = {version!r}" in message
+    assert "resource.k8s.io/v1beta1" in message
+    assert "pulumi config set verl-gke:draDriverChartVersion 25.3.2 -s a4x" in message
+
+
+@pytest.mark.parametrize("version", ["25.3.2", "v25.3.2", "25.8.1", "25.12.0"])
+def test_dra_driver_charts_from_25_3_2_are_accepted(version: str) -> None:
+    assert load("a4x", **{"verl-gke:draDriverChartVersion": version}).dra_driver_chart_version == (
+        version
+    )
+
+
+def test_dra_driver_chart_floor_applies_only_where_the_driver_is_installed() -> None:
+    # x86 stacks install no DRA driver, so an old value there is harmless.
+    assert load("a4", **{"verl-gke:draDriverChartVersion": "25.3.1"}).dra_driver_chart_version == (
+        "25.3.1"
+    )
