@@ -16,11 +16,13 @@ from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
 from config.profiles import GpuNetworking, Mode
+from config.pulumi_cli import require_cli_features
 from config.settings import settings_from_pulumi
 from jobs.memory_fit import format_breakdown
 from jobs.training_job import training_job
 
 # Validate everything before the first resource is registered.
+require_cli_features()
 loaded = settings_from_pulumi()
 for notice in loaded.notices:
     pulumi.log.warn(notice)
