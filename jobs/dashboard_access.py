@@ -94,8 +94,19 @@ def kube_proxy_dashboard(
     }
 
 
-def parse_dashboard(value: Mapping[str, Any]) -> DashboardSpec:
-    """Turn the `dashboard` input into a spec; ValueError names the bad key and a valid form."""
+def _never_unknown(_value: Any) -> bool:
+    return False
+
+
+def check_dashboard(value: Any, is_unknown: Callable[[Any], bool] = _never_unknown) -> None:
+    """Raise ValueError for the first problem in the known parts of a `dashboard` input.
+
+    is_unknown tells which values are not known yet (a preview: the GKE endpoint and CA of a
+    cluster that does not exist yet); those are skipped, never reported, and the rest is still
+    checked, so a preview catches a wrong key or an empty namespace.
+    """
+    if is_unknown(value):
+        return
     if not isinstance(value, Mapping):
         raise ValueError(
             f"dashboard must be a mapping, got {type(value).__name__}; use url_dashboard(...) or "
@@ -104,28 +115,51 @@ def parse_dashboard(value: Mapping[str, Any]) -> DashboardSpec:
     keys = set(value)
     if keys == {"url"}:
         url = value["url"]
+        if is_unknown(url):
+            return
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(
                 f"dashboard.url must be an http(s) URL, got {url!r}; e.g. 'http://127.0.0.1:8265'"
             )
-        return DashboardUrl(url=url.rstrip("/"))
+        return
     if keys <= _KUBE_KEYS and {"kube_api_endpoint", "namespace", "service"} <= keys:
         for key in ("kube_api_endpoint", "namespace", "service"):
+            if is_unknown(value[key]):
+                continue
             if not isinstance(value[key], str) or not value[key]:
                 raise ValueError(f"dashboard.{key} must be a non-empty string, got {value[key]!r}")
-        spec = KubeServiceProxy(
-            kube_api_endpoint=value["kube_api_endpoint"],
-            cluster_ca_certificate=value.get("cluster_ca_certificate") or "",
-            namespace=value["namespace"],
-            service=value["service"],
-            port_name=value.get("port_name") or "dashboard",
-        )
-        if spec.cluster_ca_certificate:
-            decode_ca_certificate(spec.cluster_ca_certificate)
-        return spec
+        port_name = value.get("port_name")
+        if port_name is not None and not is_unknown(port_name) and not isinstance(port_name, str):
+            raise ValueError(
+                f"dashboard.port_name must be the head Service's port name, got {port_name!r}; "
+                "e.g. 'dashboard'"
+            )
+        ca = value.get("cluster_ca_certificate")
+        if ca and not is_unknown(ca):
+            if not isinstance(ca, str):
+                raise ValueError(
+                    "dashboard.cluster_ca_certificate must be a string (base64 of the PEM, as in "
+                    f"master_auth.cluster_ca_certificate), got {type(ca).__name__}"
+                )
+            decode_ca_certificate(ca)
+        return
     raise ValueError(
         f"dashboard has keys {sorted(keys)}; expected either ['url'] or "
         f"{sorted(_KUBE_KEYS)} (port_name and cluster_ca_certificate optional)"
+    )
+
+
+def parse_dashboard(value: Mapping[str, Any]) -> DashboardSpec:
+    """Turn a known `dashboard` input into a spec; ValueError names the bad key and a valid form."""
+    check_dashboard(value)
+    if set(value) == {"url"}:
+        return DashboardUrl(url=value["url"].rstrip("/"))
+    return KubeServiceProxy(
+        kube_api_endpoint=value["kube_api_endpoint"],
+        cluster_ca_certificate=value.get("cluster_ca_certificate") or "",
+        namespace=value["namespace"],
+        service=value["service"],
+        port_name=value.get("port_name") or "dashboard",
     )
 
 

@@ -8,8 +8,15 @@ Lifecycle (DESIGN.md, Decisions):
   job is RUNNING and survived `startup_grace_s` (or, with `wait`, once it is terminal). FAILED or
   STOPPED fails the step with Ray's message and the driver log's last lines.
 - diff: a new entrypoint, runtime env or id prefix replaces the job, old one stopped first
-  (delete_before_replace: GPUs are exclusive); dashboard, deadlines, `wait` and checkpoint_root
-  are updated in place.
+  (delete_before_replace: GPUs are exclusive). So does a new dashboard target: the job record
+  lives in the Ray head the dashboard leads to, and a new GKE endpoint or CA means a new cluster
+  whose head has never seen the job (create adopts it by its deterministic id if it is there
+  after all). Deadlines, `wait` and checkpoint_root are updated in place.
+- preview: any input may be unknown, at any depth (the endpoint and CA of a cluster that does
+  not exist yet). The real host hands check/diff `pulumi.output.Unknown` objects for them
+  (`python -m pulumi.dynamic` deserializes with keep_unknowns=True); a direct caller may pass
+  the wire sentinel string. check validates only what is known and never fails on an unknown;
+  diff counts an unknown as a change, and as a replacement where a change would replace.
 - read (`pulumi refresh`): status, message, times and the checkpoints in the bucket; a job the
   cluster no longer knows is reported gone.
 - delete: stops the job if it still runs and waits until it is terminal. Checkpoints are never
@@ -39,8 +46,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pulumi
 import pulumi.dynamic
+from pulumi.output import Unknown
 
-# What check/diff receive for a value not known until apply (preview).
+# The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
 from jobs import dashboard_access
@@ -53,11 +61,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-# Inputs whose change means a different job (replace); all other inputs only say how to reach or
-# watch it (update in place).
-SPEC_KEYS = ("entrypoint", "runtime_env", "submission_id_prefix")
+# Inputs whose change means a different job (replace): what runs, and the Ray head that holds its
+# record (the dashboard target). All other inputs only say how to watch it (update in place).
+SPEC_KEYS = ("entrypoint", "runtime_env", "submission_id_prefix", "dashboard")
 CONNECTION_KEYS = (
-    "dashboard",
     "checkpoint_root",
     "wait",
     "deadline_submit_s",
@@ -217,27 +224,28 @@ def submission_id(prefix: str, entrypoint: str, runtime_env: Mapping[str, Any]) 
 
 
 def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> list[tuple[str, str]]:
-    """(property, reason) for every invalid input; unknown values pass when allow_unknown."""
+    """(property, reason) for every invalid input.
+
+    allow_unknown (check, preview): values not known yet (is_unknown), top-level or nested, are
+    skipped and the known rest is still checked.
+    """
     problems: list[tuple[str, str]] = []
 
-    def known(key: str) -> bool:
-        value = props.get(key)
-        return not (allow_unknown and _contains_unknown(value))
+    def unknown(value: Any) -> bool:
+        return allow_unknown and is_unknown(value)
 
     entrypoint = props.get("entrypoint")
-    if known("entrypoint") and (not isinstance(entrypoint, str) or not entrypoint.strip()):
+    if not unknown(entrypoint) and (not isinstance(entrypoint, str) or not entrypoint.strip()):
         problems.append(
             ("entrypoint", f"entrypoint must be a non-empty command string, got {entrypoint!r}")
         )
     runtime_env = props.get("runtime_env")
-    if known("runtime_env") and runtime_env is not None and not isinstance(runtime_env, Mapping):
+    if not (unknown(runtime_env) or runtime_env is None or isinstance(runtime_env, Mapping)):
         problems.append(
             ("runtime_env", f"runtime_env must be a mapping, got {type(runtime_env).__name__}")
         )
     prefix = props.get("submission_id_prefix")
-    if known("submission_id_prefix") and (
-        not isinstance(prefix, str) or not re.search(r"[A-Za-z0-9]", prefix)
-    ):
+    if not unknown(prefix) and not (isinstance(prefix, str) and re.search(r"[A-Za-z0-9]", prefix)):
         problems.append(
             (
                 "submission_id_prefix",
@@ -245,28 +253,28 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
                 "e.g. the stack name 'a4x'",
             )
         )
-    if known("dashboard"):
+    try:
+        dashboard_access.check_dashboard(props.get("dashboard"), unknown)
+    except ValueError as exc:
+        problems.append(("dashboard", str(exc)))
+    root = props.get("checkpoint_root")
+    if root is not None and not unknown(root):
         try:
-            dashboard_access.parse_dashboard(props.get("dashboard"))  # type: ignore[arg-type]
-        except ValueError as exc:
-            problems.append(("dashboard", str(exc)))
-    if known("checkpoint_root") and props.get("checkpoint_root") is not None:
-        try:
-            parse_gcs_url(props.get("checkpoint_root"))  # type: ignore[arg-type]
+            parse_gcs_url(root)
         except (ValueError, TypeError) as exc:
             problems.append(("checkpoint_root", str(exc)))
     for deadline in fields(JobDeadlines):
         key = f"deadline_{deadline.name}"
         value = props.get(key)
-        if value is None or (allow_unknown and value == UNKNOWN):
+        if value is None or unknown(value):
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             problems.append(
                 (key, f"{key} must be a number of seconds >= 0, got {value!r}; e.g. 600")
             )
     for key in ("entrypoint", "runtime_env"):
-        if known(key):
-            problems.extend((key, reason) for reason in secret_problems(key, props.get(key)))
+        # Unknown parts cannot hold a secret we could see; the known parts are still checked.
+        problems.extend((key, reason) for reason in secret_problems(key, props.get(key)))
     return problems
 
 
@@ -318,6 +326,8 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
     def diff(
         self, _id: str, _olds: dict[str, Any], _news: dict[str, Any]
     ) -> pulumi.dynamic.DiffResult:
+        # An unknown new value (preview) counts as changed: if it is a SPEC_KEY it may name
+        # another job or another Ray head, so the preview shows the replacement the update may do.
         changed = [k for k in (*SPEC_KEYS, *CONNECTION_KEYS) if _differs(k, _olds, _news)]
         replaces = [k for k in changed if k in SPEC_KEYS]
         if _olds.get("status") in ("FAILED", "STOPPED"):
@@ -758,9 +768,15 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def is_unknown(value: Any) -> bool:
+    """A value not known until apply: an Unknown object (what the real host passes) or the wire
+    sentinel string (what the engine sends, and what direct callers may pass)."""
+    return isinstance(value, Unknown) or (isinstance(value, str) and value == UNKNOWN)
+
+
 def _contains_unknown(value: Any) -> bool:
-    if isinstance(value, str):
-        return value == UNKNOWN
+    if is_unknown(value):
+        return True
     if isinstance(value, Mapping):
         return any(_contains_unknown(v) for v in value.values())
     if isinstance(value, list | tuple):

@@ -1,8 +1,10 @@
 """The Ray job dynamic provider (jobs/ray_job.py) against a real local Ray head and GCS emulator.
 
-The Pulumi engine is not available here, so the tests call the provider's methods the way the
-engine does (check -> diff -> delete/create/update/read) and look at the cluster through Ray's own
-JobSubmissionClient. One Ray head and one emulator serve the whole module.
+Unit tests: they call the provider's methods directly, in the order the engine would (check ->
+diff -> delete/create/update/read), and look at the cluster through Ray's own
+JobSubmissionClient. What the engine really sends, through the real `python -m pulumi.dynamic`
+host over gRPC, is covered by the contract tests in test_ray_job_contract.py and
+test_preview_unknowns.py. One Ray head and one emulator serve the whole module.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import dill
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.output import Unknown
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -418,76 +421,6 @@ def test_provider_survives_dill_serialization(
         assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
 
 
-def test_the_pulumi_dynamic_provider_host_runs_the_provider(
-    head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    """Drive `python -m pulumi.dynamic` (what the engine starts) over gRPC, as the engine does.
-
-    Covers what calling methods directly cannot: the provider is unpickled by reference in
-    another process started in the program folder, inputs and outputs cross Pulumi's wire format.
-    """
-    import asyncio
-
-    import grpc
-    from google.protobuf import struct_pb2
-    from pulumi.runtime import rpc
-    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
-
-    urn = "urn:pulumi:test::verl-gke::pulumi-python:dynamic/jobs:RayJob::grpo"
-    host = subprocess.Popen(
-        [sys.executable, "-u", "-m", "pulumi.dynamic"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-    try:
-        assert host.stdout is not None
-        port = int(host.stdout.readline())
-        drain = threading.Thread(target=lambda: output.extend(host.stdout), daemon=True)  # type: ignore[arg-type]
-        drain.start()
-        stub = provider_pb2_grpc.ResourceProviderStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        inputs = {
-            **props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "host", wait=True),
-            "__provider": serialize_provider(RayJobProvider()),
-        }
-        news = asyncio.run(rpc.serialize_properties(inputs, {}))
-
-        checked = stub.Check(
-            provider_pb2.CheckRequest(urn=urn, olds=struct_pb2.Struct(), news=news)
-        )
-        assert list(checked.failures) == []
-        created = stub.Create(provider_pb2.CreateRequest(urn=urn, properties=checked.inputs))
-        state = rpc.deserialize_properties(created.properties)
-        assert created.id == submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
-        assert state["status"] == "SUCCEEDED" and state["latest_step"] == 2
-        assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
-
-        diff = stub.Diff(
-            provider_pb2.DiffRequest(
-                id=created.id, urn=urn, olds=created.properties, news=checked.inputs
-            )
-        )
-        assert diff.changes == provider_pb2.DiffResponse.DIFF_NONE
-        read = stub.Read(
-            provider_pb2.ReadRequest(id=created.id, urn=urn, properties=created.properties)
-        )
-        assert read.id == created.id
-        assert rpc.deserialize_properties(read.properties)["checkpoints"] == state["checkpoints"]
-        stub.Delete(provider_pb2.DeleteRequest(id=created.id, urn=urn, properties=read.properties))
-        assert jobs.delete_job(created.id) is True
-        gone = stub.Read(
-            provider_pb2.ReadRequest(id=created.id, urn=urn, properties=read.properties)
-        )
-        assert gone.id == ""
-    finally:
-        host.kill()
-        host.wait()
-    drain.join(timeout=5)
-    assert any(f"[ray-job {created.id}] SUCCEEDED" in line for line in output), output
-
-
 def test_client_ignores_ray_address_from_the_environment(
     provider: RayJobProvider,
     head: RayHead,
@@ -537,16 +470,37 @@ def test_submission_id_is_deterministic_safe_and_spec_sensitive() -> None:
     assert sid != submission_id("A4X stack!", "python3 train.py --x", env)
 
 
-def test_check_accepts_the_default_shape_and_unknowns() -> None:
+@pytest.mark.parametrize("unknown", [UNKNOWN, Unknown()], ids=["wire-sentinel", "Unknown"])
+def test_check_accepts_the_default_shape_and_unknowns(unknown: Any) -> None:
     provider = RayJobProvider()
     assert provider.check({}, plain_props()).failures == []
-    unknown = plain_props(
-        entrypoint=UNKNOWN,
-        dashboard={"kube_api_endpoint": UNKNOWN, "cluster_ca_certificate": UNKNOWN,
-                   "namespace": "verl", "service": UNKNOWN, "port_name": "dashboard"},
-        checkpoint_root=UNKNOWN,
+    nested = plain_props(
+        entrypoint=unknown,
+        dashboard={"kube_api_endpoint": unknown, "cluster_ca_certificate": unknown,
+                   "namespace": "verl", "service": unknown, "port_name": "dashboard"},
+        checkpoint_root=unknown,
     )  # fmt: skip
-    assert provider.check({}, unknown).failures == []
+    assert provider.check({}, nested).failures == []
+    every_input_unknown = {key: unknown for key in plain_props()}
+    assert provider.check({}, every_input_unknown).failures == []
+
+
+@pytest.mark.parametrize("unknown", [UNKNOWN, Unknown()], ids=["wire-sentinel", "Unknown"])
+def test_check_still_rejects_the_known_parts_next_to_unknowns(unknown: Any) -> None:
+    bad = plain_props(
+        dashboard={"kube_api_endpoint": unknown, "cluster_ca_certificate": unknown,
+                   "namespace": "", "service": "svc"},
+        runtime_env={"env_vars": {"HF_TOKEN": "x", "BUCKET": unknown}},
+        checkpoint_root="/data/checkpoints",
+    )  # fmt: skip
+    failures = RayJobProvider().check({}, bad).failures
+    assert sorted((f.property, f.reason.split(",")[0]) for f in failures) == [
+        ("checkpoint_root", "checkpoint_root must be a gs://<bucket>/<folder> URL"),
+        ("dashboard", "dashboard.namespace must be a non-empty string"),
+        ("runtime_env", "runtime_env.env_vars.HF_TOKEN: secrets must not be RayJob inputs (they "
+         "would be stored in the Pulumi state and in the Ray job record); remove the key and let "
+         "the pods read the secret from a Kubernetes Secret (the HF token: hf-secret"),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -595,18 +549,25 @@ def test_diff_replaces_on_spec_changes_and_updates_in_place_otherwise() -> None:
     assert diff(entrypoint="python3 other.py") == (True, ["entrypoint"], True)
     assert diff(runtime_env={"env_vars": {"X": "1"}}) == (True, ["runtime_env"], True)
     assert diff(submission_id_prefix="a4") == (True, ["submission_id_prefix"], True)
-    # How to reach or watch the job: no replace.
-    assert diff(dashboard=dashboard_access.url_dashboard("http://10.0.0.1:8265"))[:2] == (True, [])
+    # Another Ray head (a new cluster's endpoint): it has no record of this job.
+    new_head = dashboard_access.url_dashboard("http://10.0.0.1:8265")
+    assert diff(dashboard=new_head) == (True, ["dashboard"], True)
+    # How to watch the job: no replace.
     assert diff(wait=True)[:2] == (True, [])
     assert diff(deadline_submit_s=5.0)[:2] == (True, [])
     assert diff(checkpoint_root="gs://bucket/elsewhere")[:2] == (True, [])
     assert diff(checkpoint_root="gs://bucket/checkpoints/run/") == (False, [], True)
     # Pulumi's wire floats are not a change.
     assert diff(deadline_submit_s=600) == (False, [], True)
-    # Unknown during preview: a spec value may change the job, a connection value may not.
-    assert diff(entrypoint=UNKNOWN)[:2] == (True, ["entrypoint"])
-    assert diff(runtime_env={"env_vars": {"BUCKET": UNKNOWN}})[:2] == (True, ["runtime_env"])
-    assert diff(dashboard={"url": UNKNOWN})[:2] == (True, [])
+    # Unknown during preview (the wire sentinel, or the Unknown object the real host passes): a
+    # spec value or the dashboard target may change the job, a watch setting may not.
+    for unknown in (UNKNOWN, Unknown()):
+        assert diff(entrypoint=unknown)[:2] == (True, ["entrypoint"])
+        assert diff(runtime_env={"env_vars": {"BUCKET": unknown}})[:2] == (True, ["runtime_env"])
+        assert diff(dashboard={"url": unknown})[:2] == (True, ["dashboard"])
+        assert diff(dashboard=unknown)[:2] == (True, ["dashboard"])
+        assert diff(checkpoint_root=unknown)[:2] == (True, [])
+        assert diff(deadline_wait_s=unknown)[:2] == (True, [])
 
 
 @pytest.mark.parametrize(

@@ -3,21 +3,29 @@
 Shared by the offline plan (tools/plan.py) and the program tests: no Pulumi CLI, no credentials,
 no network. The recording monitor keeps, for every registration, its type, logical name, inputs,
 parent, dependencies and provider, so tests can assert values and the dependency graph.
+
+Two ways to answer for the cloud: by default the outputs the program reads (the GKE endpoint and
+CA) have example values, as in a preview of a stack whose cluster exists. With
+`unknown_outputs=True` they are unknown, and so is every new resource's id, as in the preview of a
+first `pulumi up` or of an update that replaces the cluster; the dynamic resources (the Ray jobs)
+then carry those unknowns in their inputs, exactly what the engine hands their provider's Check.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
 import runpy
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import yaml
+from google.protobuf import struct_pb2
 from pulumi.runtime import mocks, rpc
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.config import set_all_config
@@ -33,7 +41,14 @@ SECRET_KEYS = frozenset({f"{NAMESPACE}:hfToken"})
 
 # Values the mocked cloud returns for outputs the program reads (RFC 5737 documentation address).
 FAKE_ENDPOINT = "203.0.113.10"
-FAKE_CA = "b2ZmbGluZS1wbGFuLWNsdXN0ZXItY2E="  # base64("offline-plan-cluster-ca")
+# A GKE version at the profiles' 1.34 floor (components/gke_cluster.py checks the cluster against
+# verl-gke:kubernetesVersion).
+FAKE_MASTER_VERSION = "1.34.1-gke.1829001"
+# base64 of a PEM-framed stand-in (not a real certificate), in the form GKE gives
+# master_auth.cluster_ca_certificate, so the job provider's Check accepts the recorded inputs.
+FAKE_CA = base64.b64encode(
+    b"-----BEGIN CERTIFICATE-----\nb2ZmbGluZS1wbGFuLWNsdXN0ZXItY2E=\n-----END CERTIFICATE-----\n"
+).decode()
 FAKE_PROJECT_NUMBER = "123456789012"
 
 
@@ -54,6 +69,9 @@ class RecordedResource:
     ignore_changes: frozenset[str]
     replace_with: frozenset[str]
     retain_on_delete: bool
+    # The inputs exactly as the program sent them to the engine (unknowns as the wire sentinel,
+    # secrets wrapped): what a contract test hands the real provider host.
+    wire_inputs: struct_pb2.Struct = field(default_factory=struct_pb2.Struct, repr=False)
 
     @property
     def provider_urn(self) -> str:
@@ -175,25 +193,47 @@ class RecordingMonitor(mocks.MockMonitor):
                 ignore_changes=frozenset(request.ignoreChanges),
                 replace_with=frozenset(request.replace_with),
                 retain_on_delete=request.retainOnDelete,
+                wire_inputs=_copy_struct(request.object),
             )
         )
         return response
 
 
+def _copy_struct(struct: struct_pb2.Struct) -> struct_pb2.Struct:
+    copy = struct_pb2.Struct()
+    copy.CopyFrom(struct)
+    return copy
+
+
 class OfflineMocks(mocks.Mocks):
-    """Answers registrations the way the cloud would for the few outputs the program reads."""
+    """Answers registrations the way the cloud would for the few outputs the program reads.
+
+    unknown_outputs: answer as a preview of resources still to be created does (the first
+    `pulumi up`, or a replaced cluster): the cluster's endpoint and CA and every id unknown.
+    """
+
+    def __init__(self, unknown_outputs: bool = False) -> None:
+        super().__init__()
+        self.unknown_outputs = unknown_outputs
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
         if args.typ == "gcp:container/cluster:Cluster":
-            state.setdefault("endpoint", FAKE_ENDPOINT)
-            state.setdefault("masterAuth", {"clusterCaCertificate": FAKE_CA})
+            endpoint, ca = (
+                (rpc.UNKNOWN, rpc.UNKNOWN) if self.unknown_outputs else (FAKE_ENDPOINT, FAKE_CA)
+            )
+            state.setdefault("endpoint", endpoint)
+            state.setdefault("masterAuth", {"clusterCaCertificate": ca})
+            state.setdefault(
+                "masterVersion", rpc.UNKNOWN if self.unknown_outputs else FAKE_MASTER_VERSION
+            )
         if args.typ.startswith("pulumi-python:dynamic"):
             # A dynamic provider computes its outputs (job status, checkpoints) at apply time;
             # a preview knows none of them.
             state = {k: rpc.UNKNOWN if v is None else v for k, v in state.items()}
         state.setdefault("name", args.name)
-        return f"{args.name}-id", state
+        # An empty id is how the engine answers a preview for a resource it has yet to create.
+        return ("" if self.unknown_outputs else f"{args.name}-id"), state
 
     def call(self, args: mocks.MockCallArgs) -> dict[str, Any]:
         if args.token == "gcp:organizations/getProject:getProject":
@@ -238,19 +278,22 @@ def run_stack(
     *,
     unset: Iterable[str] = (),
     strict: bool = False,
+    unknown_outputs: bool = False,
     project_dir: Path = REPO_ROOT,
 ) -> PlanResult:
-    """Evaluate __main__.py for `stack` under mocks.
+    """Evaluate __main__.py for `stack` under mocks (always as a preview: dry_run=True).
 
     strict=False is the offline plan: committed placeholders are planned with example values.
     strict=True behaves like a real `pulumi up`: placeholders and a missing hfToken are errors.
-    `unset` removes keys, like `pulumi config rm`.
+    `unset` removes keys, like `pulumi config rm`. unknown_outputs=True: the preview of a first
+    `pulumi up` (or of a replaced cluster), see OfflineMocks.
     """
     config = {**stack_config(stack, project_dir), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
     set_all_config(config, [key for key in config if key in SECRET_KEYS])
-    monitor = RecordingMonitor(OfflineMocks())
+    engine_mocks = OfflineMocks(unknown_outputs)
+    monitor = RecordingMonitor(engine_mocks)
     logs = _LogCollector()
     logger = logging.getLogger(f"verl-gke.offline.{stack}")
     logger.setLevel(logging.INFO)
@@ -258,7 +301,7 @@ def run_stack(
     logger.propagate = False
     runtime_settings.set_root_resource(None)
     mocks.set_mocks(
-        OfflineMocks(), project=PROJECT, stack=stack, preview=True, monitor=monitor, logger=logger
+        engine_mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor, logger=logger
     )
     root = runtime_settings.get_root_resource()
 
