@@ -11,11 +11,70 @@ import pulumi_kubernetes as k8s
 
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
 from config.profiles import GpuNetworking, Mode
-from config.settings import StackSettings
+from config.settings import StackSettings, config_key, version_tuple
 
 CPU_POOL_NAME = "cpu-pool"
 # Cluster operations on GKE regularly exceed the provider's 40-minute default.
 CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
+
+# No automatic minor upgrades and no node upgrades until the cluster's minor version reaches end
+# of support (GKE's scope for AI workloads; Cluster Toolkit's A4X, A4 and A3 Ultra blueprints set
+# the same exclusion). A node upgrade evicts the Ray workers and ends the training run; control
+# plane patches still happen.
+UPGRADE_EXCLUSION_NAME = "no-minor-or-node-upgrades"
+UPGRADE_EXCLUSION_SCOPE = "NO_MINOR_OR_NODE_UPGRADES"
+UPGRADE_EXCLUSION_END = "UNTIL_END_OF_SUPPORT"
+# A fixed start: the provider requires one, GKE accepts one in the past ("can occur in the past",
+# gcloud --add-maintenance-exclusion-start), and a start computed at run time would change the
+# cluster's maintenance policy on every `pulumi up`.
+UPGRADE_EXCLUSION_START = "2026-01-01T00:00:00Z"
+# A maintenance policy needs exactly one window (terraform-provider-google: ExactlyOneOf
+# daily / recurring windows). Outside the exclusion only control-plane patches remain, so the
+# hour only decides when those happen.
+MAINTENANCE_WINDOW_START = "03:00"
+
+
+def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START
+        ),
+        maintenance_exclusions=[
+            gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                exclusion_name=UPGRADE_EXCLUSION_NAME,
+                start_time=UPGRADE_EXCLUSION_START,
+                exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                    scope=UPGRADE_EXCLUSION_SCOPE, end_time_behavior=UPGRADE_EXCLUSION_END
+                ),
+            )
+        ],
+    )
+
+
+def check_cluster_version(
+    cluster_name: str, master_version: str | None, settings: StackSettings
+) -> str:
+    """The cluster's name, once the version GKE gave it meets `verl-gke:kubernetesVersion`.
+
+    No version is pinned: the release channel picks it (a pinned version fails cluster creation
+    once it leaves the channel). The floor is therefore checked against what GKE returned,
+    before the GPU pool or any Kubernetes object exists. An empty version (not reported yet)
+    passes.
+    """
+    if not master_version or version_tuple(master_version) >= version_tuple(
+        settings.kubernetes_version
+    ):
+        return cluster_name
+    raise pulumi.RunError(
+        f"GKE created cluster {cluster_name} at version {master_version}, below "
+        f"{config_key('kubernetes_version')} = {settings.kubernetes_version!r} "
+        f"(release channel {settings.release_channel}); the GPU node pool and the Kubernetes "
+        f"objects were not created. Fix: upgrade the control plane (gcloud container clusters "
+        f"upgrade {cluster_name} --master --cluster-version={settings.kubernetes_version} "
+        f"--location={settings.region} --project={settings.project}), then run `pulumi up` "
+        f"again. A new cluster gets a newer default from a faster channel "
+        f"({settings.fix('release_channel', 'RAPID')})."
+    )
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
@@ -68,6 +127,8 @@ class GkeClusterArgs:
 
 class GkeCluster(pulumi.ComponentResource):
     cluster: gcp.container.Cluster
+    # The cluster's name, resolved only once its GKE version meets the floor.
+    checked_name: pulumi.Output[str]
     # Standard only: the CPU pool where the data-prep Job, operators and (x86) Ray head run.
     cpu_pool: gcp.container.NodePool | None
     cpu_pool_name: str | None
@@ -96,20 +157,27 @@ class GkeCluster(pulumi.ComponentResource):
             private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
                 enable_private_nodes=True, enable_private_endpoint=False
             ),
+            # The channel picks the version; verl-gke:kubernetesVersion is a floor, checked in
+            # the settings and against the version GKE returns (check_cluster_version).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=s.release_channel),
-            min_master_version=s.kubernetes_version,
+            maintenance_policy=maintenance_policy(),
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
             **(self._autopilot_args() if autopilot else self._standard_args(s)),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=CLUSTER_TIMEOUTS),
         )
 
+        # Everything built on the cluster (GPU pool, Kubernetes provider) takes its name from
+        # here, so a cluster below the version floor stops them before they exist.
+        self.checked_name = pulumi.Output.all(self.cluster.name, self.cluster.master_version).apply(
+            lambda values: check_cluster_version(values[0], values[1], s)
+        )
         self.cpu_pool = None if autopilot else self._cpu_pool(name, s, child)
         self.cpu_pool_name = None if autopilot else CPU_POOL_NAME
 
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(
-                self.cluster.name,
+                self.checked_name,
                 self.cluster.endpoint,
                 self.cluster.master_auth.cluster_ca_certificate,
             ).apply(lambda values: kubeconfig(values[0], values[1], values[2] or ""))

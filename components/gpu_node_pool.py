@@ -19,6 +19,27 @@ GPU_POOL_NAME = "gpu-pool"
 DRANET_DRIVER_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
 # Creating reserved GPU nodes routinely takes longer than the provider defaults.
 GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="60m", delete="60m")
+# GKE reports the local-SSD config of machines whose SSD count is fixed by the machine type in its
+# own terms; Cluster Toolkit's gke-node-pool ignores changes to it for that reason. Any change
+# to node_config replaces the pool, so a spurious diff here would recreate the GPU nodes.
+IGNORED_POOL_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig"]
+
+
+def upgrade_settings(reservation: str | None) -> gcp.container.NodePoolUpgradeSettingsArgs:
+    """How GKE replaces nodes when it does upgrade them (the cluster's maintenance exclusion
+    stops automatic upgrades; manual ones and end-of-support ones still happen).
+
+    The default surge upgrade first creates one extra node; a specific reservation has no spare
+    machine, so the upgrade would stall. Reservation-bound pools replace one node at a time
+    instead (Cluster Toolkit gke-node-pool's default: SURGE, max_surge 0, max_unavailable 1).
+    """
+    if reservation is None:
+        return gcp.container.NodePoolUpgradeSettingsArgs(
+            strategy="SURGE", max_surge=1, max_unavailable=0
+        )
+    return gcp.container.NodePoolUpgradeSettingsArgs(
+        strategy="SURGE", max_surge=0, max_unavailable=1
+    )
 
 
 def reservation_affinity(
@@ -76,7 +97,8 @@ class GpuNodePool(pulumi.ComponentResource):
             name=GPU_POOL_NAME,
             project=s.project,
             location=s.region,
-            cluster=args.cluster.cluster.name,
+            # Resolves only once GKE's version for the cluster is known to meet the floor.
+            cluster=args.cluster.checked_name,
             node_locations=[s.zone],
             # A fixed size: the RayCluster asks for exactly gpuNodes workers.
             node_count=s.gpu_nodes,
@@ -95,6 +117,12 @@ class GpuNodePool(pulumi.ComponentResource):
                 reservation_affinity=reservation_affinity(s.reservation),
                 disk_type=profile.boot_disk_type,
                 disk_size_gb=profile.boot_disk_size_gb,
+                # Ephemeral storage (emptyDir, image layers, logs) on the machine's bundled local
+                # SSDs: the workers ask for 500Gi (A4X) / 1000Gi (A4, A3 Ultra), which the 100 /
+                # 200 GB boot disk can never hold (config/node_capacity.py).
+                ephemeral_storage_local_ssd_config=gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
+                    local_ssd_count=profile.machine.local_ssd_count
+                ),
                 # GPUDirect RDMA needs Container-Optimized OS.
                 image_type="COS_CONTAINERD",
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
@@ -109,7 +137,16 @@ class GpuNodePool(pulumi.ComponentResource):
             ),
             network_config=_network_config(s.gpu_networking, args.rdma_networks),
             placement_policy=placement,
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=GPU_POOL_TIMEOUTS),
+            # In a release channel node auto-upgrade cannot be turned off per pool (GKE release
+            # channels: only a "No minor or node upgrades" exclusion stops it); the cluster's
+            # exclusion is what keeps GKE from upgrading these nodes under a running job.
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            upgrade_settings=upgrade_settings(s.reservation),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=GPU_POOL_TIMEOUTS,
+                ignore_changes=IGNORED_POOL_CHANGES,
+            ),
         )
         self.register_outputs({"name": self.node_pool.name})
 

@@ -50,6 +50,29 @@ class WorkloadPlacement:
 
 
 @dataclass(frozen=True)
+class MachineFacts:
+    """What one GPU node is before GKE reserves anything (Compute Engine machine type).
+
+    GKE's own autoscaler table (k8s.io/gke-autoscaling cluster-autoscaler,
+    pkg/cloudprovider/gke/machinetypes: `NewMachineTypeInfo(name, vcpus, memory_gib)
+    .withAutomaticEphemeralLocalSsdCount(n)`) lists every number here; a machine with an
+    "automatic" count has exactly that many local SSDs and no other count is allowed.
+    """
+
+    vcpus: int
+    memory_gib: int
+    # Bundled local SSDs, fixed by the machine type. GKE puts ephemeral storage (emptyDir,
+    # container writable layers, logs) on them only when the node pool says so
+    # (node_config.ephemeral_storage_local_ssd_config); otherwise it is the boot disk.
+    local_ssd_count: int
+    # Size of one local SSD. A local SSD is 375 or 3000 GB (pulumi-gcp 10.2,
+    # NodePoolNodeConfigEphemeralStorageLocalSsdConfig.local_ssd_count); 375 is a lower bound
+    # where the machine's disks may be the larger kind (a public A4X deployment reports its four
+    # as 3 TB each).
+    local_ssd_gib: int
+
+
+@dataclass(frozen=True)
 class RayHeadShape:
     """Requests (= limits) of the Ray head container."""
 
@@ -77,6 +100,7 @@ class AcceleratorProfile:
     description: str
     gpu_type: str
     machine_type: str
+    machine: MachineFacts
     gpus_per_node: int
     gpu_memory_gib: int
     arch: str
@@ -94,8 +118,11 @@ class AcceleratorProfile:
     boot_disk_size_gb: int
     gpu_driver_version: str
     placement: WorkloadPlacement | None
-    # Kubernetes minor version the cluster is pinned to at least (min_master_version), and the
-    # version at which manifests are schema-validated.
+    # Lowest GKE minor version the profile works on: the default and the floor of
+    # `verl-gke:kubernetesVersion`, checked before anything is created and against the version
+    # GKE actually gives the cluster. The release channel picks the version itself (a pinned
+    # version breaks cluster creation once it leaves the channel). Manifests are schema-validated
+    # at this version.
     min_kubernetes_version: str
     verl_image: str
     verl_ref: str
@@ -182,7 +209,10 @@ _X86_DATA_PREP_IMAGE = "verlai/verl:vllm011.latest"
 _X86_RAY_HEAD = RayHeadShape(cpu="12", memory="32G", ephemeral_storage="9Gi")
 _X86_RAY_WORKERS = _frozen(
     {
-        # §5.3 (Standard): the whole a3-ultragpu-8g / a4-highgpu-8g node.
+        # §5.3 (Standard): the whole a3-ultragpu-8g / a4-highgpu-8g node. The 1000Gi of
+        # ephemeral storage fits only because the GPU pool puts ephemeral storage on the 32
+        # local SSDs (the 200 GB boot disk leaves about 97 GiB allocatable); tests/test_node_fit
+        # checks every request against the node's allocatable.
         Mode.STANDARD: RayWorkerShape(
             cpu="220",
             memory="2800Gi",
@@ -190,7 +220,9 @@ _X86_RAY_WORKERS = _frozen(
             shared_memory="250Gi",
             ray_num_cpus="220",
         ),
-        # §5.1 (Autopilot DRANET): smaller, Autopilot keeps part of the node for itself. The
+        # §5.1 (Autopilot DRANET): smaller, Autopilot keeps part of the node for itself. GKE
+        # creates these nodes with their 32 local SSDs as ephemeral storage (the "automatic"
+        # count of GKE's autoscaler table; "-nolssd" shapes only on explicit request). The
         # tutorial's `num-cpus: "220"` would advertise CPUs the container may not use.
         Mode.AUTOPILOT: RayWorkerShape(
             cpu="180",
@@ -213,6 +245,7 @@ def _x86_profile(
     description: str,
     gpu_type: str,
     machine_type: str,
+    machine: MachineFacts,
     gpu_memory_gib: int,
     modes: tuple[Mode, ...],
     ray_cluster_name: str,
@@ -224,6 +257,7 @@ def _x86_profile(
         description=description,
         gpu_type=gpu_type,
         machine_type=machine_type,
+        machine=machine,
         gpus_per_node=8,
         gpu_memory_gib=gpu_memory_gib,
         arch="amd64",
@@ -271,6 +305,11 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             description="A4X: NVIDIA GB200 Grace Blackwell, arm64, Multi-Node NVLink (IMEX)",
             gpu_type="nvidia-gb200",
             machine_type="a4x-highgpu-4g",
+            # GKE autoscaler table: a4x-highgpu-4g 140 vCPU, 884 GiB, automatic local SSD
+            # count 4. Cluster Toolkit's gke-node-pool has no A4X entry (it leaves the count to
+            # GKE); we set it explicitly so ephemeral storage is on the SSDs, not the 100 GB
+            # boot disk.
+            machine=MachineFacts(vcpus=140, memory_gib=884, local_ssd_count=4, local_ssd_gib=375),
             gpus_per_node=4,
             gpu_memory_gib=186,
             arch="arm64",
@@ -332,6 +371,9 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             description="A4: NVIDIA B200, x86",
             gpu_type="nvidia-b200",
             machine_type="a4-highgpu-8g",
+            # GKE autoscaler table: 224 vCPU, 3968 GiB, automatic local SSD count 32; Cluster
+            # Toolkit gke-node-pool disk_definitions.tf: 32 local SSDs as ephemeral storage.
+            machine=MachineFacts(vcpus=224, memory_gib=3968, local_ssd_count=32, local_ssd_gib=375),
             gpu_memory_gib=180,
             modes=(Mode.AUTOPILOT, Mode.STANDARD),
             ray_cluster_name="b200-ray-cluster",
@@ -341,6 +383,9 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             description="A3 Ultra: NVIDIA H200 141GB, x86",
             gpu_type="nvidia-h200-141gb",
             machine_type="a3-ultragpu-8g",
+            # GKE autoscaler table: 224 vCPU, 2952 GiB, automatic local SSD count 32; Cluster
+            # Toolkit gke-node-pool disk_definitions.tf: 32 local SSDs as ephemeral storage.
+            machine=MachineFacts(vcpus=224, memory_gib=2952, local_ssd_count=32, local_ssd_gib=375),
             gpu_memory_gib=141,
             modes=(Mode.STANDARD, Mode.AUTOPILOT),
             # The tutorial names the H200 cluster "b200-ray-cluster" too; named for its GPU here.

@@ -113,6 +113,8 @@ class StackSettings(BaseModel):
     cpu_nodes: int = Field(default=1, ge=1, le=20)
     cpu_max_nodes: int = Field(default=5, ge=1, le=100)
     release_channel: str
+    # The lowest GKE version the stack accepts (default: the profile's minimum). A floor, not a
+    # pin: the release channel picks the version.
     kubernetes_version: str
     verl_image: str
     verl_ref: str
@@ -375,14 +377,24 @@ def _check_release_channel(s: StackSettings) -> str | None:
     )
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """`1.34`, `1.34.1` or `1.34.1-gke.1829001` as comparable numbers."""
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
+
+
 def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> str | None:
-    match = _K8S_VERSION.match(s.kubernetes_version)
-    minimum = int(profile.min_kubernetes_version.split(".")[1])
-    if match and int(match["minor"]) >= minimum:
+    # A floor, not a pin: the release channel picks the cluster's version (a pinned version
+    # breaks cluster creation once it leaves the channel); components/gke_cluster.py checks the
+    # version GKE returns against this floor before the GPU pool exists.
+    if _K8S_VERSION.match(s.kubernetes_version) and version_tuple(
+        s.kubernetes_version
+    ) >= version_tuple(profile.min_kubernetes_version):
         return None
     return (
-        f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: {profile.name} needs "
-        f"GKE {profile.min_kubernetes_version} or later (DRA resource.k8s.io/v1 and DRANET). "
+        f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: the lowest GKE version "
+        f"the stack accepts must be {profile.min_kubernetes_version} or later for "
+        f"{profile.name} (DRA resource.k8s.io/v1 and DRANET), written as 1.MINOR[.PATCH[-gke.N]]; "
+        f"the release channel picks the actual version. "
         f"Fix: {s.fix('kubernetes_version', profile.min_kubernetes_version)}"
     )
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from tests.program import COMBINATIONS, plan
+import pulumi
+import pytest
+from pulumi.runtime.settings import SETTINGS
+from pulumi.runtime.sync_await import _ensure_event_loop
+
+from tests.program import COMBINATIONS, REAL, plan
+from tools.offline_engine import run_stack
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -76,7 +82,9 @@ def test_standard_cluster(stack: str, mode: str) -> None:
     assert cluster["deletionProtection"] is False
     assert cluster["removeDefaultNodePool"] is True
     assert cluster["enableMultiNetworking"] is (stack != "a4x")
-    assert cluster["minMasterVersion"] == "1.34"
+    # The channel picks the version; a pinned one fails once it leaves the channel.
+    assert "minMasterVersion" not in cluster
+    assert cluster["releaseChannel"] == {"channel": "REGULAR"}
     assert cluster["privateClusterConfig"]["enablePrivateNodes"] is True
     assert "enableAutopilot" not in cluster
 
@@ -87,9 +95,96 @@ def test_autopilot_cluster(stack: str, mode: str) -> None:
     cluster = result.one(CLUSTER).inputs
     assert cluster["enableAutopilot"] is True
     assert cluster["releaseChannel"] == {"channel": "RAPID"}
+    assert "minMasterVersion" not in cluster
     assert cluster["deletionProtection"] is False
     assert "rayOperatorConfigs" not in cluster.get("addonsConfig", {})
     assert result.of_type(NODE_POOL) == []
+
+
+EXPECTED_MAINTENANCE_POLICY = {
+    # The provider needs exactly one window; outside the exclusion only control-plane patches
+    # are left for it.
+    "dailyMaintenanceWindow": {"startTime": "03:00"},
+    "maintenanceExclusions": [
+        {
+            "exclusionName": "no-minor-or-node-upgrades",
+            # Fixed, so the policy does not change on every `pulumi up`.
+            "startTime": "2026-01-01T00:00:00Z",
+            "exclusionOptions": {
+                "scope": "NO_MINOR_OR_NODE_UPGRADES",
+                "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
+            },
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_no_node_upgrades_until_end_of_support(stack: str, mode: str) -> None:
+    # Standard and Autopilot alike: on Autopilot the cluster-level exclusion is the only
+    # control over node upgrades.
+    cluster = plan(stack, mode).one(CLUSTER).inputs
+    assert cluster["maintenancePolicy"] == EXPECTED_MAINTENANCE_POLICY
+    # exactly one of endTime / endTimeBehavior
+    assert "endTime" not in cluster["maintenancePolicy"]["maintenanceExclusions"][0]
+
+
+def test_maintenance_policy_is_the_same_on_every_run() -> None:
+    first = plan("a4x").one(CLUSTER).inputs["maintenancePolicy"]
+    again = run_stack("a4x", dict(REAL), strict=True).one(CLUSTER).inputs["maintenancePolicy"]
+    assert first == again
+
+
+def _failed_run(stack: str, overrides: dict[str, str]) -> str:
+    """Run a program that must fail; return the error, leaving no task of it behind."""
+    try:
+        with pytest.raises(pulumi.RunError) as caught:
+            run_stack(stack, overrides)
+    finally:
+        # What the failed run leaves (registrations still waiting on the failed input, output
+        # tasks holding its exception) would otherwise fail the next program run: the mocked
+        # runtime keeps its output set across runs, as pulumi.runtime.mocks.test clears it.
+        loop = _ensure_event_loop()
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        with SETTINGS.lock:
+            SETTINGS.outputs.clear()
+        SETTINGS.rpc_manager.clear()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_cluster_below_the_version_floor_stops_before_gpu_pool_and_kubernetes(
+    stack: str, mode: str
+) -> None:
+    # The offline cloud reports 1.34.1-gke.1829001; a floor above it is a cluster GKE gave an
+    # older version than the stack needs.
+    message = _failed_run(
+        stack, {**REAL, "verl-gke:mode": mode, "verl-gke:kubernetesVersion": "1.35"}
+    )
+    assert f"GKE created cluster verl-{stack} at version 1.34.1-gke.1829001" in message
+    assert "below verl-gke:kubernetesVersion = '1.35'" in message
+    assert (
+        f"gcloud container clusters upgrade verl-{stack} --master --cluster-version=1.35 "
+        "--location=us-central1 --project=acme-ml-prod"
+    ) in message
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_gpu_pool_and_kubernetes_take_the_version_checked_cluster_name(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode)
+    cluster = result.one(CLUSTER)
+    provider = result.one(K8S_PROVIDER)
+    assert '"name": "gke_verl-' + stack + '"' in provider.inputs["kubeconfig"]
+    assert result.depends_on(provider, cluster)
+    for pool in result.of_type(NODE_POOL):
+        if pool.name == "gpu-pool":
+            assert pool.inputs["cluster"] == f"verl-{stack}"
+            assert result.depends_on(pool, cluster)
 
 
 @pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
@@ -104,6 +199,8 @@ def test_cpu_system_pool(stack: str, mode: str) -> None:
     assert pool.custom_timeouts["create"] == "60m"
 
 
+# GKE autoscaler machine table / Cluster Toolkit gke-node-pool disk_definitions.tf.
+LOCAL_SSDS = {"a4x": 4, "a4": 32, "a3u": 32}
 EXPECTED_GPU_POOL = {
     "a4x": ("a4x-highgpu-4g", "nvidia-gb200", 4, 4, "LATEST"),
     "a4": ("a4-highgpu-8g", "nvidia-b200", 8, 2, "DEFAULT"),
@@ -135,6 +232,18 @@ def test_gpu_node_pool(stack: str, mode: str) -> None:
     assert config["gvnic"] == {"enabled": True}
     assert config["diskType"] == "hyperdisk-balanced"
     assert config["imageType"] == "COS_CONTAINERD"
+    # Ephemeral storage on the machine's bundled local SSDs (count fixed by the machine type),
+    # not on the boot disk.
+    assert config["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": LOCAL_SSDS[stack]}
+    assert pool.ignore_changes == {"nodeConfig.ephemeralStorageLocalSsdConfig"}
+    # Auto-upgrade stays on (release channel); the cluster's exclusion holds upgrades off, and
+    # an upgrade of a reservation-bound pool replaces one node at a time with no surge node.
+    assert pool.inputs["management"] == {"autoRepair": True, "autoUpgrade": True}
+    assert pool.inputs["upgradeSettings"] == {
+        "strategy": "SURGE",
+        "maxSurge": 0,
+        "maxUnavailable": 1,
+    }
     assert int(pool.custom_timeouts["create"].rstrip("m")) >= 60
     assert int(pool.custom_timeouts["delete"].rstrip("m")) >= 60
 
@@ -177,8 +286,10 @@ def test_x86_gpu_pool_one_gvnic_and_eight_rdma_networks(stack: str) -> None:
 
 def test_no_reservation_means_no_reservation_affinity() -> None:
     result = plan("a3u", "standard", unset=("verl-gke:reservation",))
-    config = result.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]
-    assert config["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    pool = result.one(NODE_POOL, "gpu-pool").inputs
+    assert pool["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    # Without a reservation a spare machine can be had: GKE's default surge upgrade.
+    assert pool["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 1, "maxUnavailable": 0}
 
 
 def test_gpu_pool_needs_cluster_and_k8s_provider_does_not_need_gpu_pool() -> None:

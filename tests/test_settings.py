@@ -203,9 +203,23 @@ def test_cpu_pool_needs_highmem_16() -> None:
     assert "verl-gke:cpuMachineType = 'n2-standard-8'" in message and "n4-highmem-16" in message
 
 
-def test_kubernetes_version_minimum() -> None:
-    message = error_of(**{"verl-gke:kubernetesVersion": "1.31"})
-    assert "verl-gke:kubernetesVersion = '1.31'" in message and "1.34" in message
+@pytest.mark.parametrize("stack", sorted(PROFILES))
+def test_kubernetes_version_is_a_floor_defaulting_to_the_profile_minimum(stack: str) -> None:
+    floor = PROFILES[stack].min_kubernetes_version
+    assert load(stack).settings.kubernetes_version == floor == "1.34"
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35", "1.34.1", "1.34.1-gke.1829001", "1.40"])
+def test_kubernetes_version_floor_accepts_1_34_and_later(version: str) -> None:
+    assert load(**{"verl-gke:kubernetesVersion": version}).settings.kubernetes_version == version
+
+
+@pytest.mark.parametrize("version", ["1.31", "1.33", "1.33.9-gke.100", "1.3", "2.0", "latest"])
+def test_kubernetes_version_below_floor_or_malformed_rejected(version: str) -> None:
+    message = error_of(**{"verl-gke:kubernetesVersion": version})
+    assert f"verl-gke:kubernetesVersion = '{version}'" in message
+    assert "1.34 or later" in message and "the release channel picks the actual version" in message
+    assert "Fix: pulumi config set verl-gke:kubernetesVersion 1.34 -s a4x" in message
 
 
 def test_overlapping_ranges_rejected() -> None:

@@ -1,0 +1,216 @@
+"""Every pod that must run on a GPU node fits that node's allocatable, in every stack and mode.
+
+The requests come from the RayCluster the real program registers (offline run); the node's
+allocatable comes from the machine facts in the profile table and GKE's reservation formulas
+(config/node_capacity.py). A worker that does not fit stays Pending after the GPU nodes exist.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from config.node_capacity import (
+    GIB,
+    SYSTEM_OVERHEAD,
+    NodeResources,
+    boot_disk_ephemeral_allocatable_bytes,
+    local_ssd_ephemeral_allocatable_bytes,
+    node_allocatable,
+    reserved_cpu_millicores,
+    reserved_memory_bytes,
+)
+from config.profiles import PROFILES, Mode
+from tests.program import COMBINATIONS, plan
+from tools.offline_engine import PlanResult
+
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+_QUANTITY = re.compile(r"^(?P<number>[0-9.]+)(?P<suffix>m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_FACTORS = {
+    None: 1,
+    "m": 0.001,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+}
+
+
+def quantity(value: str) -> float:
+    match = _QUANTITY.match(value)
+    assert match, f"not a Kubernetes quantity: {value!r}"
+    return float(match["number"]) * _FACTORS[match["suffix"]]
+
+
+def container_requests(container: dict[str, Any]) -> NodeResources:
+    requests = container.get("resources", {}).get("requests", {})
+    return NodeResources(
+        cpu_millicores=round(quantity(requests.get("cpu", "0")) * 1000),
+        memory_bytes=round(quantity(requests.get("memory", "0"))),
+        ephemeral_storage_bytes=round(quantity(requests.get("ephemeral-storage", "0"))),
+    )
+
+
+def pod_requests(pod_spec: dict[str, Any]) -> NodeResources:
+    """What the scheduler reserves for a pod: the sum over its containers, or the largest init
+    container where that is larger (Kubernetes "effective requests")."""
+    total = NodeResources(0, 0, 0)
+    for container in pod_spec["containers"]:
+        total = total + container_requests(container)
+    for init in pod_spec.get("initContainers", []):
+        one = container_requests(init)
+        total = NodeResources(
+            max(total.cpu_millicores, one.cpu_millicores),
+            max(total.memory_bytes, one.memory_bytes),
+            max(total.ephemeral_storage_bytes, one.ephemeral_storage_bytes),
+        )
+    return total
+
+
+def ray_cluster(result: PlanResult) -> dict[str, Any]:
+    return dict(result.one(RAY_CLUSTER).inputs)
+
+
+def gpu_node_requests(result: PlanResult, stack: str) -> NodeResources:
+    """The most that lands on one GPU node: one worker (anti-affinity keeps workers apart) and,
+    where the head runs on the GPU nodes (A4X), the head beside it."""
+    spec = ray_cluster(result)["spec"]
+    (group,) = spec["workerGroupSpecs"]
+    total = pod_requests(group["template"]["spec"])
+    if PROFILES[stack].ray_head_on_gpu_nodes:
+        total = total + pod_requests(spec["headGroupSpec"]["template"]["spec"])
+    return total
+
+
+def gpu_node_allocatable(result: PlanResult, stack: str, mode: str) -> NodeResources:
+    profile = PROFILES[stack]
+    if mode == Mode.STANDARD.value:
+        # Our node pool decides where ephemeral storage lives: read what the program asked for.
+        config = result.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]
+        on_ssd = config.get("ephemeralStorageLocalSsdConfig", {}).get("localSsdCount") == (
+            profile.machine.local_ssd_count
+        )
+    else:
+        # Autopilot creates the nodes; for these machines GKE attaches the bundled local SSDs
+        # as ephemeral storage by itself (the "automatic" count of its autoscaler table).
+        on_ssd = True
+    return node_allocatable(
+        profile.machine, ephemeral_on_local_ssd=on_ssd, boot_disk_gb=profile.boot_disk_size_gb
+    )
+
+
+def describe(resources: NodeResources) -> str:
+    return (
+        f"cpu {resources.cpu_millicores / 1000:.2f}, memory "
+        f"{resources.memory_bytes / GIB:.1f} GiB, ephemeral-storage "
+        f"{resources.ephemeral_storage_bytes / GIB:.1f} GiB"
+    )
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_gpu_node_pods_fit_the_node_with_room_for_the_system(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    requests = gpu_node_requests(result, stack)
+    allocatable = gpu_node_allocatable(result, stack, mode)
+    needed = requests + SYSTEM_OVERHEAD
+    assert needed.fits_in(allocatable), (
+        f"{stack}/{mode}: pods ({describe(requests)}) plus the system budget "
+        f"({describe(SYSTEM_OVERHEAD)}) exceed the node's allocatable ({describe(allocatable)})"
+    )
+
+
+EXPECTED_WORKER_REQUESTS = {
+    # The tutorial's values, which fit once ephemeral storage is on the local SSDs.
+    ("a4x", "standard"): ("120", "600Gi", "500Gi"),
+    ("a4", "autopilot"): ("180", "2000Gi", "1000Gi"),
+    ("a4", "standard"): ("220", "2800Gi", "1000Gi"),
+    ("a3u", "autopilot"): ("180", "2000Gi", "1000Gi"),
+    ("a3u", "standard"): ("220", "2800Gi", "1000Gi"),
+}
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_worker_requests_are_the_tutorials(stack: str, mode: str) -> None:
+    (group,) = ray_cluster(plan(stack, mode))["spec"]["workerGroupSpecs"]
+    (worker,) = group["template"]["spec"]["containers"]
+    cpu, memory, ephemeral = EXPECTED_WORKER_REQUESTS[(stack, mode)]
+    assert worker["resources"]["requests"]["cpu"] == cpu
+    assert worker["resources"]["requests"]["memory"] == memory
+    assert worker["resources"]["requests"]["ephemeral-storage"] == ephemeral
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
+def test_boot_disk_alone_could_never_hold_the_worker(stack: str, mode: str) -> None:
+    # The defect the local-SSD config fixes: on the 100 / 200 GB boot disk the worker's
+    # ephemeral-storage request exceeds what GKE leaves allocatable.
+    result = plan(stack, mode)
+    profile = PROFILES[stack]
+    on_boot_disk = boot_disk_ephemeral_allocatable_bytes(profile.boot_disk_size_gb)
+    assert gpu_node_requests(result, stack).ephemeral_storage_bytes > on_boot_disk
+    assert result.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"][
+        "ephemeralStorageLocalSsdConfig"
+    ] == {"localSsdCount": profile.machine.local_ssd_count}
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "vcpus", "memory_gib", "local_ssds"),
+    [
+        # GKE's autoscaler machine table (k8s.io/gke-autoscaling machinetypes).
+        ("a4x-highgpu-4g", 140, 884, 4),
+        ("a4-highgpu-8g", 224, 3968, 32),
+        ("a3-ultragpu-8g", 224, 2952, 32),
+    ],
+)
+def test_machine_facts_in_the_profile_table(
+    machine_type: str, vcpus: int, memory_gib: int, local_ssds: int
+) -> None:
+    (profile,) = (p for p in PROFILES.values() if p.machine_type == machine_type)
+    assert (profile.machine.vcpus, profile.machine.memory_gib) == (vcpus, memory_gib)
+    assert profile.machine.local_ssd_count == local_ssds
+    # 375 GiB is the smaller of the two local-SSD sizes, so the model never overstates storage.
+    assert profile.machine.local_ssd_gib == 375
+
+
+@pytest.mark.parametrize(
+    ("vcpus", "reserved_millicores"),
+    # 6 % of core 1, 1 % of core 2, 0.5 % of cores 3-4, 0.25 % above (GKE "Plan node sizes").
+    [(1, 60), (2, 70), (4, 80), (16, 110), (140, 420), (224, 630)],
+)
+def test_cpu_reservation_brackets(vcpus: int, reserved_millicores: int) -> None:
+    assert reserved_cpu_millicores(vcpus) == reserved_millicores
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "kube_reserved_gib"),
+    # 25 % of the first 4 GiB, 20 % of the next 4, 10 % of the next 8, 6 % of the next 112,
+    # 2 % above 128 GiB (GKE "Plan node sizes").
+    [(4, 1.0), (8, 1.8), (16, 2.6), (128, 9.32), (2952, 9.32 + 0.02 * 2824)],
+)
+def test_memory_reservation_brackets(memory_gib: int, kube_reserved_gib: float) -> None:
+    physical = memory_gib * GIB
+    kernel = physical / 64 + 80 * 1024**2 + min(0.00175 * physical, 248 * 1024**2)
+    eviction = 100 * 1024**2
+    expected = kube_reserved_gib * GIB + kernel + eviction
+    assert reserved_memory_bytes(memory_gib) == pytest.approx(expected, abs=1)
+
+
+def test_ephemeral_storage_reservations() -> None:
+    # Local SSD: 100 GiB reserved for 3+ disks, 10 % eviction threshold, 2 % filesystem.
+    assert local_ssd_ephemeral_allocatable_bytes(32, 375) == int(12000 * 0.98 * 0.9 - 100) * GIB
+    assert local_ssd_ephemeral_allocatable_bytes(1, 375) == pytest.approx(
+        (375 * 0.98 * 0.9 - 50) * GIB, abs=1
+    )
+    # Boot disk, GKE's example: 100 GB reserves min(50, 41, 100) = 41 GiB.
+    disk = 100 * GIB
+    capacity = disk - (0.015635 * disk + 4.148 * GIB)
+    assert boot_disk_ephemeral_allocatable_bytes(100) == pytest.approx(
+        capacity * 0.9 - 41 * GIB, abs=1
+    )
