@@ -18,8 +18,8 @@ from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceAr
 from config.profiles import GpuNetworking, Mode
 from config.pulumi_cli import require_cli_features
 from config.settings import settings_from_pulumi
-from jobs.memory_fit import format_breakdown
-from jobs.training_job import training_job
+from training.assembly import training_job
+from training.memory_fit import format_breakdown
 
 # Validate everything before the first resource is registered.
 require_cli_features()

@@ -1,9 +1,10 @@
 """The fabric check's measurement core next to a plain all-reduce loop, on the same GPUs.
 
-Ray is not needed: torchrun starts one process per GPU, each runs jobs/fabric/fabric_check.py's core
-(measure_all_reduce, summarize, classify_transport, evaluate) and a plain loop timed with CUDA
-events (warm-up, then `iters` torch.distributed.all_reduce calls between two events, slowest
-rank), alternating for a few rounds at the same sizes. Rank 0 prints one JSON line with both
+Ray is not needed: torchrun starts one process per GPU, each runs
+payloads/fabric/fabric_check.py's core (measure_all_reduce, summarize, classify_transport,
+evaluate) and a plain loop timed with CUDA events (warm-up, then `iters`
+torch.distributed.all_reduce calls between two events, slowest rank), alternating for a few
+rounds at the same sizes. Rank 0 prints one JSON line with both
 busbw figures per size and their ratio.
 
     NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 bench/fabric_gpu.py --out fabric.json
@@ -25,7 +26,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.fabric.fabric_check import (
+from payloads.fabric.fabric_check import (
     DEFAULT_ITERS,
     DEFAULT_WARMUP,
     Transport,

@@ -1,4 +1,4 @@
-"""Check jobs/memory_fit.py against real FSDP2 training steps on GPUs.
+"""Check training/memory_fit.py against real FSDP2 training steps on GPUs.
 
 Builds a Qwen2-architecture model from the estimator's table with random weights (nothing is
 downloaded), shards it with FSDP2 (`fully_shard` per decoder layer, the untied embedding, then the
@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.memory_fit import (
+from training.memory_fit import (
     GIB,
     KNOWN_MODELS,
     GrpoMemoryInputs,

@@ -24,7 +24,7 @@ class DataPreparationArgs:
     cluster: GkeCluster
     namespace: WorkloadNamespace
     storage: TrainingStorage
-    # The script's text; read from jobs/prepare_data.py when not given.
+    # The script's text; read from payloads/prepare_data.py when not given.
     script: str | None = None
 
 

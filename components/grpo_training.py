@@ -16,7 +16,7 @@ from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from jobs.dashboard_access import kube_proxy_dashboard
 from jobs.ray_job import JobDeadlines, RayJob, RayJobArgs
-from jobs.training_job import FABRIC_RESULT_TAG, TrainingJob, fabric_check_run
+from training.assembly import FABRIC_RESULT_TAG, TrainingJob, fabric_check_run
 
 # The fabric check moves a few GiB per rank; half an hour means something is wrong.
 FABRIC_DEADLINES = JobDeadlines(wait_s=1800.0)

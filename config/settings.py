@@ -128,13 +128,13 @@ class StackSettings(BaseModel):
     # resource.k8s.io/v1beta1 DeviceClasses, which GKE 1.34 does not serve unless enabled;
     # 25.3.2 picks resource.k8s.io/v1 from the cluster (README, "NVIDIA DRA driver chart").
     dra_driver_chart_version: str = DRA_DRIVER_MIN_CHART
-    # Overrides of the GRPO job spec (jobs/grpo_spec.py), e.g.
+    # Overrides of the GRPO job spec (training/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
     job: dict[str, Any] = Field(default_factory=dict)
     # Block `pulumi up` until the GRPO job finishes (default: return once it is running).
     job_wait: bool = False
-    # Run the NCCL all-reduce fabric check (jobs/fabric/) before GRPO, and its pass mark in GB/s
-    # of bus bandwidth (default: the profile's, see jobs/fabric/fabric_check.py).
+    # Run the NCCL all-reduce fabric check (payloads/fabric/) before GRPO, and its pass mark in GB/s
+    # of bus bandwidth (default: the profile's, see payloads/fabric/fabric_check.py).
     fabric_check: bool = True
     fabric_min_busbw_gbps: float | None = Field(default=None, gt=0)
     host_subnet_cidr: str = "10.128.0.0/20"

@@ -1,6 +1,6 @@
 """The data-preparation Job (tutorial §4.5) and the ConfigMap that carries its script.
 
-The Job runs jobs/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
+The Job runs payloads/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
 /data/verl, writes GSM8K to /data/gsm8k/{train,test}.parquet and downloads the model to
 /data/<model dir>, skipping every step that is already complete.
 """
@@ -30,7 +30,7 @@ from manifests.common import (
 
 JOB_NAME = "data-prep-job"
 SCRIPT_KEY = "prepare_data.py"
-SCRIPT_FILE = Path(__file__).resolve().parent.parent / "jobs" / SCRIPT_KEY
+SCRIPT_FILE = Path(__file__).resolve().parent.parent / "payloads" / SCRIPT_KEY
 SCRIPT_DIR = "/scripts"
 VERL_REPO = "https://github.com/volcengine/verl.git"
 # A failure must reach `pulumi up` quickly; the script resumes where a retry left off.
@@ -68,7 +68,7 @@ def read_script(path: Path = SCRIPT_FILE) -> str:
     except FileNotFoundError:
         raise MissingScriptError(
             f"{path} is missing: the data-prep Job ships it to the cluster as a ConfigMap. "
-            f"Restore it from git (git checkout -- jobs/{SCRIPT_KEY})."
+            f"Restore it from git (git checkout -- payloads/{SCRIPT_KEY})."
         ) from None
 
 

@@ -1,6 +1,6 @@
-"""The fabric check (jobs/fabric/fabric_check.py): transport classification on NCCL log lines, the
-nccl-tests bandwidth arithmetic, pass/fail evaluation, and the whole job through a real local Ray
-head with CPU ranks on gloo."""
+"""The fabric check (payloads/fabric/fabric_check.py): transport classification on NCCL log
+lines, the nccl-tests bandwidth arithmetic, pass/fail evaluation, and the whole job through a real
+local Ray head with CPU ranks on gloo."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from jobs.fabric import fabric_check
-from jobs.fabric.fabric_check import (
+from payloads.fabric import fabric_check
+from payloads.fabric.fabric_check import (
     DEFAULT_SIZES,
     GIB,
     MIB,

@@ -1,8 +1,8 @@
 """The GRPO job spec: tutorial-exact rendering, runtime envs, overrides and every preflight rule.
 
 The expected commands and environments below are copied from the sources (the seed's A4X
-`ray job submit`, tutorial-facts §6-§7 for A4 / A3 Ultra), not from jobs/grpo_spec.py, so a drift
-in the defaults module shows up here.
+`ray job submit`, tutorial-facts §6-§7 for A4 / A3 Ultra), not from training/grpo_spec.py, so a
+drift in the defaults module shows up here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 from config.profiles import PROFILES, Mode
-from jobs import grpo_spec
-from jobs.grpo_spec import (
+from training import grpo_spec
+from training.grpo_spec import (
     KNOWN_MODELS,
     GrpoPreflightError,
     GrpoSpec,

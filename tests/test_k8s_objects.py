@@ -494,7 +494,7 @@ def test_bucket_kept_on_destroy_unless_told(delete: str, retained: bool) -> None
     assert bucket.inputs["forceDestroy"] is (not retained)
 
 
-# --- data preparation (tutorial §4.5 + the jobs/prepare_data.py contract) -----------------------
+# --- data preparation (tutorial §4.5 + the payloads/prepare_data.py contract) ---------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -601,7 +601,7 @@ def test_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
     with pytest.raises(data_prep.MissingScriptError) as caught:
         data_prep.read_script(tmp_path / "prepare_data.py")
     assert "prepare_data.py is missing" in str(caught.value)
-    assert "git checkout -- jobs/prepare_data.py" in str(caught.value)
+    assert "git checkout -- payloads/prepare_data.py" in str(caught.value)
 
 
 # --- RayCluster (seed for A4X; tutorial §5.1 / §5.3 for x86) ------------------------------------

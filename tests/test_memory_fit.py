@@ -1,5 +1,5 @@
-"""The GRPO memory-fit estimator (jobs/memory_fit.py): arithmetic on hand-computable cases and the
-check's failure and warning paths."""
+"""The GRPO memory-fit estimator (training/memory_fit.py): arithmetic on hand-computable cases and
+the check's failure and warning paths."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.memory_fit import (
+from training.memory_fit import (
     GIB,
     KNOWN_MODELS,
     GrpoMemoryInputs,

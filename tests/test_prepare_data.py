@@ -1,4 +1,4 @@
-"""jobs/prepare_data.py run for real, as the pod runs it, against a local git repository and a
+"""payloads/prepare_data.py run for real, as the pod runs it, against a local git repository and a
 local model folder (no network): first run, skip on re-run, ref/model changes, interrupted
 downloads and failures."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "jobs" / "prepare_data.py"
+SCRIPT = ROOT / "payloads" / "prepare_data.py"
 FIXTURES = Path(__file__).resolve().parent / "data_prep_fixtures"
 STANDIN = FIXTURES / "gsm8k_standin.py"
 FAKE_HUB = FIXTURES / "fake_hub"  # a huggingface_hub module that serves a local folder

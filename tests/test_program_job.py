@@ -144,7 +144,7 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
         FABRIC_THRESHOLDS[stack],
     ]
     runtime_env = fabric.inputs["runtime_env"]
-    assert runtime_env["working_dir"] == "jobs/fabric"
+    assert runtime_env["working_dir"] == "payloads/fabric"
     env = runtime_env["env_vars"]
     assert env["NCCL_DEBUG"] == "INFO"
     training_env = grpo.inputs["runtime_env"]["env_vars"]
@@ -176,7 +176,8 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
 def test_fabric_check_working_dir_holds_only_the_check() -> None:
     from tools.offline_engine import REPO_ROOT
 
-    files = {p.name for p in (REPO_ROOT / "jobs" / "fabric").iterdir() if p.name != "__pycache__"}
+    folder = REPO_ROOT / "payloads" / "fabric"
+    files = {p.name for p in folder.iterdir() if p.name != "__pycache__"}
     assert files == {"__init__.py", "fabric_check.py"}
 
 
@@ -200,7 +201,7 @@ def test_memory_breakdown_is_reported_per_stack() -> None:
 
 
 def test_memory_that_cannot_fit_fails_before_any_resource() -> None:
-    from jobs.grpo_spec import GrpoPreflightError
+    from training.grpo_spec import GrpoPreflightError
 
     with pytest.raises(GrpoPreflightError) as caught:
         plan(
@@ -224,7 +225,7 @@ def test_memory_within_ten_percent_warns() -> None:
 
 
 def test_model_path_must_be_where_data_prep_puts_the_model() -> None:
-    from jobs.grpo_spec import GrpoPreflightError
+    from training.grpo_spec import GrpoPreflightError
 
     with pytest.raises(GrpoPreflightError) as caught:
         plan("a3u", **{"verl-gke__job": '{"modelPath": "/data/Qwen2.5-14B-Instruct"}'})
@@ -246,7 +247,7 @@ def test_a_different_model_moves_both_the_download_and_the_job() -> None:
 
 @pytest.mark.parametrize("folder", ["/data/verl/run1", "/data/gsm8k/ckpt", "/data/verl"])
 def test_checkpoints_never_where_data_prep_rewrites(folder: str) -> None:
-    from jobs.grpo_spec import GrpoPreflightError
+    from training.grpo_spec import GrpoPreflightError
 
     with pytest.raises(GrpoPreflightError) as caught:
         plan("a4x", **{"verl-gke__job": f'{{"defaultLocalDir": "{folder}"}}'})

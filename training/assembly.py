@@ -9,8 +9,8 @@ from typing import Any
 
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
-from jobs.fabric import fabric_check
-from jobs.grpo_spec import (
+from payloads.fabric import fabric_check
+from training.grpo_spec import (
     CONFIG_KEY,
     DATA_MOUNT,
     GrpoPreflightError,
@@ -22,7 +22,7 @@ from jobs.grpo_spec import (
     render_entrypoint,
     render_runtime_env,
 )
-from jobs.memory_fit import (
+from training.memory_fit import (
     GrpoMemoryInputs,
     MemoryBreakdown,
     MemoryFitError,
@@ -140,7 +140,7 @@ def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemory
 # The fabric check's code reaches the head as the Ray job's working_dir; the path is relative to
 # the program's directory (the dynamic provider's cwd), so the job spec is the same on every
 # machine that runs `pulumi up`.
-FABRIC_CHECK_DIR = "jobs/fabric"
+FABRIC_CHECK_DIR = "payloads/fabric"
 FABRIC_RESULT_TAG = fabric_check.RESULT_KIND
 
 

@@ -41,7 +41,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from config.profiles import AcceleratorProfile, Mode
-from jobs.memory_fit import KNOWN_MODELS, ModelArch
+from training.memory_fit import KNOWN_MODELS, ModelArch
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
@@ -378,7 +378,7 @@ def default_grpo_spec(
     if per_mode is None:
         raise ValueError(
             f"profile {profile.name!r} has no GRPO job defaults; add it to TUTORIAL_JOBS in "
-            f"jobs/grpo_spec.py (known: {sorted(TUTORIAL_JOBS)})"
+            f"training/grpo_spec.py (known: {sorted(TUTORIAL_JOBS)})"
         )
     if mode not in per_mode:
         raise ValueError(
