@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Any
+
+from config.bucket_layout import GSM8K_TEST, GSM8K_TRAIN
 
 
 class Mode(StrEnum):
@@ -143,6 +146,11 @@ class AcceleratorProfile:
     ray_head_on_gpu_nodes: bool
     ray_head: RayHeadShape
     ray_workers: Mapping[Mode, RayWorkerShape]
+    # The tutorial's GRPO job per mode, as `verl-gke:job` keys (sources at the tables above).
+    grpo_job_defaults: Mapping[Mode, Mapping[str, Any]]
+    # The fabric check fails under this all-reduce bus bandwidth (GB/s) at its largest size;
+    # `verl-gke:fabricMinBusbwGbps` overrides it.
+    fabric_min_busbw_gbps: float
 
     @property
     def default_mode(self) -> Mode:
@@ -239,6 +247,75 @@ _X86_NETWORKING = _frozen(
 )
 
 
+# --- the tutorial's GRPO job (training/grpo_spec.py turns these into a typed spec) ----------
+# Keys are `verl-gke:job` settings (camelCase); the program adds the model path, the GPU and node
+# counts and the experiment's name and checkpoint folder.
+
+# Shared by the seed's A4X command and the x86 scripts (tutorial-facts §7).
+_GRPO_COMMON: Mapping[str, Any] = _frozen(
+    {
+        "advEstimator": "grpo",
+        "trainFiles": GSM8K_TRAIN,
+        "valFiles": GSM8K_TEST,
+        "trainBatchSize": 256,
+        "maxPromptLength": 512,
+        "maxResponseLength": 512,
+        "lr": 1e-5,
+        "ppoMicroBatchSizePerGpu": 8,
+        "useKlLoss": True,
+        "actorStrategy": "fsdp2",
+        "rolloutName": "vllm",
+        "rolloutN": 8,
+        "klCoef": 0.001,
+        "logger": ("console",),
+        "saveFreq": 10,
+        "testFreq": 10,
+        "totalEpochs": 2,
+    }
+)
+# The seed's A4X `ray job submit` (4 GPUs per node, rollout TP 4).
+_A4X_GRPO: Mapping[str, Any] = _frozen(
+    {
+        **_GRPO_COMMON,
+        "ppoMiniBatchSize": 64,
+        "rolloutTensorParallelSize": 4,
+        "gpuMemoryUtilization": 0.6,
+        "rolloutLogProbMicroBatchSizePerGpu": 16,
+        "refLogProbMicroBatchSizePerGpu": 16,
+    }
+)
+# AIHypercomputerSamples verl_rl_standard/7_run_job.sh, latest seen (tutorial-facts §7).
+_X86_STANDARD_GRPO: Mapping[str, Any] = _frozen(
+    {
+        **_GRPO_COMMON,
+        "ppoMiniBatchSize": 256,
+        "rolloutTensorParallelSize": 8,
+        "gpuMemoryUtilization": 0.5,
+        "rolloutLogProbMicroBatchSizePerGpu": 2,
+        "refLogProbMicroBatchSizePerGpu": 2,
+        "valBeforeTrain": False,
+    }
+)
+# verl_rl_autopilot/6_run_job.sh, latest seen: rollout log-prob micro-batch 8, torch.compile off.
+_X86_AUTOPILOT_GRPO: Mapping[str, Any] = _frozen(
+    {**_X86_STANDARD_GRPO, "rolloutLogProbMicroBatchSizePerGpu": 8, "useTorchCompile": False}
+)
+
+
+# --- the fabric check's pass marks --------------------------------------------------------------
+# Floors for the all-reduce busbw at the largest size, in GB/s (1e9 bytes/s). They are set to
+# catch a broken fabric, not to grade a healthy one: a TCP fallback gives about a tenth of RDMA
+# (GCP 2 x H100 without GPUDirect: ~19 GB/s busbw, skypilot-org/skypilot#3592).
+# - a3u: 2 A3 Ultra nodes (16 H200) over gIB/RoCE measured ~329-336 GB/s all_gather busbw at
+#   1-8 GiB (GoogleCloudPlatform/cluster-toolkit examples/gke-consumption-options/dws-flex-start
+#   README); the floor is about half of that.
+# - a4: the same 8 x 400 Gb/s RoCE NICs per node as A3 Ultra, so the same inter-node floor.
+# - a4x: GB200 NVL72 over Multi-Node NVLink reached 835-847 GB/s all_reduce busbw at 4-8 GiB on a
+#   full rack (coreweave/nccl-tests PR #43); the floor is about 40 % of that.
+_RDMA_FABRIC_MIN_BUSBW_GBPS = 160.0
+_MNNVL_FABRIC_MIN_BUSBW_GBPS = 320.0
+
+
 def _x86_profile(
     *,
     name: str,
@@ -295,6 +372,10 @@ def _x86_profile(
         ray_head_on_gpu_nodes=False,
         ray_head=_X86_RAY_HEAD,
         ray_workers=_X86_RAY_WORKERS,
+        grpo_job_defaults=_frozen(
+            {Mode.STANDARD: _X86_STANDARD_GRPO, Mode.AUTOPILOT: _X86_AUTOPILOT_GRPO}
+        ),
+        fabric_min_busbw_gbps=_RDMA_FABRIC_MIN_BUSBW_GBPS,
     )
 
 
@@ -365,6 +446,8 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
                     )
                 }
             ),
+            grpo_job_defaults=_frozen({Mode.STANDARD: _A4X_GRPO}),
+            fabric_min_busbw_gbps=_MNNVL_FABRIC_MIN_BUSBW_GBPS,
         ),
         "a4": _x86_profile(
             name="a4",

@@ -31,6 +31,8 @@ from pydantic.alias_generators import to_camel
 from config.profiles import PROFILES, AcceleratorProfile, GpuNetworking, Mode
 
 NAMESPACE = "verl-gke"
+# The tutorial's model (verl-gke:model).
+DEFAULT_MODEL = "Qwen/Qwen2.5-32B-Instruct"
 # Config keys outside our namespace that the program reads.
 GCP_KEYS = {"project": "gcp:project", "region": "gcp:region"}
 # Keys whose committed value in Pulumi.<stack>.yaml is a placeholder the user must replace.
@@ -119,7 +121,7 @@ class StackSettings(BaseModel):
     verl_image: str
     verl_ref: str
     ray_version: str
-    model: str = "Qwen/Qwen2.5-32B-Instruct"
+    model: str = DEFAULT_MODEL
     data_prep_image: str
     nccl_installer_image: str
     # The version of ../shared/crds/ray.io_rayclusters.yaml the RayCluster is validated against.
@@ -198,11 +200,6 @@ class StackSettings(BaseModel):
     @property
     def gpu_networking(self) -> GpuNetworking:
         return self.profile.networking_for(self.mode)
-
-    @property
-    def model_dir_name(self) -> str:
-        """The model's folder in the bucket (/data/<name>), e.g. Qwen2.5-32B-Instruct."""
-        return self.model.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def total_gpus(self) -> int:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.bucket_layout import DATA_MOUNT
 from config.profiles import Mode
 from config.settings import StackSettings
 
 Manifest = dict[str, Any]
 
-# The bucket is mounted at /data in every pod that reads or writes training data.
-DATA_MOUNT = "/data"
+# The bucket is mounted at DATA_MOUNT (config/bucket_layout.py) in every pod that reads or writes
+# training data.
 BUCKET_PV = "training-bucket-pv"
 BUCKET_PVC = "training-bucket-pvc"
 BUCKET_VOLUME = "training-bucket-vol"

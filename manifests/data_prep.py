@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from config.bucket_layout import DATA_MOUNT, DATA_PREP_HF_HOME, model_folder_name
 from config.profiles import Mode
 from config.settings import StackSettings
 from manifests.common import (
-    DATA_MOUNT,
     GCSFUSE_VOLUMES,
     HF_SECRET,
     HF_SECRET_KEY,
@@ -72,15 +72,6 @@ def read_script(path: Path = SCRIPT_FILE) -> str:
         ) from None
 
 
-def model_dir(settings: StackSettings) -> str:
-    """Folder of the model under /data: the last part of the Hugging Face id."""
-    return settings.model.rstrip("/").rsplit("/", 1)[-1]
-
-
-def model_path(settings: StackSettings) -> str:
-    return f"{DATA_MOUNT}/{model_dir(settings)}"
-
-
 def script_configmap_name(script: str) -> str:
     # The name follows the content, so a changed script gives the Job a new spec and Pulumi
     # replaces (re-runs) it; the script skips what is already done.
@@ -114,8 +105,9 @@ def command(settings: StackSettings) -> list[str]:
         settings.verl_ref,
         "--model",
         settings.model,
+        # The script cannot import the program: the bucket layout's owner names the folder.
         "--model-dir",
-        model_dir(settings),
+        model_folder_name(settings.model),
     ]
 
 
@@ -136,7 +128,7 @@ def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | Non
                 "name": "HF_TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}},
             },
-            {"name": "HF_HOME", "value": f"{DATA_MOUNT}/.cache/huggingface"},
+            {"name": "HF_HOME", "value": DATA_PREP_HF_HOME},
             # The tutorial's setting: plain HTTP downloads instead of the hf-xet client.
             {"name": "HF_HUB_DISABLE_XET", "value": "1"},
         ],

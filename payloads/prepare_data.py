@@ -38,6 +38,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Folder names under --data-root. The program's config/bucket_layout.py owns the layout; this
+# script cannot import it (it runs alone in the pod), so tests/test_prepare_data.py checks that
+# these names agree with it.
+VERL_DIR = "verl"
+GSM8K_DIR = "gsm8k"
 PREP_DIR = ".prep"
 GSM8K_SCRIPT = Path("examples/data_preprocess/gsm8k.py")
 GSM8K_FILES = ("train.parquet", "test.parquet")
@@ -45,7 +50,7 @@ GSM8K_FILES = ("train.parquet", "test.parquet")
 # a new ref must not delete them.
 KEEP_IN_VERL = frozenset({"checkpoints"})
 PROGRESS_EVERY_S = 60.0
-RESERVED_DIRS = frozenset({"verl", "gsm8k", PREP_DIR})
+RESERVED_DIRS = frozenset({VERL_DIR, GSM8K_DIR, PREP_DIR})
 
 
 class StepError(Exception):
@@ -228,7 +233,7 @@ def replace_tree(source: Path, dest: Path, keep: frozenset[str]) -> None:
 
 def prepare_verl(root: Path, repo: str, ref: str) -> None:
     step = "verl"
-    dest = root / "verl"
+    dest = root / VERL_DIR
     inputs = {"repo": repo, "ref": ref}
     if is_done(root, step, inputs) and (dest / GSM8K_SCRIPT).is_file():
         log(step, f"skipped: {dest} is already at {ref} ({marker_path(root, step)})")
@@ -262,8 +267,8 @@ def gsm8k_output_flag(script: Path) -> str:
 
 def prepare_gsm8k(root: Path) -> None:
     step = "gsm8k"
-    out = root / "gsm8k"
-    verl = root / "verl"
+    out = root / GSM8K_DIR
+    verl = root / VERL_DIR
     # The rows do not depend on the verl version, so a new --verl-ref does not redo this step.
     inputs = {"dataset": "openai/gsm8k", "output_dir": str(out)}
     if is_done(root, step, inputs) and all(is_nonempty_file(out / f) for f in GSM8K_FILES):

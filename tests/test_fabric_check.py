@@ -11,10 +11,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from config.profiles import PROFILES
+from jobs.ray_job import find_tagged_result
 from payloads.fabric import fabric_check
 from payloads.fabric.fabric_check import (
     DEFAULT_SIZES,
@@ -23,10 +26,8 @@ from payloads.fabric.fabric_check import (
     Transport,
     bus_bandwidth_factor,
     classify_transport,
-    default_min_busbw_gbps,
     evaluate,
     nccl_network,
-    parse_result,
     parse_size,
     size_result,
     sizes_up_to,
@@ -136,10 +137,14 @@ def test_default_sizes_reach_one_gib() -> None:
 
 
 def test_thresholds_per_profile() -> None:
-    assert default_min_busbw_gbps("a3u") == 160.0
-    assert default_min_busbw_gbps("a4x") > default_min_busbw_gbps("a4")
-    with pytest.raises(ValueError, match="no default fabric threshold for profile 'tpu'"):
-        default_min_busbw_gbps("tpu")
+    assert PROFILES["a3u"].fabric_min_busbw_gbps == 160.0
+    assert PROFILES["a4"].fabric_min_busbw_gbps == 160.0
+    assert PROFILES["a4x"].fabric_min_busbw_gbps > PROFILES["a4"].fabric_min_busbw_gbps
+
+
+def parse_result(log_text: str) -> dict[str, Any] | None:
+    # The provider's parser, the one that reads the verdict in production.
+    return find_tagged_result(log_text, fabric_check.RESULT_KIND)
 
 
 def results_at(busbw_gbps: float) -> list[fabric_check.SizeResult]:
@@ -273,7 +278,9 @@ def test_a_cluster_without_gpus_fails_the_nccl_check_with_a_reason(
     head: RayHead, workdir: Path
 ) -> None:
     # The head has no GPU: NCCL ranks cannot be placed, and that must not pass silently.
-    status, exit_code, logs = run_job(head, workdir, "--backend", "nccl", "--timeout-s", "5")
+    status, exit_code, logs = run_job(
+        head, workdir, "--backend", "nccl", "--timeout-s", "5", "--min-busbw-gbps", "1"
+    )
     result = parse_result(logs)
     assert result is not None, logs
     assert status == JobStatus.FAILED

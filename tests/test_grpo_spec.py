@@ -21,11 +21,11 @@ from training.grpo_spec import (
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
-    model_architecture,
     preflight,
     render_entrypoint,
     render_runtime_env,
 )
+from training.memory_fit import known_model
 
 # --- what the sources say ----------------------------------------------------------------------
 
@@ -405,7 +405,7 @@ def test_spec_is_frozen_and_forbids_unknown_fields() -> None:
 
 
 def test_model_table_lookup() -> None:
-    arch = model_architecture("Qwen/Qwen2.5-32B-Instruct")
+    arch = known_model("Qwen/Qwen2.5-32B-Instruct")
     assert arch is not None
     assert (
         arch.num_attention_heads,
@@ -415,9 +415,11 @@ def test_model_table_lookup() -> None:
         arch.intermediate_size,
         arch.vocab_size,
     ) == (40, 8, 5120, 64, 27648, 152064)
-    assert model_architecture("/data/Qwen2.5-32B-Instruct") is arch
-    assert model_architecture("/data/Qwen2.5-32B-Instruct/") is arch
-    assert model_architecture("/data/my-finetune") is None
+    assert known_model("/data/Qwen2.5-32B-Instruct") is arch
+    assert known_model("/data/Qwen2.5-32B-Instruct/") is arch
+    assert known_model("/data/my-finetune") is None
+    # Any case, as a user might type the id.
+    assert known_model("qwen/qwen2.5-32b-instruct") is arch
     sizes = {hf_id.split("-")[1] for hf_id in KNOWN_MODELS}
     assert sizes == {"0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"}
 

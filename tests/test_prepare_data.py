@@ -417,3 +417,27 @@ def test_hub_source_goes_through_snapshot_download(
     assert marker(data, f"model-{MODEL_DIR}")["inputs"]["source"] == "hub"  # type: ignore[index]
     expected = {"repo_id": "org/tiny-model", "token": "hf_dummy", "progress_bars_disabled": "1"}
     assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
+
+
+def test_the_scripts_folders_are_the_bucket_layouts() -> None:
+    # The script runs alone in the pod and cannot import config/bucket_layout.py; the folders it
+    # writes must still be the ones the GRPO job reads (the model folder arrives as --model-dir).
+    from config import bucket_layout as layout
+    from payloads import prepare_data
+
+    def under_mount(name: str) -> str:
+        return f"{layout.DATA_MOUNT}/{name}"
+
+    assert layout.VERL_CHECKOUT == under_mount(prepare_data.VERL_DIR)
+    assert layout.GSM8K_DIR == under_mount(prepare_data.GSM8K_DIR)
+    assert (layout.GSM8K_TRAIN, layout.GSM8K_TEST) == tuple(
+        f"{layout.GSM8K_DIR}/{name}" for name in prepare_data.GSM8K_FILES
+    )
+    assert layout.PREP_MARKERS == under_mount(prepare_data.PREP_DIR)
+    # Replacing the verl checkout for a new ref keeps the checkpoints inside it.
+    kept = layout.CHECKPOINT_ROOT.removeprefix(f"{layout.VERL_CHECKOUT}/")
+    assert kept in prepare_data.KEEP_IN_VERL
+    assert set(layout.rewritten_by_data_prep("Qwen/Qwen2.5-32B-Instruct")) == {
+        *(under_mount(name) for name in prepare_data.RESERVED_DIRS),
+        under_mount("Qwen2.5-32B-Instruct"),
+    }

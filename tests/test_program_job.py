@@ -138,8 +138,6 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
     assert shlex.split(fabric.inputs["entrypoint"]) == [
         "python",
         "fabric_check.py",
-        "--profile",
-        stack,
         "--min-busbw-gbps",
         FABRIC_THRESHOLDS[stack],
     ]

@@ -7,12 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.bucket_layout import (
+    CHECKPOINT_ROOT,
+    DATA_MOUNT,
+    bucket_url,
+    model_dir,
+    rewritten_by_data_prep,
+)
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
 from payloads.fabric import fabric_check
 from training.grpo_spec import (
     CONFIG_KEY,
-    DATA_MOUNT,
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
@@ -44,13 +50,6 @@ class TrainingJob:
     memory_warning: str | None
 
 
-def bucket_url(bucket: str, mounted_path: str) -> str:
-    """gs:// URL of a path under the GCS FUSE mount (/data is the bucket's root)."""
-    if mounted_path != DATA_MOUNT and not mounted_path.startswith(f"{DATA_MOUNT}/"):
-        raise ValueError(f"{mounted_path!r} is not under the bucket mount {DATA_MOUNT}")
-    return f"gs://{bucket}{mounted_path[len(DATA_MOUNT) :]}"
-
-
 def training_job(settings: StackSettings) -> TrainingJob:
     """The tutorial's job for the stack with `verl-gke:job` overrides; raises GrpoPreflightError
     (naming each setting and a value that works) when verl would reject it or it cannot fit."""
@@ -58,7 +57,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         settings.profile,
         settings.mode,
         settings.gpu_nodes,
-        model_dir=f"{DATA_MOUNT}/{settings.model_dir_name}",
+        model_dir=model_dir(settings.model),
     )
     spec = apply_overrides(spec, settings.job)
     stack_problems = _data_layout_problems(spec, settings)
@@ -89,19 +88,19 @@ def training_job(settings: StackSettings) -> TrainingJob:
 def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     """The job must read what the data-prep Job writes, and must not write where it rewrites."""
     problems = []
-    model_dir = f"{DATA_MOUNT}/{settings.model_dir_name}"
-    if spec.model_path.rstrip("/") != model_dir:
+    model_folder = model_dir(settings.model)
+    if spec.model_path.rstrip("/") != model_folder:
         problems.append(
             f"{CONFIG_KEY}.modelPath = {spec.model_path!r}: the data-prep Job downloads "
-            f"verl-gke:model ({settings.model}) to {model_dir}, so the job would not find its "
+            f"verl-gke:model ({settings.model}) to {model_folder}, so the job would not find its "
             f"model. Fix: remove {CONFIG_KEY}.modelPath and set verl-gke:model to the model "
             "you want"
         )
     checkpoints = spec.default_local_dir.rstrip("/")
-    # prepare_data.py redoes these folders when their inputs change; it keeps only
-    # /data/verl/checkpoints inside the verl checkout.
-    rewritten = (f"{DATA_MOUNT}/verl", f"{DATA_MOUNT}/gsm8k", f"{DATA_MOUNT}/.prep", model_dir)
-    kept = f"{DATA_MOUNT}/verl/checkpoints"
+    # prepare_data.py redoes these folders when their inputs change; it keeps only the
+    # checkpoint root inside the verl checkout.
+    rewritten = rewritten_by_data_prep(settings.model)
+    kept = CHECKPOINT_ROOT
     inside = [d for d in rewritten if checkpoints == d or checkpoints.startswith(f"{d}/")]
     if inside and not checkpoints.startswith(f"{kept}/"):
         problems.append(
@@ -155,11 +154,11 @@ def fabric_check_run(settings: StackSettings) -> FabricCheckRun:
     """The NCCL all-reduce check on every GPU of the RayCluster, with the NCCL environment the
     GRPO job gets, so it measures the path training will use."""
     profile = settings.profile
-    threshold = settings.fabric_min_busbw_gbps or fabric_check.default_min_busbw_gbps(profile.name)
+    threshold = settings.fabric_min_busbw_gbps or profile.fabric_min_busbw_gbps
     script = Path(fabric_check.__file__).read_bytes()
     return FabricCheckRun(
         entrypoint=(
-            f"python fabric_check.py --profile {profile.name} --min-busbw-gbps {threshold:g}"
+            f"python fabric_check.py --min-busbw-gbps {threshold:g}"
         ),
         runtime_env={
             "working_dir": FABRIC_CHECK_DIR,

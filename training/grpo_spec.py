@@ -1,6 +1,6 @@
-"""The GRPO run as a typed spec: verl `main_ppo` overrides, their per-profile tutorial defaults,
-rendering to a Ray job (entrypoint + runtime env), and the preflight rules checked before any
-resource exists.
+"""The GRPO run as a typed spec: verl `main_ppo` overrides, the tutorial defaults of a profile
+(config/profiles.py), rendering to a Ray job (entrypoint + runtime env), and the preflight rules
+checked before any resource exists.
 
 Users override fields from stack config as one JSON object under `verl-gke:job`, with camelCase
 keys, e.g. `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`. Fields left at None
@@ -40,15 +40,23 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from config.bucket_layout import (
+    DATA_MOUNT,
+    GSM8K_TEST,
+    GSM8K_TRAIN,
+    JOB_HF_HOME,
+    VERL_CHECKOUT,
+    checkpoint_dir,
+    is_shared,
+    model_dir,
+)
 from config.profiles import AcceleratorProfile, Mode
-from training.memory_fit import KNOWN_MODELS, ModelArch
+from config.settings import DEFAULT_MODEL
+from training.memory_fit import KNOWN_MODELS, known_model
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
-# The GCS FUSE mount shared by every Ray pod: the only place all workers see the same files.
-DATA_MOUNT = "/data"
-CHECKPOINT_ROOT = "/data/verl/checkpoints"
-DEFAULT_MODEL_DIR = "/data/Qwen2.5-32B-Instruct"
+DEFAULT_MODEL_DIR = model_dir(DEFAULT_MODEL)
 ENTRYPOINT_MODULE = "verl.trainer.main_ppo"
 
 # Characters Hydra's override grammar accepts in an unquoted value. Anything else (spaces, quotes,
@@ -265,80 +273,7 @@ def in_config_terms(text: str) -> str:
     return text
 
 
-# --- models ----------------------------------------------------------------------------------
-
-
-def model_architecture(model_id: str) -> ModelArch | None:
-    """Look a model up by HF id ("Qwen/Qwen2.5-32B-Instruct") or by its folder
-    ("/data/Qwen2.5-32B-Instruct"); None when it is not in KNOWN_MODELS."""
-    if model_id in KNOWN_MODELS:
-        return KNOWN_MODELS[model_id]
-    name = posixpath.basename(model_id.rstrip("/")).lower()
-    for hf_id, arch in KNOWN_MODELS.items():
-        if hf_id.split("/")[-1].lower() == name:
-            return arch
-    return None
-
-
-# --- tutorial defaults -----------------------------------------------------------------------
-
-# Shared by the seed's A4X command and the x86 scripts (tutorial-facts §7).
-_TUTORIAL_COMMON: Mapping[str, Any] = MappingProxyType(
-    {
-        "advEstimator": "grpo",
-        "trainFiles": "/data/gsm8k/train.parquet",
-        "valFiles": "/data/gsm8k/test.parquet",
-        "trainBatchSize": 256,
-        "maxPromptLength": 512,
-        "maxResponseLength": 512,
-        "lr": 1e-5,
-        "ppoMicroBatchSizePerGpu": 8,
-        "useKlLoss": True,
-        "actorStrategy": "fsdp2",
-        "rolloutName": "vllm",
-        "rolloutN": 8,
-        "klCoef": 0.001,
-        "logger": ("console",),
-        "saveFreq": 10,
-        "testFreq": 10,
-        "totalEpochs": 2,
-    }
-)
-# The seed's A4X `ray job submit` (4 GPUs per node, rollout TP 4).
-_A4X: Mapping[str, Any] = MappingProxyType(
-    {
-        **_TUTORIAL_COMMON,
-        "ppoMiniBatchSize": 64,
-        "rolloutTensorParallelSize": 4,
-        "gpuMemoryUtilization": 0.6,
-        "rolloutLogProbMicroBatchSizePerGpu": 16,
-        "refLogProbMicroBatchSizePerGpu": 16,
-    }
-)
-# AIHypercomputerSamples verl_rl_standard/7_run_job.sh, latest seen (tutorial-facts §7).
-_X86_STANDARD: Mapping[str, Any] = MappingProxyType(
-    {
-        **_TUTORIAL_COMMON,
-        "ppoMiniBatchSize": 256,
-        "rolloutTensorParallelSize": 8,
-        "gpuMemoryUtilization": 0.5,
-        "rolloutLogProbMicroBatchSizePerGpu": 2,
-        "refLogProbMicroBatchSizePerGpu": 2,
-        "valBeforeTrain": False,
-    }
-)
-# verl_rl_autopilot/6_run_job.sh, latest seen: rollout log-prob micro-batch 8, torch.compile off.
-_X86_AUTOPILOT: Mapping[str, Any] = MappingProxyType(
-    {**_X86_STANDARD, "rolloutLogProbMicroBatchSizePerGpu": 8, "useTorchCompile": False}
-)
-# Profile name -> mode -> tutorial values. Kept here until the profile table has a job field.
-TUTORIAL_JOBS: Mapping[str, Mapping[Mode, Mapping[str, Any]]] = MappingProxyType(
-    {
-        "a4x": MappingProxyType({Mode.STANDARD: _A4X}),
-        "a4": MappingProxyType({Mode.STANDARD: _X86_STANDARD, Mode.AUTOPILOT: _X86_AUTOPILOT}),
-        "a3u": MappingProxyType({Mode.STANDARD: _X86_STANDARD, Mode.AUTOPILOT: _X86_AUTOPILOT}),
-    }
-)
+# --- tutorial defaults (the per-profile values live in config/profiles.py) ------------------
 
 
 class GrpoPreflightError(pulumi.RunError, ValueError):
@@ -362,10 +297,6 @@ def default_experiment_name(profile: AcceleratorProfile, model_dir: str) -> str:
     return f"grpo-{_sanitize(model, 'a-z0-9._-')}-{profile.name}"
 
 
-def checkpoint_dir(experiment: str) -> str:
-    return f"{CHECKPOINT_ROOT}/{experiment}"
-
-
 def default_grpo_spec(
     profile: AcceleratorProfile,
     mode: Mode,
@@ -374,12 +305,7 @@ def default_grpo_spec(
     experiment: str | None = None,
 ) -> GrpoSpec:
     """The tutorial's job for this profile and mode, on `gpu_nodes` nodes of the profile."""
-    per_mode = TUTORIAL_JOBS.get(profile.name)
-    if per_mode is None:
-        raise ValueError(
-            f"profile {profile.name!r} has no GRPO job defaults; add it to TUTORIAL_JOBS in "
-            f"training/grpo_spec.py (known: {sorted(TUTORIAL_JOBS)})"
-        )
+    per_mode = profile.grpo_job_defaults
     if mode not in per_mode:
         raise ValueError(
             f"mode {str(mode)!r}: profile {profile.name} has GRPO job defaults only for "
@@ -530,8 +456,8 @@ _VERL_ENV: Mapping[str, str] = MappingProxyType(
 # The tutorial's values common to every profile (seed A4X runtime env, tutorial-facts §6).
 _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
     {
-        "PYTHONPATH": "/data/verl",
-        "HF_HOME": "/data/huggingface_cache",
+        "PYTHONPATH": VERL_CHECKOUT,
+        "HF_HOME": JOB_HF_HOME,
         "NCCL_DEBUG": "INFO",
         # The x86 scripts prefix the command with it; it keeps the driver log (read back on
         # failure) in step with the run.
@@ -599,7 +525,7 @@ def _best_tp(requested: int, gpus_per_node: int, heads: int | None, kv_heads: in
 def _path_problem(field_name: str, path: str, fix: str, why_shared: str) -> str | None:
     if not posixpath.isabs(path):
         why = "a relative path resolves against each Ray process' own working directory"
-    elif not posixpath.normpath(path).startswith(DATA_MOUNT + "/"):
+    elif not is_shared(path):
         why = f"only {DATA_MOUNT} (the GCS FUSE mount of the bucket) is shared by all pods"
     else:
         return None
@@ -763,7 +689,7 @@ def _tp_rules(
 ) -> list[str | None]:
     problems: list[str | None] = []
     if heads is None or kv_heads is None:
-        arch = model_architecture(spec.model_path)
+        arch = known_model(spec.model_path)
         if arch is None:
             problems.append(
                 _problem(
@@ -828,20 +754,20 @@ def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
         _path_problem(
             "model_path",
             spec.model_path,
-            f"{DATA_MOUNT}/{model_name}",
+            model_dir(model_name),
             "the data-prep Job downloads the model once into the bucket so that workers do not "
             "each pull it from the Hub",
         ),
         _path_problem(
             "train_files",
             spec.train_files,
-            "/data/gsm8k/train.parquet",
+            GSM8K_TRAIN,
             "the data-prep Job writes the dataset there",
         ),
         _path_problem(
             "val_files",
             spec.val_files,
-            "/data/gsm8k/test.parquet",
+            GSM8K_TEST,
             "the data-prep Job writes the dataset there",
         ),
     ]

@@ -170,19 +170,30 @@ def model_arch_from_config(config: Mapping[str, object], name: str = "custom") -
     )
 
 
+def known_model(model: str) -> ModelArch | None:
+    """The KNOWN_MODELS entry of a Hub id ("Qwen/Qwen2.5-32B-Instruct", any case) or of a model
+    folder named after it ("/data/Qwen2.5-32B-Instruct", see config/bucket_layout.py); None when
+    the model is not in the table. The one model lookup of the program."""
+    if model in KNOWN_MODELS:
+        return KNOWN_MODELS[model]
+    folder = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for hub_id, arch in KNOWN_MODELS.items():
+        if model.lower() == hub_id.lower() or hub_id.rsplit("/", 1)[-1].lower() == folder:
+            return arch
+    return None
+
+
 def resolve_model(model: str) -> ModelArch:
-    """A known model id (with or without the `Qwen/` org, any case), or a path to a config.json
-    (or to a model folder that holds one)."""
+    """A path to a config.json (or to a model folder that holds one), else a known model (see
+    known_model)."""
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
         return model_arch_from_config(json.loads(path.read_text()), name=model)
-    by_lower = {key.lower(): arch for key, arch in KNOWN_MODELS.items()}
-    # A model folder in the bucket, e.g. /data/Qwen2.5-32B-Instruct, is named after the Hub id.
-    for candidate in (model.lower(), f"qwen/{model.lower()}", f"qwen/{path.name.lower()}"):
-        if candidate in by_lower:
-            return by_lower[candidate]
+    arch = known_model(model)
+    if arch is not None:
+        return arch
     raise ValueError(
         f"model {model!r} is neither a known architecture ({', '.join(KNOWN_MODELS)}) nor a "
         "readable config.json; pass a path to the model's config.json"

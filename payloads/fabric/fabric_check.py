@@ -5,10 +5,11 @@ one-GPU bundles, packed so ranks of a node are neighbours), NCCL all-reduce over
 up to 1 GiB, bus bandwidth computed as nccl-tests does (busbw = algbw x 2(n-1)/n, the time being
 the slowest rank's), and the transport read from NCCL's INFO log. It fails closed: a socket
 fallback, an unknown transport or a busbw under the threshold exits non-zero. The result is one
-JSON line on stdout (`"check": "fabric"`); `parse_result` finds it in a job log.
+JSON line on stdout (`"check": "fabric"`); the job provider's `find_tagged_result`
+(jobs/ray_job.py), the one parser of that format, finds it in the job log.
 
     python fabric_check.py --min-busbw-gbps 160              # in the Ray job (RAY_ADDRESS set)
-    python fabric_check.py --backend gloo --max-bytes 1MiB   # CPU ranks, for tests
+    python fabric_check.py --backend gloo --max-bytes 1MiB --min-busbw-gbps 0  # CPU, tests
 
 The measurement core (timed loop, busbw, classification, evaluation) needs only torch and is
 backend-agnostic: bench/fabric_gpu.py runs it under torchrun, the tests with gloo on CPU. Only
@@ -29,7 +30,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 GIB = 1 << 30
@@ -41,31 +41,6 @@ RESULT_KIND = "fabric"
 DEFAULT_SIZES: tuple[int, ...] = tuple(1 << s for s in range(20, 31, 2))
 DEFAULT_ITERS = 20
 DEFAULT_WARMUP = 5
-
-# Floors for the all-reduce busbw at the largest size, in GB/s (1e9 bytes/s), per accelerator
-# profile. They are set to catch a broken fabric, not to grade a healthy one: a TCP fallback
-# gives about a tenth of RDMA (GCP 2 x H100 without GPUDirect: ~19 GB/s busbw,
-# skypilot-org/skypilot#3592).
-# - a3u: 2 A3 Ultra nodes (16 H200) over gIB/RoCE measured ~329-336 GB/s all_gather busbw at
-#   1-8 GiB (GoogleCloudPlatform/cluster-toolkit examples/gke-consumption-options/dws-flex-start
-#   README); the floor is about half of that.
-# - a4: the same 8 x 400 Gb/s RoCE NICs per node as A3 Ultra, so the same inter-node floor.
-# - a4x: GB200 NVL72 over Multi-Node NVLink reached 835-847 GB/s all_reduce busbw at 4-8 GiB on a
-#   full rack (coreweave/nccl-tests PR #43); the floor is about 40 % of that.
-DEFAULT_MIN_BUSBW_GBPS: Mapping[str, float] = MappingProxyType(
-    {"a3u": 160.0, "a4": 160.0, "a4x": 320.0}
-)
-
-
-def default_min_busbw_gbps(profile_name: str) -> float:
-    try:
-        return DEFAULT_MIN_BUSBW_GBPS[profile_name]
-    except KeyError:
-        raise ValueError(
-            f"no default fabric threshold for profile {profile_name!r}; known: "
-            f"{', '.join(sorted(DEFAULT_MIN_BUSBW_GBPS))} (or pass min_busbw_gbps explicitly)"
-        ) from None
-
 
 class Transport(StrEnum):
     SOCKET = "socket"  # NET/Socket: TCP through the host network stack
@@ -296,21 +271,6 @@ def failed_result(error: str, backend: str, min_busbw_gbps: float) -> FabricResu
     )
 
 
-def parse_result(log_text: str) -> dict[str, Any] | None:
-    """The last fabric-check JSON line in a job log (Ray may prefix other lines), or None."""
-    for line in reversed(log_text.splitlines()):
-        start = line.find("{")
-        if start < 0:
-            continue
-        try:
-            body = json.loads(line[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(body, dict) and body.get("check") == RESULT_KIND:
-            return body
-    return None
-
-
 # --- one rank --------------------------------------------------------------------------------
 
 
@@ -503,10 +463,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--min-busbw-gbps",
         type=float,
-        default=None,
-        help="fail under this busbw (GB/s) at the largest size",
+        required=True,
+        help="fail under this busbw (GB/s) at the largest size (the program passes the "
+        "profile's pass mark from config/profiles.py)",
     )
-    parser.add_argument("--profile", default="", help="take the threshold's default from it")
     parser.add_argument("--max-bytes", default="1GiB")
     parser.add_argument("--min-bytes", default="1MiB")
     parser.add_argument("--iters", type=int, default=DEFAULT_ITERS)
@@ -519,10 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     args = parser.parse_args(argv)  # fmt: skip
 
-    threshold = args.min_busbw_gbps
+    threshold: float = args.min_busbw_gbps
     try:
-        if threshold is None:
-            threshold = default_min_busbw_gbps(args.profile) if args.profile else 0.0
         result = run_on_ray(
             backend=args.backend,
             world_size=args.world_size,
@@ -535,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout_s,
         )
     except Exception as exc:  # any failure must still end in one JSON line and a non-zero exit
-        result = failed_result(f"{type(exc).__name__}: {exc}", args.backend, threshold or 0.0)
+        result = failed_result(f"{type(exc).__name__}: {exc}", args.backend, threshold)
         print(result.to_json(), flush=True)
         return 2
     print(result.to_json(), flush=True)

@@ -1,0 +1,68 @@
+"""The training bucket's layout: the one owner of every path the pods share under /data.
+
+The data-prep Job writes these folders, the RayCluster mounts the bucket there, the GRPO job reads
+and writes them and the job provider lists checkpoints through their gs:// names. Each of those
+derives its paths from here (the data-prep script, which cannot import the program, gets them on
+its command line; tests/test_prepare_data.py checks that its folder names agree). If two of them
+drifted, the job would look where data preparation never wrote, after the GPUs exist.
+
+Pure: no Pulumi, no I/O.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+# Where every pod that reads or writes training data mounts the bucket (GCS FUSE); the bucket's
+# root. The only place all Ray workers see the same files.
+DATA_MOUNT = "/data"
+
+# verl's source at the stack's ref; the GRPO job imports verl from here (PYTHONPATH).
+VERL_CHECKOUT = f"{DATA_MOUNT}/verl"
+# One folder per experiment below it (trainer.default_local_dir). Inside the verl checkout as the
+# tutorial has it; the data-prep script keeps this folder when it replaces the checkout.
+CHECKPOINT_ROOT = f"{VERL_CHECKOUT}/checkpoints"
+# GSM8K as parquet, written by verl's examples/data_preprocess/gsm8k.py.
+GSM8K_DIR = f"{DATA_MOUNT}/gsm8k"
+GSM8K_TRAIN = f"{GSM8K_DIR}/train.parquet"
+GSM8K_TEST = f"{GSM8K_DIR}/test.parquet"
+# The data-prep script's completion markers (one per step).
+PREP_MARKERS = f"{DATA_MOUNT}/.prep"
+# Hugging Face caches: the data-prep Job's download cache, and the GRPO job's HF_HOME (the
+# tutorial's value; the job reads the model from the bucket, so it stays nearly empty).
+DATA_PREP_HF_HOME = f"{DATA_MOUNT}/.cache/huggingface"
+JOB_HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
+
+
+def model_folder_name(model_id: str) -> str:
+    """The model's folder name in the bucket: the last part of the Hugging Face id
+    ("Qwen/Qwen2.5-32B-Instruct" -> "Qwen2.5-32B-Instruct")."""
+    return model_id.rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_dir(model_id: str) -> str:
+    """Where the data-prep Job puts the model and the GRPO job loads it from."""
+    return f"{DATA_MOUNT}/{model_folder_name(model_id)}"
+
+
+def checkpoint_dir(experiment: str) -> str:
+    """trainer.default_local_dir of an experiment: verl resumes from the folder's
+    latest_checkpointed_iteration.txt, so two experiments never share one."""
+    return f"{CHECKPOINT_ROOT}/{experiment}"
+
+
+def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
+    """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
+    return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_dir(model_id))
+
+
+def is_shared(path: str) -> bool:
+    """Whether an absolute path lies inside the mount (the only place all pods share)."""
+    return posixpath.normpath(path).startswith(f"{DATA_MOUNT}/")
+
+
+def bucket_url(bucket: str, mounted_path: str) -> str:
+    """gs:// URL of a path under the mount (the mount is the bucket's root)."""
+    if mounted_path != DATA_MOUNT and not mounted_path.startswith(f"{DATA_MOUNT}/"):
+        raise ValueError(f"{mounted_path!r} is not under the bucket mount {DATA_MOUNT}")
+    return f"gs://{bucket}{mounted_path[len(DATA_MOUNT) :]}"
