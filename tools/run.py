@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TAIL_LINES = 2000
 DEFAULT_TIMEOUT_S = 15.0
 PULUMI_TIMEOUT_S = 120.0
-# connect, read timeouts of the state-API tail request
-TAIL_REQUEST_TIMEOUT_S = (10.0, 60.0)
+# connect, read timeouts of one request to the dashboard
+REQUEST_TIMEOUT_S = (10.0, 60.0)
 # The stack outputs this tool reads (__main__.py exports).
 OUT_SUBMISSION_ID = "jobSubmissionId"
 OUT_NAMESPACE = "namespace"
@@ -251,6 +251,118 @@ class RunView:
         return self.steps[-1] if self.steps else None
 
 
+class JobsApi:
+    """Read-only calls to the Ray Jobs and state APIs over plain HTTP (requests).
+
+    Addressing, token and CA come from jobs/dashboard_access.py, as for the job provider: one
+    `ClientArgs` per call, so a token fetched from ADC is never older than one request. Ray's
+    JobSubmissionClient is not used: it needs GET /api/version first and lets RAY_ADDRESS
+    override the address, and this tool only reads three endpoints.
+    """
+
+    def __init__(
+        self, make_args: Callable[[], dashboard_access.ClientArgs], timeout_s: float
+    ) -> None:
+        self.make_args = make_args
+        self.timeout_s = timeout_s
+
+    def get(self, path: str, what: str, params: dict[str, str] | None = None) -> Any:
+        """GET address+path; retries refused connections, timeouts, 5xx and 429 for timeout_s.
+        Returns the requests.Response of any other status."""
+        import requests
+
+        deadline = time.monotonic() + self.timeout_s
+        backoff, attempts = 0.25, 0
+        while True:
+            attempts += 1
+            args = self.make_args()
+            try:
+                response = requests.get(
+                    args.address + path,
+                    params=params,
+                    headers=args.headers,
+                    verify=args.verify,
+                    timeout=REQUEST_TIMEOUT_S,
+                )
+            except requests.exceptions.SSLError as exc:
+                raise RunToolError(
+                    f"TLS check failed for {args.address} while trying to {what}: {exc}. Is the "
+                    "CA (--cluster-ca or the stack's kubeconfig) the one of this cluster?"
+                ) from exc
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = f"{type(exc).__name__}: {str(exc)[:300]}"
+            else:
+                if response.status_code in (401, 403):
+                    raise RunToolError(
+                        f"{args.address} refused the credentials (HTTP {response.status_code}) "
+                        f"while trying to {what}. Through the GKE service proxy the account of "
+                        "Application Default Credentials needs the Kubernetes permission to "
+                        "proxy to the head service (services/proxy)"
+                    )
+                if response.status_code < 500 and response.status_code != 429:
+                    return response
+                last = f"HTTP {response.status_code}: {response.text.strip()[:300]}"
+            if time.monotonic() + backoff > deadline:
+                raise DashboardUnreachableError(
+                    f"Ray dashboard at {args.address} did not answer within "
+                    f"{self.timeout_s:.0f}s ({attempts} attempts) while trying to {what}; "
+                    f"last error: {last}"
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def job(self, sid: str) -> dict[str, Any] | None:
+        """The job's details (GET /api/jobs/<id>), None when the head does not know the id."""
+        response = self.get(f"/api/jobs/{sid}", f"read job {sid}")
+        if response.status_code == 404:
+            return None
+        return _json(response, f"GET /api/jobs/{sid}")
+
+    def job_ids(self) -> list[str]:
+        """Submission ids the head knows, newest first (GET /api/jobs/)."""
+        jobs = _json(self.get("/api/jobs/", "list jobs"), "GET /api/jobs/")
+        recent = sorted(jobs, key=lambda job: job.get("start_time") or 0, reverse=True)
+        return [job["submission_id"] for job in recent if job.get("submission_id")]
+
+    def log(self, sid: str) -> str:
+        """The whole driver log (GET /api/jobs/<id>/logs)."""
+        response = self.get(f"/api/jobs/{sid}/logs", f"read the log of {sid}")
+        return str(_json(response, f"GET /api/jobs/{sid}/logs").get("logs") or "")
+
+    def log_tail(self, sid: str, node_id: str, lines: int) -> str | None:
+        """The last `lines` lines of the driver log from the state API, or None when it does not
+        give them (an empty log: Ray 2.47 answers 500 for one) so the caller reads it whole.
+
+        The state API resolves the file from submission_id, but its option check
+        (GetLogOptions, Ray 2.47 and 2.60 alike) rejects a request without node_id or node_ip:
+        the driver's node, from the job's details, goes along.
+        """
+        params = {"submission_id": sid, "node_id": node_id, "lines": str(lines)}
+        try:
+            response = self.get("/api/v0/logs/file", f"read the log tail of {sid}", params)
+        except DashboardUnreachableError:
+            return None
+        if response.status_code != 200:
+            return None
+        return response.content.decode("utf-8", errors="replace")
+
+
+class DashboardUnreachableError(RunToolError):
+    """The dashboard did not answer within the timeout."""
+
+
+def _json(response: Any, what: str) -> Any:
+    if response.status_code != 200:
+        raise RunToolError(f"{what} answered HTTP {response.status_code}: {response.text[:300]}")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise RunToolError(
+            f"{what} did not answer JSON, so this is not a Ray dashboard: check the URL, or the "
+            "namespace, service and port name given to the service proxy"
+        ) from exc
+
+
 def read_run(
     target: Target,
     *,
@@ -259,39 +371,42 @@ def read_run(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     token_provider: dashboard_access.TokenProvider | None = None,
 ) -> RunView:
-    from jobs.ray_job import DashboardUnreachableError, _Dashboard
-
     address = dashboard_access.dashboard_address(target.dashboard)
     sid = target.submission_id
     with dashboard_access.client_args(target.dashboard, token_provider) as make_args:
-        dashboard = _Dashboard(
-            address=address,
-            make_args=make_args,
-            retry_deadline_s=timeout_s,
-            max_backoff_s=2.0,
-        )
+        api = JobsApi(make_args, timeout_s)
         try:
-            info = dashboard.job_info(sid)
+            info = api.job(sid)
             if info is None:
-                raise RunToolError(_unknown_id_message(dashboard, target))
+                raise RunToolError(_unknown_id_message(api, address, target))
             log, source = None, ""
-            if not full_log and tail_lines > 0 and info.driver_node_id:
-                log = _state_api_tail(make_args(), sid, info.driver_node_id, tail_lines)
+            node_id = info.get("driver_node_id")
+            if not full_log and tail_lines > 0 and node_id:
+                log = api.log_tail(sid, node_id, tail_lines)
                 source = f"last {tail_lines} lines"
                 if log is not None and not verl_log.training_steps(log):
                     log = None  # no step in the tail: the phase needs the whole log
             if log is None:
-                log = dashboard.call(f"read the log of {sid}", lambda c: c.get_job_logs(sid))
-                source = "whole log"
+                log, source = api.log(sid), "whole log"
         except DashboardUnreachableError as exc:
             raise RunToolError(f"{exc}\n{_reach_advice(target)}") from exc
-        except RuntimeError as exc:
-            if isinstance(exc, RunToolError):
-                raise
-            raise RunToolError(f"{exc}\n{_reach_advice(target)}") from exc
+        except RunToolError:
+            raise
+        except Exception as exc:  # ADC without credentials, a malformed answer: say where
+            raise RunToolError(
+                f"could not read job {sid} at {address}: {type(exc).__name__}: {exc}\n"
+                f"{_reach_advice(target)}"
+            ) from exc
 
     return summarize(
-        sid, address, info.status.value, info.message, info.start_time, info.end_time, log, source
+        sid,
+        address,
+        str(info.get("status")),
+        info.get("message"),
+        info.get("start_time"),
+        info.get("end_time"),
+        log,
+        source,
     )
 
 
@@ -343,44 +458,14 @@ def _main_validation_key(values: Any) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _state_api_tail(
-    args: dashboard_access.ClientArgs, sid: str, node_id: str, lines: int
-) -> str | None:
-    """The last `lines` lines of the driver log, or None when the state API does not give them
-    (an empty log: Ray 2.47 answers 500 for one) so the caller reads it whole.
-
-    The state API resolves the file from submission_id, but its option check (GetLogOptions,
-    Ray 2.47 and 2.60 alike) rejects a request without node_id or node_ip: the driver's node,
-    from the job's details, goes along.
-    """
-    import requests
-
+def _unknown_id_message(api: JobsApi, address: str, target: Target) -> str:
     try:
-        response = requests.get(
-            f"{args.address}/api/v0/logs/file",
-            params={"submission_id": sid, "node_id": node_id, "lines": str(lines)},
-            headers=args.headers,
-            verify=args.verify,
-            timeout=TAIL_REQUEST_TIMEOUT_S,
-        )
-    except requests.RequestException:
-        return None
-    if response.status_code != 200:
-        return None
-    return response.content.decode("utf-8", errors="replace")
-
-
-def _unknown_id_message(dashboard: Any, target: Target) -> str:
-    known: list[str] = []
-    try:
-        jobs = dashboard.call("list jobs", lambda client: client.list_jobs())
-        recent = sorted(jobs, key=lambda job: job.start_time or 0, reverse=True)
-        known = [job.submission_id for job in recent if job.submission_id][:5]
+        known = api.job_ids()[:5]
     except Exception:  # the listing only decorates the message
         known = []
     where = f"stack {target.stack}'s " if target.stack else "this "
     return (
-        f"the Ray dashboard at {dashboard.address} knows no job with submission id "
+        f"the Ray dashboard at {address} knows no job with submission id "
         f"{target.submission_id!r}; check the id (`pulumi stack output jobSubmissionId`) and that "
         f"{where}dashboard belongs to the cluster the job ran on (a replaced RayCluster forgets "
         f"its jobs). Jobs it knows, newest first: {', '.join(known) if known else 'none'}"
