@@ -15,7 +15,7 @@ from components.ray_cluster import RayCluster, RayClusterArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
-from config.profiles import GpuNetworking, Mode
+from config.profiles import Mode
 from config.pulumi_cli import require_cli_features
 from config.settings import settings_from_pulumi
 from training.assembly import training_job
@@ -35,7 +35,7 @@ if grpo.memory_warning:
 host_network = HostNetwork("host", HostNetworkArgs(settings))
 rdma_networks = (
     RdmaNetworks("gpu-net", RdmaNetworksArgs(settings))
-    if settings.gpu_networking is GpuNetworking.MULTI_NIC
+    if settings.networking.rdma_vpcs
     else None
 )
 gke = GkeCluster("gke", GkeClusterArgs(settings, host_network))

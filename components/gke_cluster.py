@@ -10,7 +10,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
-from config.profiles import GpuNetworking, Mode
+from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
 CPU_POOL_NAME = "cpu-pool"
@@ -138,7 +138,7 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:cluster:GkeCluster", name, None, opts)
+        super().__init__("verl-gke:gke_cluster:GkeCluster", name, None, opts)
         s = args.settings
         child = pulumi.ResourceOptions(parent=self)
         autopilot = s.mode is Mode.AUTOPILOT
@@ -209,7 +209,7 @@ class GkeCluster(pulumi.ComponentResource):
             "node_locations": [s.zone],
             "datapath_provider": "ADVANCED_DATAPATH",
             # Pods attach the gVNIC/RDMA NICs through GKENetworkParamSet/Network objects.
-            "enable_multi_networking": s.gpu_networking is GpuNetworking.MULTI_NIC,
+            "enable_multi_networking": s.networking.rdma_vpcs,
             "workload_identity_config": gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{s.project}.svc.id.goog"
             ),

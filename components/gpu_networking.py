@@ -4,6 +4,7 @@ Ray workers their RDMA NICs (multi-NIC mapping, DRANET ComputeClass or NIC claim
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -11,7 +12,7 @@ import pulumi_kubernetes as k8s
 from components.gke_cluster import GkeCluster
 from components.rdma_networks import RdmaNetworks
 from components.workload_namespace import WorkloadNamespace
-from config.profiles import GpuNetworking
+from config.networking import PodNics
 from config.settings import StackSettings
 from manifests import dranet, nccl_installer, network_mapping
 from manifests.common import Manifest
@@ -48,20 +49,22 @@ class GpuFabric(pulumi.ComponentResource):
                 opts=self._child(),
             )
 
-        networking = s.gpu_networking
-        if networking is GpuNetworking.MULTI_NIC:
-            if args.rdma_networks is None:
-                raise ValueError("multi-NIC GPU networking needs the RDMA networks component")
-            self._network_mapping(name, args.rdma_networks)
-        elif networking is GpuNetworking.DRANET_COMPUTE_CLASS:
-            self._custom(f"{name}-compute-class", dranet.compute_class(s))
-            self._claim_template(
-                f"{name}-all-mrdma", dranet.all_mrdma_claim_template(s), args.namespace
-            )
-        else:
-            self._claim_template(
-                f"{name}-rdma-nic", dranet.rdma_nic_claim_template(s), args.namespace
-            )
+        match s.networking.pod_nics:
+            case PodNics.NETWORK_MAPPING:
+                if args.rdma_networks is None:
+                    raise ValueError("multi-NIC GPU networking needs the RDMA networks component")
+                self._network_mapping(name, args.rdma_networks)
+            case PodNics.ALL_NICS_CLAIM:
+                self._custom(f"{name}-compute-class", dranet.compute_class(s))
+                self._claim_template(
+                    f"{name}-all-mrdma", dranet.all_mrdma_claim_template(s), args.namespace
+                )
+            case PodNics.PER_NIC_CLAIMS:
+                self._claim_template(
+                    f"{name}-rdma-nic", dranet.rdma_nic_claim_template(s), args.namespace
+                )
+            case unknown:
+                assert_never(unknown)
         self.register_outputs({})
 
     def _child(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:

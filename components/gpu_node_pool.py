@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
 import pulumi
 import pulumi_gcp as gcp
 
 from components.gke_cluster import GkeCluster
 from components.rdma_networks import RdmaNetworks
-from config.profiles import GpuNetworking
+from config.networking import NetworkingPlan, NodeNics
 from config.settings import StackSettings
 
 GPU_POOL_NAME = "gpu-pool"
@@ -70,7 +71,9 @@ class GpuNodePool(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:cluster:GpuNodePool", name, None, opts)
+        """Long because it is one NodePool's declarative argument list, each argument with the
+        reason it has that value."""
+        super().__init__("verl-gke:gpu_node_pool:GpuNodePool", name, None, opts)
         s = args.settings
         profile = s.profile
 
@@ -131,11 +134,11 @@ class GpuNodePool(pulumi.ComponentResource):
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
                 labels=(
                     DRANET_DRIVER_LABEL
-                    if s.gpu_networking is GpuNetworking.DRANET_NODE_POOL
+                    if s.networking.node_nics is NodeNics.ACCELERATOR_PROFILE
                     else None
                 ),
             ),
-            network_config=_network_config(s.gpu_networking, args.rdma_networks),
+            network_config=_network_config(s.networking, args.rdma_networks),
             placement_policy=placement,
             # In a release channel node auto-upgrade cannot be turned off per pool (GKE release
             # channels: only a "No minor or node upgrades" exclusion stops it); the cluster's
@@ -152,14 +155,31 @@ class GpuNodePool(pulumi.ComponentResource):
 
 
 def _network_config(
-    networking: GpuNetworking, rdma: RdmaNetworks | None
+    networking: NetworkingPlan, rdma: RdmaNetworks | None
 ) -> gcp.container.NodePoolNetworkConfigArgs:
-    if networking is GpuNetworking.DRANET_NODE_POOL:
-        # GKE creates the RDMA networks; the managed DRANET driver exposes the NICs as DRA
-        # devices (mrdma.google.com).
-        return gcp.container.NodePoolNetworkConfigArgs(accelerator_network_profile="auto")
+    match networking.node_nics:
+        case NodeNics.ACCELERATOR_PROFILE:
+            # GKE creates the RDMA networks; the managed DRANET driver exposes the NICs as DRA
+            # devices (mrdma.google.com).
+            return gcp.container.NodePoolNetworkConfigArgs(accelerator_network_profile="auto")
+        case NodeNics.ADDITIONAL_NETWORKS:
+            return _additional_networks(networking, rdma)
+        case NodeNics.GKE_MANAGED:
+            raise ValueError(
+                f"{networking.variant.value} GPU networking has no GPU node pool of ours: "
+                "GKE Autopilot creates the GPU nodes"
+            )
+        case unknown:
+            assert_never(unknown)
+
+
+def _additional_networks(
+    networking: NetworkingPlan, rdma: RdmaNetworks | None
+) -> gcp.container.NodePoolNetworkConfigArgs:
     if rdma is None:
-        raise ValueError(f"{networking.value} GPU networking needs the RDMA networks component")
+        raise ValueError(
+            f"{networking.variant.value} GPU networking needs the RDMA networks component"
+        )
     additional = [
         gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
             network=rdma.gvnic_network.name, subnetwork=rdma.gvnic_subnet.name

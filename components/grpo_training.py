@@ -41,7 +41,9 @@ class GrpoTraining(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GrpoTrainingArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:training:GrpoTraining", name, None, opts)
+        """Long because the fabric check and the GRPO job are declared together: the job's
+        dependencies and replacement rules refer to the check's."""
+        super().__init__("verl-gke:grpo_training:GrpoTraining", name, None, opts)
         s = args.settings
         gke = args.cluster.cluster
         # The dashboard is reached through the API server's service proxy with a short-lived

@@ -34,7 +34,9 @@ class HostNetwork(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: HostNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:network:HostNetwork", name, None, opts)
+        """Long because it declares the VPC, subnet, router, NAT and firewall with their reasons;
+        splitting them would only scatter one network's settings."""
+        super().__init__("verl-gke:host_network:HostNetwork", name, None, opts)
         s = args.settings
         child = pulumi.ResourceOptions(parent=self)
         base = s.cluster_name

@@ -1,7 +1,7 @@
 """The gVNIC VPC and the RoCE VPC for A4/A3 Ultra GKE Standard (tutorial §2.1).
 
-The layout is a pure function so the Kubernetes network mapping (GKENetworkParamSet/Network)
-is derived from the very same names and cannot drift from the VPCs.
+Their names and CIDRs come from manifests/rdma_layout.py, the pure layout the Kubernetes network
+mapping (GKENetworkParamSet/Network) is derived from too, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,44 +13,10 @@ import pulumi_gcp as gcp
 
 from components.host_network import internal_traffic
 from config.settings import StackSettings
+from manifests.rdma_layout import RDMA_SUPERNET, RdmaLayout, rdma_layout
 
-GVNIC_CIDR = "192.168.0.0/24"
-# The gVNIC and RoCE subnets live in 192.168.0.0/16; this is the firewall's source range.
-RDMA_SUPERNET = "192.168.0.0/16"
 # RoCE VPCs use a 8896-byte MTU (VPC docs, RDMA network profiles).
 RDMA_MTU = 8896
-
-
-@dataclass(frozen=True)
-class SubnetSpec:
-    name: str
-    cidr: str
-
-
-@dataclass(frozen=True)
-class RdmaLayout:
-    gvnic_network: str
-    gvnic_subnet: SubnetSpec
-    rdma_network: str
-    rdma_subnets: tuple[SubnetSpec, ...]
-    network_profile: str
-
-
-def rdma_layout(settings: StackSettings) -> RdmaLayout:
-    base = settings.cluster_name
-    return RdmaLayout(
-        gvnic_network=f"{base}-gvnic-net",
-        gvnic_subnet=SubnetSpec(f"{base}-gvnic-sub", GVNIC_CIDR),
-        rdma_network=f"{base}-rdma-net",
-        rdma_subnets=tuple(
-            SubnetSpec(f"{base}-rdma-sub-{i}", f"192.168.{i + 1}.0/24")
-            for i in range(settings.profile.rdma_nics_per_node)
-        ),
-        # RoCE network profiles are zonal: `{zone}-vpc-roce`, never `{region}-vpc-roce`.
-        network_profile=(
-            f"projects/{settings.project}/global/networkProfiles/{settings.zone}-vpc-roce"
-        ),
-    )
 
 
 @dataclass(frozen=True)
@@ -68,7 +34,7 @@ class RdmaNetworks(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: RdmaNetworksArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:network:RdmaNetworks", name, None, opts)
+        super().__init__("verl-gke:rdma_networks:RdmaNetworks", name, None, opts)
         s = args.settings
         child = pulumi.ResourceOptions(parent=self)
         self.layout = layout = rdma_layout(s)

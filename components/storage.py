@@ -35,6 +35,8 @@ class TrainingStorage(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        """Long because it declares the bucket, its IAM binding and the Kubernetes storage objects
+        in the order they depend on each other."""
         super().__init__("verl-gke:storage:TrainingStorage", name, None, opts)
         s = args.settings
 

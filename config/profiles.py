@@ -328,7 +328,9 @@ def _x86_profile(
     ray_cluster_name: str,
 ) -> AcceleratorProfile:
     """A4 and A3 Ultra: 8 GPUs and 8 RoCE NICs per x86 node, the same tutorial path; they differ
-    in GPU, machine and the names of the NCCL tuning files (tutorial §6)."""
+    in GPU, machine and the names of the NCCL tuning files (tutorial §6).
+
+    Long because it is one declarative profile (every field with its source)."""
     return AcceleratorProfile(
         name=name,
         description=description,

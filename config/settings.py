@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from config.networking import NetworkingPlan, networking_plan
 from config.profiles import PROFILES, AcceleratorProfile, GpuNetworking, Mode
 
 NAMESPACE = "verl-gke"
@@ -200,6 +201,11 @@ class StackSettings(BaseModel):
     @property
     def gpu_networking(self) -> GpuNetworking:
         return self.profile.networking_for(self.mode)
+
+    @property
+    def networking(self) -> NetworkingPlan:
+        """What the GPU-networking variant needs (config/networking.py, the one dispatch)."""
+        return networking_plan(self.gpu_networking)
 
     @property
     def total_gpus(self) -> int:

@@ -112,6 +112,9 @@ def command(settings: StackSettings) -> list[str]:
 
 
 def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | None) -> Manifest:
+    """The data-prep Job's body.
+
+    Long because it is one declarative Kubernetes object; its parts are named constants above."""
     sidecar = _SIDECAR_LIMITS[settings.mode]
     pod_annotations = {
         GCSFUSE_VOLUMES: "true",

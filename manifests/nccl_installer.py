@@ -76,7 +76,9 @@ def install_script() -> str:
 
 
 def nccl_installer(settings: StackSettings) -> Manifest:
-    """The installer DaemonSet of a Standard stack, in kube-system."""
+    """The installer DaemonSet of a Standard stack, in kube-system.
+
+    Long because it is one declarative Kubernetes object."""
     if not needs_installer(settings):
         raise ValueError(
             f"{settings.mode.value} stacks get no NCCL installer DaemonSet: the Ray workers "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from components.rdma_networks import RdmaLayout
 from manifests.common import Manifest, labels
+from manifests.rdma_layout import RdmaLayout
 
 API_VERSION = "networking.gke.io/v1"
 GVNIC_NETWORK = "gvnic-1"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
-from components.rdma_networks import RdmaLayout
-from config.profiles import GpuNetworking, Mode
+from config.networking import PodNics
+from config.profiles import Mode
 from config.settings import StackSettings
 from manifests import dra_driver, dranet, network_mapping
 from manifests.common import (
@@ -28,6 +28,7 @@ from manifests.common import (
     metadata,
 )
 from manifests.nccl_installer import HOST_GIB_DIR, HOST_NVIDIA_DIR
+from manifests.rdma_layout import RdmaLayout
 
 API_VERSION = "ray.io/v1"
 WORKER_GROUP = "gpu-group"
@@ -143,13 +144,15 @@ def _dranet_node_pool(settings: StackSettings) -> WorkerFabric:
 
 
 def worker_fabric(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabric:
-    networking = settings.gpu_networking
-    if networking is GpuNetworking.MULTI_NIC:
-        fabric = _multi_nic(settings, layout)
-    elif networking is GpuNetworking.DRANET_COMPUTE_CLASS:
-        fabric = _dranet_compute_class(settings)
-    else:
-        fabric = _dranet_node_pool(settings)
+    match settings.networking.pod_nics:
+        case PodNics.NETWORK_MAPPING:
+            fabric = _multi_nic(settings, layout)
+        case PodNics.ALL_NICS_CLAIM:
+            fabric = _dranet_compute_class(settings)
+        case PodNics.PER_NIC_CLAIMS:
+            fabric = _dranet_node_pool(settings)
+        case unknown:
+            assert_never(unknown)
     if settings.profile.multi_node_nvlink:
         # The IMEX channel of the ComputeDomain: NVLink between nodes.
         fabric.resource_claims.append(
@@ -218,6 +221,10 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
 
 
 def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, Any]:
+    """The GPU worker group of the RayCluster.
+
+    Long because it is one declarative pod template; the per-variant parts come from
+    worker_fabric."""
     profile = settings.profile
     shape = profile.ray_workers[settings.mode]
     resources = equal_requests_and_limits(

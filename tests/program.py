@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 
 from tools.offline_engine import PlanResult, run_stack
@@ -33,9 +34,13 @@ def _plan(stack: str, overrides: tuple[tuple[str, str], ...], unset: tuple[str, 
 def plan(
     stack: str, mode: str | None = None, *, unset: tuple[str, ...] = (), **extra: str
 ) -> PlanResult:
-    """Plan like a real deploy; `extra` uses config keys with ':' spelled as '__'."""
+    """Plan like a real deploy; `extra` uses config keys with ':' spelled as '__'.
+
+    Each call gets its own copy of the cached run, so a test that edits what it got (a manifest
+    it breaks on purpose) cannot change what another test sees: the suite passes in any order.
+    """
     overrides = {k: v for k, v in REAL.items() if k not in unset}
     if mode:
         overrides["verl-gke:mode"] = mode
     overrides.update({key.replace("__", ":"): value for key, value in extra.items()})
-    return _plan(stack, tuple(sorted(overrides.items())), unset)
+    return copy.deepcopy(_plan(stack, tuple(sorted(overrides.items())), unset))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.program import COMBINATIONS, plan
 from tools import plan as plan_cli
 from tools.offline_engine import REPO_ROOT
 
@@ -88,3 +89,14 @@ def test_job_preflight_failure_exits_with_the_rule(capsys: pytest.CaptureFixture
     assert plan_cli.main(["a4x", "--set", 'verl-gke:job={"rolloutN": 1}']) == 2
     err = capsys.readouterr().err
     assert "verl-gke:job.rolloutN = 1" in err and "Fix:" in err
+
+
+def test_every_key_property_is_set_by_some_stack() -> None:
+    # A property the program stopped setting (minMasterVersion once) must leave the list, or the
+    # plan promises a reviewer a value that never shows.
+    recorded = [r for stack, mode in COMBINATIONS for r in plan(stack, mode).resources]
+    for type_, paths in plan_cli.KEY_PROPERTIES.items():
+        of_type = [r for r in recorded if r.type == type_]
+        assert of_type, type_
+        for path in paths:
+            assert any(plan_cli.lookup(r.inputs, path) is not None for r in of_type), (type_, path)

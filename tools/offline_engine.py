@@ -13,6 +13,7 @@ then carry those unknowns in their inputs, exactly what the engine hands their p
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -30,7 +31,7 @@ from pulumi.runtime import mocks, rpc
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from config.settings import NAMESPACE, OFFLINE_PLAN_ENV
 
@@ -288,6 +289,7 @@ def run_stack(
     `unset` removes keys, like `pulumi config rm`. unknown_outputs=True: the preview of a first
     `pulumi up` (or of a replaced cluster), see OfflineMocks.
     """
+    _forget_previous_run()
     config = {**stack_config(stack, project_dir), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
@@ -320,6 +322,25 @@ def run_stack(
     return PlanResult(
         stack, list(monitor.recorded), outputs, secret_outputs, logs.warnings, logs.infos
     )
+
+
+def _forget_previous_run() -> None:
+    """Drop what an earlier run in this process left in the SDK's process-wide state.
+
+    The mocked runtime keeps its set of pending outputs and RPCs across runs (as
+    pulumi.runtime.mocks.test clears them before each test); a program run that failed leaves
+    registrations waiting on the failed input and outputs holding its exception, which would
+    fail the next run in the same process.
+    """
+    loop = _ensure_event_loop()
+    leftover = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in leftover:
+        task.cancel()
+    if leftover:
+        loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+    with runtime_settings.SETTINGS.lock:
+        runtime_settings.SETTINGS.outputs.clear()
+    runtime_settings.SETTINGS.rpc_manager.clear()
 
 
 # Stands for an output only known after `pulumi up` (as a real preview shows it).

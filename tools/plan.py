@@ -12,6 +12,7 @@ deployment does.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,6 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "location",
         "enableAutopilot",
         "releaseChannel.channel",
-        "minMasterVersion",
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
@@ -110,7 +110,8 @@ def kubernetes_objects(result: PlanResult) -> list[tuple[RecordedResource, dict[
     objects = []
     for resource in result.resources:
         if resource.type.startswith("kubernetes:") and "apiVersion" in resource.inputs:
-            objects.append((resource, dict(resource.inputs)))
+            # A copy: the caller may edit it (tests break manifests on purpose).
+            objects.append((resource, copy.deepcopy(resource.inputs)))
     return objects
 
 

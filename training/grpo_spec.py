@@ -615,6 +615,58 @@ def _grpo_rules(spec: GrpoSpec) -> list[str | None]:
 
 
 def _batch_rules(spec: GrpoSpec, n_gpus: int, gpus: str) -> list[str | None]:
+    good_mini, mini_fix = _mini_batch_fix(spec, n_gpus)
+    return [
+        _train_batch_rule(spec, n_gpus, gpus),
+        *_mini_batch_rules(spec, n_gpus, gpus, good_mini, mini_fix),
+    ]
+
+
+def _train_batch_step(spec: GrpoSpec, n_gpus: int) -> int:
+    """trainBatchSize must be a multiple of this for trainBatchSize x rolloutN to split evenly."""
+    return n_gpus // math.gcd(spec.rollout_n, n_gpus)
+
+
+def _train_batch_rule(spec: GrpoSpec, n_gpus: int, gpus: str) -> str | None:
+    # verl validate_config: train_batch_size x n must split evenly over the GPUs.
+    n, train = spec.rollout_n, spec.train_batch_size
+    if not train * n % n_gpus:
+        return None
+    step = _train_batch_step(spec, n_gpus)
+    return _problem(
+        "train_batch_size",
+        train,
+        f"trainBatchSize x rolloutN = {train * n} does not split evenly over {gpus}",
+        f"set it to {_nearest_multiple(train, step, minimum=spec.ppo_mini_batch_size)} "
+        f"(a multiple of {step})",
+    )
+
+
+def _mini_batch_fix(spec: GrpoSpec, n_gpus: int) -> tuple[int | None, str]:
+    """The valid mini-batch nearest the requested one (None if there is none) and the fix text."""
+    n, train, mini, micro = (
+        spec.rollout_n,
+        spec.train_batch_size,
+        spec.ppo_mini_batch_size,
+        spec.ppo_micro_batch_size_per_gpu,
+    )
+    # A mini-batch that splits evenly over the GPUs and then into whole micro-batches.
+    mini_step = n_gpus * micro // math.gcd(n_gpus * micro, n)
+    largest_valid_mini = train // mini_step * mini_step
+    if largest_valid_mini >= mini_step:
+        good_mini = min(_nearest_multiple(mini, mini_step), largest_valid_mini)
+        return good_mini, f"set it to {good_mini}"
+    train_step = _train_batch_step(spec, n_gpus)
+    return None, (
+        f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}; set "
+        f"{_setting('trainBatchSize')} to {math.lcm(train_step, mini_step)} and this to "
+        f"{mini_step}"
+    )
+
+
+def _mini_batch_rules(
+    spec: GrpoSpec, n_gpus: int, gpus: str, good_mini: int | None, mini_fix: str
+) -> list[str | None]:
     n, train, mini, micro = (
         spec.rollout_n,
         spec.train_batch_size,
@@ -622,34 +674,6 @@ def _batch_rules(spec: GrpoSpec, n_gpus: int, gpus: str) -> list[str | None]:
         spec.ppo_micro_batch_size_per_gpu,
     )
     problems: list[str | None] = []
-    # verl validate_config: train_batch_size x n must split evenly over the GPUs.
-    train_step = n_gpus // math.gcd(n, n_gpus)
-    if train * n % n_gpus:
-        problems.append(
-            _problem(
-                "train_batch_size",
-                train,
-                f"trainBatchSize x rolloutN = {train * n} does not split evenly over {gpus}",
-                f"set it to {_nearest_multiple(train, train_step, minimum=mini)} "
-                f"(a multiple of {train_step})",
-            )
-        )
-    # A mini-batch that splits evenly over the GPUs and then into whole micro-batches.
-    mini_step = n_gpus * micro // math.gcd(n_gpus * micro, n)
-    largest_valid_mini = train // mini_step * mini_step
-    good_mini = (
-        min(_nearest_multiple(mini, mini_step), largest_valid_mini)
-        if largest_valid_mini >= mini_step
-        else None
-    )
-    if good_mini is not None:
-        mini_fix = f"set it to {good_mini}"
-    else:
-        mini_fix = (
-            f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}; set "
-            f"{_setting('trainBatchSize')} to {math.lcm(train_step, mini_step)} and this to "
-            f"{mini_step}"
-        )
     if train < mini:
         problems.append(
             _problem(

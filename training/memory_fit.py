@@ -385,37 +385,56 @@ def _kv_bytes_per_token(inputs: GrpoMemoryInputs) -> float:
     return 2 * arch.num_hidden_layers * kv_heads_per_rank * arch.head_size * BF16
 
 
-def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
-    """Per-GPU memory of each GRPO phase, in GiB."""
-    _validate(inputs)
+@dataclass(frozen=True)
+class _Resident:
+    """Per-GPU memory every phase starts from, in GiB (sharded FSDP state, the reference model,
+    FSDP's unsharded buffers, what vLLM keeps)."""
+
+    # Sharded FSDP state: fp32 master weights, fp32 grads, AdamW exp_avg + exp_avg_sq.
+    shard_params: float
+    shard_grads: float
+    shard_adam: float
+    ref_shard: float
+    ref_resident: float
+    # False when an offload policy keeps the actor's states off the GPU.
+    on_gpu_states: bool
+    root_unsharded: float
+    fwd_layer_buffers: float
+    # Bytes, per layer: bf16 gather + grads and the fp32 reduce-scatter copy.
+    bwd_layer_buffers: float
+    vllm_item: Item
+
+
+def _resident(inputs: GrpoMemoryInputs) -> _Resident:
     arch = inputs.model
     n = inputs.n_gpus
     params = arch.num_params
-
-    # Sharded FSDP state (fp32 master weights, fp32 grads, AdamW exp_avg + exp_avg_sq).
-    shard_params = _gib(FP32 * params / n)
-    shard_grads = _gib(FP32 * params / n)
-    shard_adam = _gib(2 * FP32 * params / n)
     ref_shard = _gib(inputs.ref_dtype_bytes * params / n) if inputs.use_reference else 0.0
-    ref_resident = 0.0 if inputs.ref_param_offload else ref_shard
-    on_gpu_states = not inputs.offload_policy
-
     # bf16 all-gather buffers: FSDP2 keeps the root unit (final norm + lm_head, or the tied
     # embedding) unsharded through forward and backward; layers are gathered one at a time with
     # one prefetched. Backward adds the layer's bf16 grads and their fp32 reduce-scatter copy.
     layer = arch.layer_params
-    root_unsharded = _gib(BF16 * arch.root_params)
-    fwd_layer_buffers = _gib(3 * BF16 * layer)
-    bwd_layer_buffers = (3 * BF16 + FP32) * layer
-
     vllm_resident = 0.0 if inputs.free_cache_engine else _vllm_reservation_gib(inputs)
-    vllm_item = Item(
-        "vLLM reservation kept during training (free_cache_engine=False)",
-        vllm_resident,
-        fragments=False,
+    return _Resident(
+        shard_params=_gib(FP32 * params / n),
+        shard_grads=_gib(FP32 * params / n),
+        shard_adam=_gib(2 * FP32 * params / n),
+        ref_shard=ref_shard,
+        ref_resident=0.0 if inputs.ref_param_offload else ref_shard,
+        on_gpu_states=not inputs.offload_policy,
+        root_unsharded=_gib(BF16 * arch.root_params),
+        fwd_layer_buffers=_gib(3 * BF16 * layer),
+        bwd_layer_buffers=(3 * BF16 + FP32) * layer,
+        vllm_item=Item(
+            "vLLM reservation kept during training (free_cache_engine=False)",
+            vllm_resident,
+            fragments=False,
+        ),
     )
 
-    # --- actor update ----------------------------------------------------------------------
+
+def _actor_update_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
+    arch = inputs.model
     tokens = inputs.train_tokens
     per_layer = layer_activation_bytes_per_token(arch)
     final_norm = 2 * (FP32 * arch.hidden_size + BF16 * arch.hidden_size)
@@ -433,38 +452,47 @@ def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
     # gathered ahead) or later in a layer (one layer's activations and gradients, the layer
     # gather/reduce-scatter buffers, and lm_head's unsharded bf16 gradient, which waits for the
     # root's reduce-scatter at the very end). Measured on H200: see the module docstring.
-    in_loss = tokens * logits_train + BF16 * layer
-    in_layer = BF16 * arch.root_params + tokens * layer_peak + bwd_layer_buffers
+    in_loss = tokens * logits_train + BF16 * arch.layer_params
+    in_layer = BF16 * arch.root_params + tokens * layer_peak + r.bwd_layer_buffers
     if in_loss >= in_layer:
         peak_label = "backward peak in the loss: logits + their grads, 1 layer gathered"
     else:
         peak_label = "backward peak in a layer: lm_head grad, 1 layer, FSDP buffers"
-    train_items = [
-        Item("actor fp32 params (sharded)", shard_params if on_gpu_states else 0.0),
-        Item("actor fp32 grads (sharded)", shard_grads if on_gpu_states else 0.0),
-        Item("actor AdamW states (sharded)", shard_adam if on_gpu_states else 0.0),
-        Item("ref params (sharded, resident)", ref_resident),
-        Item("bf16 root unit unsharded (lm_head/embedding)", root_unsharded),
+    on_gpu = r.on_gpu_states
+    items = [
+        Item("actor fp32 params (sharded)", r.shard_params if on_gpu else 0.0),
+        Item("actor fp32 grads (sharded)", r.shard_grads if on_gpu else 0.0),
+        Item("actor AdamW states (sharded)", r.shard_adam if on_gpu else 0.0),
+        Item("ref params (sharded, resident)", r.ref_resident),
+        Item("bf16 root unit unsharded (lm_head/embedding)", r.root_unsharded),
         Item(f"{activation_label} ({tokens} tokens)", _gib(tokens * (saved + final_norm))),
         Item(peak_label, _gib(max(in_loss, in_layer))),
-        vllm_item,
+        r.vllm_item,
     ]
-    step_items = [
-        Item("actor fp32 params (sharded)", shard_params),
-        Item("actor fp32 grads (sharded)", shard_grads),
-        Item("actor AdamW states (sharded)", shard_adam),
-        # torch's foreach AdamW materialises sqrt(exp_avg_sq) for every parameter at once.
-        Item("AdamW foreach temporaries", shard_params),
-        Item("ref params (sharded, resident)", ref_resident),
-        vllm_item,
-    ]
-    train_phase = _phase("actor_update", train_items, inputs)
-    step_phase = _phase("optimizer_step", step_items if on_gpu_states else [vllm_item], inputs)
+    return _phase("actor_update", items, inputs)
 
-    # --- log-prob (old policy and reference, forward only) ---------------------------------
+
+def _optimizer_step_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
+    if not r.on_gpu_states:
+        return _phase("optimizer_step", [r.vllm_item], inputs)
+    items = [
+        Item("actor fp32 params (sharded)", r.shard_params),
+        Item("actor fp32 grads (sharded)", r.shard_grads),
+        Item("actor AdamW states (sharded)", r.shard_adam),
+        # torch's foreach AdamW materialises sqrt(exp_avg_sq) for every parameter at once.
+        Item("AdamW foreach temporaries", r.shard_params),
+        Item("ref params (sharded, resident)", r.ref_resident),
+        r.vllm_item,
+    ]
+    return _phase("optimizer_step", items, inputs)
+
+
+def _log_prob_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
+    """Old-policy and reference log-probs: forward only."""
+    arch = inputs.model
     lp_tokens = inputs.log_prob_tokens
-    actor_params_lp = shard_params if on_gpu_states else 0.0
-    adam_lp = shard_adam if (on_gpu_states and not inputs.optimizer_offload) else 0.0
+    actor_params_lp = r.shard_params if r.on_gpu_states else 0.0
+    adam_lp = r.shard_adam if (r.on_gpu_states and not inputs.optimizer_offload) else 0.0
     lp_activations = _gib(
         lp_tokens
         * (
@@ -474,27 +502,30 @@ def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
     )
     # When the ref log-probs run, verl loads the ref even if it is offloaded; the actor's params
     # are resident unless param_offload moved them out.
-    actor_params_during_ref = 0.0 if inputs.param_offload or not on_gpu_states else shard_params
-    worst_params = max(actor_params_lp + ref_resident, actor_params_during_ref + ref_shard)
-    logprob_items = [
+    actor_params_during_ref = (
+        0.0 if inputs.param_offload or not r.on_gpu_states else r.shard_params
+    )
+    worst_params = max(actor_params_lp + r.ref_resident, actor_params_during_ref + r.ref_shard)
+    items = [
         Item("actor/ref params (sharded, worst of the two passes)", worst_params),
         Item("actor AdamW states (sharded, unless optimizer_offload)", adam_lp),
-        Item("bf16 root unit unsharded (lm_head/embedding)", root_unsharded),
-        Item("FSDP layer gather buffers", fwd_layer_buffers),
+        Item("bf16 root unit unsharded (lm_head/embedding)", r.root_unsharded),
+        Item("FSDP layer gather buffers", r.fwd_layer_buffers),
         Item(f"activations + logits, no grad ({lp_tokens} tokens)", lp_activations),
-        vllm_item,
+        r.vllm_item,
     ]
-    logprob_phase = _phase("log_prob", logprob_items, inputs)
+    return _phase("log_prob", items, inputs)
 
-    # --- rollout ---------------------------------------------------------------------------
+
+def _rollout_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
     trainer_rollout = 0.0
-    if on_gpu_states and not inputs.param_offload:
-        trainer_rollout += shard_params
-    if on_gpu_states and not inputs.optimizer_offload:
-        trainer_rollout += shard_adam
-    rollout_items = [
+    if r.on_gpu_states and not inputs.param_offload:
+        trainer_rollout += r.shard_params
+    if r.on_gpu_states and not inputs.optimizer_offload:
+        trainer_rollout += r.shard_adam
+    items = [
         Item("actor state kept during rollout (params/AdamW not offloaded)", trainer_rollout),
-        Item("ref params (sharded, resident)", ref_resident),
+        Item("ref params (sharded, resident)", r.ref_resident),
         Item(
             f"vLLM reservation: gpu_memory_utilization {inputs.gpu_memory_utilization} x "
             f"{inputs.gpu_memory_gib} GiB",
@@ -502,17 +533,26 @@ def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
             fragments=False,
         ),
     ]
-    rollout_phase = _phase("rollout", rollout_items, inputs)
+    return _phase("rollout", items, inputs)
 
+
+def estimate(inputs: GrpoMemoryInputs) -> MemoryBreakdown:
+    """Per-GPU memory of each GRPO phase, in GiB."""
+    _validate(inputs)
+    resident = _resident(inputs)
     kv_cache = (
         _vllm_reservation_gib(inputs) - _vllm_weights_gib(inputs) - _vllm_activation_gib(inputs)
     )
-    kv_needed = _gib(_kv_bytes_per_token(inputs) * inputs.sequence_length)
     return MemoryBreakdown(
         inputs=inputs,
-        phases=(rollout_phase, logprob_phase, train_phase, step_phase),
+        phases=(
+            _rollout_phase(inputs, resident),
+            _log_prob_phase(inputs, resident),
+            _actor_update_phase(inputs, resident),
+            _optimizer_step_phase(inputs, resident),
+        ),
         kv_cache_gib=kv_cache,
-        kv_cache_needed_gib=kv_needed,
+        kv_cache_needed_gib=_gib(_kv_bytes_per_token(inputs) * inputs.sequence_length),
     )
 
 

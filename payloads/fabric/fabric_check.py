@@ -379,7 +379,10 @@ def run_on_ray(
     timeout_s: float = 900.0,
 ) -> FabricResult:
     """Connects to the Ray cluster (RAY_ADDRESS inside a job), places one rank per GPU (or
-    `world_size` CPU ranks for gloo) and returns the evaluated result."""
+    `world_size` CPU ranks for gloo) and returns the evaluated result.
+
+    Long because placement, rank start-up, the timeout and the cleanup of the placement group share
+    one try/finally."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

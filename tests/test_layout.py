@@ -1,0 +1,157 @@
+"""The house rules of the layout (README "Architecture"): each top-level folder is one place
+where code runs or one layer, none holds more than 30 % of the program, the pure layers import
+nothing from the Pulumi components, there are no import cycles and no function longer than 60
+lines without saying why.
+
+What is counted: non-blank lines of the .py files of the program's folders (CODE_FOLDERS: what
+runs in the Pulumi program, the dynamic-provider process, the pods, and the offline tools); tests,
+benchmarks and __main__.py (the composition root) are not.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Folder -> where its code runs.
+CODE_FOLDERS = {
+    "components": "the Pulumi program: one ComponentResource per concern",
+    "config": "the Pulumi program: settings, the profile table, the bucket layout (pure)",
+    "manifests": "the Pulumi program: Kubernetes object bodies (pure functions)",
+    "training": "the Pulumi program: the GRPO spec, its rules, the memory fit (pure)",
+    "jobs": "the dynamic-provider process: the Ray job provider",
+    "payloads": "the pods: scripts shipped into the cluster",
+    "tools": "a developer's machine or CI: the offline plan and checks",
+}
+NOT_PROGRAM = {"tests", "bench", "docs"}
+MAX_SHARE = 0.30
+MAX_FUNCTION_LINES = 60
+LONG_REASON = "Long because"
+# Who may not import whom (prefixes of module names).
+FORBIDDEN = {
+    "manifests": ("components",),
+    "config": ("components", "manifests", "training", "jobs", "payloads"),
+    "training": ("components",),
+    # Shipped alone into pods: nothing of the program is there.
+    "payloads": ("components", "config", "manifests", "training", "jobs", "tools"),
+}
+
+
+def python_files(folder: str) -> Iterator[Path]:
+    yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def program_modules() -> dict[str, Path]:
+    return {module_name(p): p for folder in CODE_FOLDERS for p in python_files(folder)}
+
+
+def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
+    """Project modules `path` imports, at module level or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import module` imports pkg.module when that is a module of ours.
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [n if n in known else node.module for n in names]
+        found.update(n for n in names if n in known)
+    return found
+
+
+def test_every_top_level_code_folder_is_classified() -> None:
+    folders = {
+        p.parent.relative_to(ROOT).parts[0]
+        for p in ROOT.glob("*/**/*.py")
+        if not p.relative_to(ROOT).parts[0].startswith(".")
+    }
+    assert folders <= set(CODE_FOLDERS) | NOT_PROGRAM, folders - set(CODE_FOLDERS) - NOT_PROGRAM
+
+
+def test_no_folder_holds_more_than_30_percent_of_the_program() -> None:
+    lines = {
+        folder: sum(
+            1 for p in python_files(folder) for line in p.read_text().splitlines() if line.strip()
+        )
+        for folder in CODE_FOLDERS
+    }
+    total = sum(lines.values())
+    too_big = {f: f"{n / total:.0%}" for f, n in lines.items() if n > MAX_SHARE * total}
+    assert not too_big, f"{too_big} of {total} lines"
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layers_import_only_what_they_may(layer: str) -> None:
+    known = program_modules()
+    bad = {
+        f"{module} imports {imported}"
+        for module, path in known.items()
+        if module.split(".")[0] == layer
+        for imported in imports_of(path, known)
+        if imported.split(".")[0] in FORBIDDEN[layer]
+    }
+    assert not bad, sorted(bad)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles() -> None:
+    known = program_modules()
+    graph = {}
+    for module, path in known.items():
+        # A package's __init__ importing its own modules is not a cycle of concern.
+        graph[module] = {m for m in imports_of(path, known) if m != module}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def long_functions() -> Iterator[str]:
+    sources = [ROOT / "__main__.py", *(p for f in CODE_FOLDERS for p in python_files(f))]
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            assert node.end_lineno is not None
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and LONG_REASON not in (ast.get_docstring(node) or ""):
+                yield f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)"
+
+
+def test_no_long_function_without_a_reason() -> None:
+    assert not list(long_functions())
