@@ -1,26 +1,76 @@
 """The GRPO training run as a Pulumi dynamic resource: one Ray job, submitted through the Jobs API.
 
-Lifecycle (DESIGN.md, Decisions):
+Contract (what the program passes, what the state holds; RayJobArgs builds the inputs):
+
+Inputs. "spec": a change replaces the job (old one stopped first); the rest updates in place.
+  entrypoint: str                      spec; the shell command Ray runs on the head
+  runtime_env: dict                    spec; Ray runtime env, no secrets
+  dashboard: dict                      spec; dashboard_access.url_dashboard(url) or
+                                       kube_proxy_dashboard(endpoint, ca, namespace, service)
+  submission_id_prefix: str            spec; usually the stack name
+  checkpoint_root: str | None          gs://bucket/folder of verl's checkpoints
+  wait_for: str = "first_step"         when create returns: "running" (RUNNING and still so after
+                                       deadline_startup_grace_s), "first_step" (verl logged its
+                                       first training step, jobs/verl_log.py), "finished"
+                                       (SUCCEEDED). States written before this input hold
+                                       `wait: bool`; it still reads as True -> "finished",
+                                       False -> "running", and RayJobArgs(wait=...) still works.
+  deadline_submit_s = 600              create: how long the dashboard of a new cluster may take
+                                       to answer at all, and how long a wait tolerates it not
+                                       answering
+  deadline_reach_s = 45                read/delete: how long a dashboard that does not answer is
+                                       retried before the operation decides it is unreachable
+  deadline_start_s = 3600              PENDING -> RUNNING
+  deadline_startup_grace_s = 30        "running": RUNNING for this long
+  deadline_first_step_s = 7200         "first_step": RUNNING -> first training step logged
+  deadline_wait_s = 604800             "finished": RUNNING -> terminal
+  deadline_stop_s = 300                stop request -> terminal
+  deadline_poll_interval_s = 5
+  result_tag: str | None               a job that prints {"check": <tag>, ...}: `result` output
+  gke_cluster: dict | None             job_evidence.gke_cluster_input(project, location, name):
+                                       lets refresh/destroy ask the GKE API whether the cluster
+                                       is gone when the dashboard does not answer
+Outputs: every input, plus
+  submission_id, status (PENDING | RUNNING | SUCCEEDED | FAILED | STOPPED, or UNREACHABLE after
+  a refresh that could not reach the dashboard and found no evidence the job is gone), message,
+  dashboard_hint, checkpoint_root, checkpoints, latest_checkpoint, latest_step, start_time,
+  end_time, result,
+  log_tail: str | None                 the driver log's last lines (at most 50, each cut to 500
+                                       characters, cuts marked) of a FAILED or STOPPED job
+  first_step: dict | None              {"step", "seen_at", "metrics"}: the first training step
+                                       seen ("first_step" mode); metrics are a few headline keys
+  last_seen: dict | None               {"status", "at", "head_session"}: what the Ray head last
+                                       said and when (kept through UNREACHABLE refreshes)
+
+Lifecycle (DESIGN.md, Decisions and Real contracts):
 - create: submits with a deterministic id, `<stack>-<sha256(entrypoint, runtime_env)[:12]>`, so a
   re-run of `pulumi up` adopts the job instead of starting a second one. If every earlier attempt
   with that id ended FAILED or STOPPED (a fast failure, a destroy), the next attempt gets the
-  suffix `-r<N>`; a job that is pending, running or succeeded is always adopted. Returns once the
-  job is RUNNING and survived `startup_grace_s` (or, with `wait`, once it is terminal). FAILED or
-  STOPPED fails the step with Ray's message and the driver log's last lines.
+  suffix `-r<N>` and the provider says from which checkpoint verl resumes; a job that is pending,
+  running or succeeded is always adopted. Returns at the `wait_for` point, printing progress
+  lines (phase, elapsed time, where to look if it is stuck). A run that ends FAILED or STOPPED
+  before that point fails the step with Ray's message and the driver log's capped tail.
 - diff: a new entrypoint, runtime env or id prefix replaces the job, old one stopped first
   (delete_before_replace: GPUs are exclusive). So does a new dashboard target: the job record
-  lives in the Ray head the dashboard leads to, and a new GKE endpoint or CA means a new cluster
-  whose head has never seen the job (create adopts it by its deterministic id if it is there
-  after all). Deadlines, `wait` and checkpoint_root are updated in place.
-- preview: any input may be unknown, at any depth (the endpoint and CA of a cluster that does
-  not exist yet). The real host hands check/diff `pulumi.output.Unknown` objects for them
-  (`python -m pulumi.dynamic` deserializes with keep_unknowns=True); a direct caller may pass
-  the wire sentinel string. check validates only what is known and never fails on an unknown;
-  diff counts an unknown as a change, and as a replacement where a change would replace.
-- read (`pulumi refresh`): status, message, times and the checkpoints in the bucket; a job the
-  cluster no longer knows is reported gone.
-- delete: stops the job if it still runs and waits until it is terminal. Checkpoints are never
-  deleted, neither is the job record (its log stays readable).
+  lives in the Ray head the dashboard leads to. A state whose last refresh saw FAILED or STOPPED
+  is replaced too (`pulumi up` resubmits), and diff says so plainly. Deadlines, wait_for,
+  checkpoint_root and gke_cluster are updated in place.
+- preview: any input may be unknown, at any depth (pulumi.output.Unknown objects in the real
+  host, or the wire sentinel). check validates only what is known; diff counts an unknown as a
+  change, and as a replacement where a change would replace.
+- read (`pulumi refresh`): status, message, times, checkpoints, and for FAILED/STOPPED the log
+  tail.
+- delete: stops the job if it still runs and waits until it is terminal. Checkpoints and the job
+  record are kept.
+
+Faults (issue 9). A job is forgotten only on positive evidence that it is gone: the Ray head
+says it does not know the id (404), or, when the dashboard does not answer within
+deadline_reach_s, the Kubernetes API (the head Service is gone, or no head pod is running) or the
+GKE API (the cluster is gone) says so (jobs/job_evidence.py, at most 15 s more). Without
+evidence, read keeps the resource and its last outputs with status UNREACHABLE and prints a
+warning; delete fails with what could not be reached and what to do, so an engine replacement
+(delete first) never submits the new job next to a running old one. No lock is held across a
+network call: concurrent operations in one provider process do not wait for each other.
 
 Rules of pulumi.dynamic that shape this module (verl-ray-pulumi-facts.md §C): the provider is
 pickled with dill into the state and runs in a separate process, so it holds no client, socket or
@@ -30,6 +80,7 @@ timeouts, so every wait here has its own deadline; progress goes to stdout with 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -51,7 +102,7 @@ from pulumi.output import Unknown
 # The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
-from jobs import dashboard_access
+from jobs import dashboard_access, job_evidence, job_logs, verl_log
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root, parse_gcs_url
 
 if TYPE_CHECKING:
@@ -61,19 +112,24 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+WAIT_MODES = ("running", "first_step", "finished")
+DEFAULT_WAIT_FOR = "first_step"
 # Inputs whose change means a different job (replace): what runs, and the Ray head that holds its
 # record (the dashboard target). All other inputs only say how to watch it (update in place).
 SPEC_KEYS = ("entrypoint", "runtime_env", "submission_id_prefix", "dashboard")
 CONNECTION_KEYS = (
     "checkpoint_root",
-    "wait",
+    "wait_for",
     "deadline_submit_s",
+    "deadline_reach_s",
     "deadline_start_s",
     "deadline_startup_grace_s",
+    "deadline_first_step_s",
     "deadline_wait_s",
     "deadline_stop_s",
     "deadline_poll_interval_s",
     "result_tag",
+    "gke_cluster",
 )
 OUTPUT_KEYS = (
     "submission_id",
@@ -87,13 +143,27 @@ OUTPUT_KEYS = (
     "start_time",
     "end_time",
     "result",
+    "log_tail",
+    "first_step",
+    "last_seen",
 )
-LOG_TAIL_LINES = 50
+UNREACHABLE = "UNREACHABLE"
 MESSAGE_MAX_CHARS = 1000
+# Headline metrics of the first training step kept in the `first_step` output.
+FIRST_STEP_KEYS = (
+    verl_log.STEP_TIME_KEY,
+    verl_log.SCORE_KEY,
+    verl_log.REWARD_KEY,
+    verl_log.RESPONSE_LENGTH_KEY,
+    verl_log.THROUGHPUT_KEY,
+)
 # Rebuild the client (and so fetch a new OAuth token) at least this often during long waits.
 CLIENT_MAX_AGE_S = 300.0
 PROGRESS_EVERY_S = 60.0
-# connect, read timeouts of one HTTP request to the dashboard
+# Without the state API, the whole driver log is read to find the first step: at most this often.
+FULL_LOG_EVERY_S = 60.0
+# connect, read timeouts of one HTTP request to the dashboard (capped by what is left of the
+# operation's patience).
 REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 _HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{30,}")
@@ -103,6 +173,7 @@ _SECRET_KEY = re.compile(r"TOKEN(?!IZER|S)|SECRET|PASSW(OR)?D|API_KEY$|ACCESS_KE
 _SECRET_POINTER = re.compile(r"_(PATH|FILE|DIR)$")
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+# Guards os.environ while Ray's client reads its address from it; never held across network I/O.
 _ENV_LOCK = threading.Lock()
 
 
@@ -110,17 +181,34 @@ _ENV_LOCK = threading.Lock()
 class JobDeadlines:
     """The provider's own deadlines (Pulumi enforces none on dynamic providers), in seconds."""
 
-    submit_s: float = 600.0  # keep retrying an unreachable/busy dashboard, per operation
+    submit_s: float = 600.0  # create: a new cluster's dashboard answering at all; waits' patience
+    reach_s: float = 45.0  # read/delete: retry a dashboard that does not answer, then decide
     start_s: float = 3600.0  # PENDING -> RUNNING (runtime env setup, waiting for resources)
-    startup_grace_s: float = 30.0  # still RUNNING after this long: create returns (wait off)
-    wait_s: float = 7 * 24 * 3600.0  # RUNNING -> terminal when wait is on
+    startup_grace_s: float = 30.0  # "running": still RUNNING after this long
+    first_step_s: float = 7200.0  # "first_step": RUNNING -> first training step in the log
+    wait_s: float = 7 * 24 * 3600.0  # "finished": RUNNING -> terminal
     stop_s: float = 300.0  # stop request -> terminal (delete, replace)
     poll_interval_s: float = 5.0
 
 
+_DEFAULT_DEADLINES = JobDeadlines()
+
+
+def wait_mode(props: Mapping[str, Any]) -> Any:
+    """The effective wait mode: `wait_for`, else the legacy boolean `wait`, else the default."""
+    mode = props.get("wait_for")
+    if mode is not None:
+        return mode if is_unknown(mode) else str(mode)
+    legacy = props.get("wait")
+    if legacy is not None and not is_unknown(legacy):
+        return "finished" if legacy else "running"
+    return DEFAULT_WAIT_FOR
+
+
 @dataclass(frozen=True)
 class RayJobArgs:
-    """Inputs of one RayJob. Values may be pulumi Inputs except submission_id_prefix and wait."""
+    """Inputs of one RayJob. Values may be pulumi Inputs except submission_id_prefix, wait_for
+    and wait."""
 
     entrypoint: Any  # Input[str]: the shell command Ray runs on the head
     runtime_env: Any  # Input[dict]: Ray runtime env (env_vars, working_dir, ...), no secrets
@@ -129,11 +217,15 @@ class RayJobArgs:
     # that writes no checkpoints.
     checkpoint_root: Any
     submission_id_prefix: str  # usually the stack name
-    wait: bool = False  # block `pulumi up` until the job is terminal
+    # Deprecated: True = wait_for "finished", False = "running". Ignored when wait_for is given.
+    wait: bool | None = None
     deadlines: JobDeadlines = field(default_factory=JobDeadlines)
     # A job that prints its result as one JSON line {"check": <result_tag>, ...}: the provider
     # exposes the last such line of a finished job as the `result` output.
     result_tag: str | None = None
+    wait_for: str | None = None  # "running" | "first_step" | "finished"; None: see `wait`
+    # Input[dict] | None: job_evidence.gke_cluster_input(project, location, name)
+    gke_cluster: Any = None
 
     def to_props(self) -> dict[str, Any]:
         return {
@@ -142,9 +234,13 @@ class RayJobArgs:
             "dashboard": self.dashboard,
             "checkpoint_root": self.checkpoint_root,
             "submission_id_prefix": self.submission_id_prefix,
-            "wait": self.wait,
+            "wait_for": wait_mode({"wait_for": self.wait_for, "wait": self.wait}),
             **{f"deadline_{f.name}": getattr(self.deadlines, f.name) for f in fields(JobDeadlines)},
             "result_tag": self.result_tag,
+            "gke_cluster": self.gke_cluster,
+            # A caller still passing the deprecated boolean sees it among the inputs, as before;
+            # the provider reads wait_for (derived from it above).
+            **({"wait": self.wait} if self.wait is not None else {}),
         }
 
 
@@ -158,9 +254,11 @@ class JobInputs:
     dashboard_input: dict[str, Any]
     checkpoint_root: str | None
     submission_id_prefix: str
-    wait: bool
+    wait_for: str
     deadlines: JobDeadlines
     result_tag: str | None
+    gke_cluster: job_evidence.GkeClusterRef | None
+    gke_cluster_input: dict[str, Any] | None
 
     @classmethod
     def parse(cls, props: Mapping[str, Any]) -> JobInputs:
@@ -174,6 +272,7 @@ class JobInputs:
                 if props.get(f"deadline_{f.name}") is not None
             }
         )
+        gke = props.get("gke_cluster")
         return cls(
             entrypoint=props["entrypoint"],
             runtime_env=dict(props.get("runtime_env") or {}),
@@ -185,9 +284,11 @@ class JobInputs:
                 else None
             ),
             submission_id_prefix=props["submission_id_prefix"],
-            wait=bool(props.get("wait", False)),
+            wait_for=wait_mode(props),
             deadlines=deadlines,
             result_tag=props.get("result_tag"),
+            gke_cluster=job_evidence.parse_gke_cluster(gke),
+            gke_cluster_input=dict(gke) if gke is not None else None,
         )
 
     def to_props(self) -> dict[str, Any]:
@@ -197,9 +298,10 @@ class JobInputs:
             dashboard=self.dashboard_input,
             checkpoint_root=self.checkpoint_root,
             submission_id_prefix=self.submission_id_prefix,
-            wait=self.wait,
+            wait_for=self.wait_for,
             deadlines=self.deadlines,
             result_tag=self.result_tag,
+            gke_cluster=self.gke_cluster_input,
         ).to_props()
 
     @property
@@ -263,6 +365,22 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
             parse_gcs_url(root)
         except (ValueError, TypeError) as exc:
             problems.append(("checkpoint_root", str(exc)))
+    mode = props.get("wait_for")
+    if mode is not None and not unknown(mode) and mode not in WAIT_MODES:
+        problems.append(
+            (
+                "wait_for",
+                f"wait_for must be one of {', '.join(WAIT_MODES)}, got {mode!r}; e.g. "
+                f"'{DEFAULT_WAIT_FOR}' (up returns once verl logged its first training step)",
+            )
+        )
+    legacy = props.get("wait")
+    if legacy is not None and not unknown(legacy) and not isinstance(legacy, bool):
+        problems.append(("wait", f"wait must be true or false, got {legacy!r}; prefer wait_for"))
+    try:
+        job_evidence.check_gke_cluster(props.get("gke_cluster"), unknown)
+    except ValueError as exc:
+        problems.append(("gke_cluster", str(exc)))
     for deadline in fields(JobDeadlines):
         key = f"deadline_{deadline.name}"
         value = props.get(key)
@@ -330,9 +448,11 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         # another job or another Ray head, so the preview shows the replacement the update may do.
         changed = [k for k in (*SPEC_KEYS, *CONNECTION_KEYS) if _differs(k, _olds, _news)]
         replaces = [k for k in changed if k in SPEC_KEYS]
-        if _olds.get("status") in ("FAILED", "STOPPED"):
-            # The last refresh saw the run end without success: `pulumi up` submits it again
-            # (as <id>-rN; verl resumes from its latest checkpoint).
+        status = _olds.get("status")
+        if status in ("FAILED", "STOPPED"):
+            # The last refresh saw the run end without success: `pulumi up` submits it again.
+            if not replaces:
+                _progress(_id, _resubmit_note(_id, status, _olds))
             replaces.append("status")
         return pulumi.dynamic.DiffResult(
             changes=bool(changed or replaces),
@@ -342,25 +462,34 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         job = JobInputs.parse(props)
-        with self._dashboard(job) as dashboard:
+        # create may meet a cluster that is still starting: deadline_submit_s, not reach_s.
+        with self._dashboard(job, job.deadlines.submit_s) as dashboard:
             sid = self._submit_or_adopt(dashboard, job)
-            info = self._await_started(dashboard, job, sid)
+            info, first_step = self._await(dashboard, job, sid)
             if info.status.value in ("FAILED", "STOPPED"):
-                raise RuntimeError(_failure_report(dashboard, sid, info))
+                raise RuntimeError(_failure_report(dashboard, sid, info, job.wait_for))
             result = _tagged_result(dashboard, job, sid, info)
-        listing = _discover(job.checkpoint_root, None)
-        return pulumi.dynamic.CreateResult(sid, _outputs(job, sid, info, listing, result))
+            outs = _outputs(job, sid, info, _discover(job.checkpoint_root, None), result, dashboard)
+        outs["first_step"] = first_step
+        return pulumi.dynamic.CreateResult(sid, outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
         job = JobInputs.parse(props)
         with self._dashboard(job) as dashboard:
-            info = dashboard.job_info(id_)
-            result = _tagged_result(dashboard, job, id_, info) if info else props.get("result")
-        if info is None:
-            _progress(id_, "the Ray cluster no longer knows this job: removing it from the state")
-            return pulumi.dynamic.ReadResult(None, {})
-        listing = _discover(job.checkpoint_root, _listing_from(props))
-        return pulumi.dynamic.ReadResult(id_, _outputs(job, id_, info, listing, result))
+            try:
+                info = dashboard.job_info(id_)
+            except DashboardUnreachableError as exc:
+                return self._read_unreachable(dashboard, job, id_, props, exc)
+            if info is None:
+                _progress(id_, f"{_not_known(dashboard, props)}: removing it from the state")
+                return pulumi.dynamic.ReadResult(None, {})
+            result = _tagged_result(dashboard, job, id_, info) or props.get("result")
+            log_tail = _log_tail_output(dashboard, id_, info, props)
+            listing = _discover(job.checkpoint_root, _listing_from(props))
+            outs = _outputs(job, id_, info, listing, result, dashboard)
+        outs["log_tail"] = log_tail
+        outs["first_step"] = props.get("first_step")
+        return pulumi.dynamic.ReadResult(id_, outs)
 
     def update(
         self, _id: str, _olds: dict[str, Any], _news: dict[str, Any]
@@ -381,58 +510,140 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             try:
                 info = dashboard.job_info(_id)
             except DashboardUnreachableError as exc:
-                # Typically the cluster or its GPU nodes are already gone (a partial destroy, a
-                # cluster deleted by hand): a job cannot outlive its Ray head, and failing here
-                # would leave a state that no later destroy could clear.
-                _progress(_id, f"{exc} Nothing to stop: the job ends with its Ray cluster.")
+                self._gone_or_raise(dashboard, job, _id, exc)
                 return
             if info is None:
-                _progress(_id, "not known to the Ray cluster: nothing to stop")
+                _progress(_id, f"{_not_known(dashboard, _props)}: nothing to stop")
                 return
             if info.status.value in _TERMINAL:
                 _progress(_id, f"already {info.status.value}: nothing to stop")
                 return
             _progress(_id, f"{info.status.value}: stopping (checkpoints are kept)")
-            dashboard.call("stop the job", lambda client: client.stop_job(_id))
-            deadline = time.monotonic() + job.deadlines.stop_s
-            while True:
-                info = dashboard.job_info(_id)
-                if info is None or info.status.value in _TERMINAL:
-                    _progress(_id, f"{info.status.value if info else 'gone'}")
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"Ray job {_id} is still {info.status.value} {job.deadlines.stop_s:.0f}s "
-                        f"after the stop request (dashboard {dashboard.address}); stop it with "
-                        f"`ray job stop {_id}` (see the dashboard_hint output) and run the "
-                        "command again"
-                    )
-                time.sleep(job.deadlines.poll_interval_s)
+            try:
+                self._stop(dashboard, job, _id)
+            except DashboardUnreachableError as exc:
+                self._gone_or_raise(dashboard, job, _id, exc)
 
     # -- helpers (instance methods only so that tests can swap the token source) --------------
 
     @contextmanager
-    def _dashboard(self, job: JobInputs) -> Iterator[_Dashboard]:
+    def _dashboard(self, job: JobInputs, patience_s: float | None = None) -> Iterator[_Dashboard]:
+        """The Jobs API for one operation; calls retry a silent dashboard for patience_s
+        (default deadline_reach_s), then raise DashboardUnreachableError."""
         with dashboard_access.client_args(job.dashboard, self._token_provider) as make_args:
             yield _Dashboard(
                 address=dashboard_access.dashboard_address(job.dashboard),
                 make_args=make_args,
-                retry_deadline_s=job.deadlines.submit_s,
+                patience_s=job.deadlines.reach_s if patience_s is None else patience_s,
+                reach_s=job.deadlines.reach_s,
                 max_backoff_s=max(job.deadlines.poll_interval_s, 0.5),
             )
 
+    def _stop(self, dashboard: _Dashboard, job: JobInputs, sid: str) -> None:
+        dashboard.call("stop the job", lambda client: client.stop_job(sid))
+        deadline = time.monotonic() + job.deadlines.stop_s
+        while True:
+            info = dashboard.job_info(sid)
+            if info is None or info.status.value in _TERMINAL:
+                _progress(sid, f"{info.status.value if info else 'gone'}")
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"Ray job {sid} is still {info.status.value} {job.deadlines.stop_s:.0f}s "
+                    f"after the stop request (dashboard {dashboard.address}); stop it with "
+                    f"{_stop_command(job.dashboard, sid)} and run the command again"
+                )
+            time.sleep(job.deadlines.poll_interval_s)
+
+    def _evidence(self, dashboard: _Dashboard, job: JobInputs) -> job_evidence.Evidence:
+        return job_evidence.gather(
+            job.dashboard,
+            job.gke_cluster,
+            dashboard.make_args,
+            self._token_provider or dashboard_access.google_adc_token,
+        )
+
+    def _gone_or_raise(
+        self,
+        dashboard: _Dashboard,
+        job: JobInputs,
+        sid: str,
+        exc: DashboardUnreachableError,
+    ) -> None:
+        """Return when the Kubernetes or GKE API proves the job's head gone; raise otherwise."""
+        evidence = self._evidence(dashboard, job)
+        if evidence.gone:
+            _progress(
+                sid,
+                f"the Ray dashboard did not answer, and {evidence.proof}: the job ended with its "
+                "Ray head. Nothing to stop.",
+            )
+            return
+        raise RuntimeError(_no_evidence_message(job, sid, exc, evidence)) from exc
+
+    def _read_unreachable(
+        self,
+        dashboard: _Dashboard,
+        job: JobInputs,
+        sid: str,
+        props: Mapping[str, Any],
+        exc: DashboardUnreachableError,
+    ) -> pulumi.dynamic.ReadResult:
+        evidence = self._evidence(dashboard, job)
+        if evidence.gone:
+            _progress(
+                sid,
+                f"the Ray dashboard did not answer, and {evidence.proof}: the job ended with its "
+                "Ray head; removing it from the state",
+            )
+            return pulumi.dynamic.ReadResult(None, {})
+        outs = {k: props.get(k) for k in OUTPUT_KEYS}
+        outs.update(job.to_props())
+        outs["checkpoint_root"] = job.checkpoint_root
+        outs["dashboard_hint"] = dashboard_access.dashboard_hint(job.dashboard, sid)
+        last_seen = props.get("last_seen")
+        if not last_seen and props.get("status") not in (None, UNREACHABLE):
+            # A state written before last_seen existed: its status is the last known one.
+            last_seen = {"status": props.get("status"), "at": None, "head_session": None}
+        outs["last_seen"] = last_seen
+        outs["status"] = UNREACHABLE
+        known = (
+            f"last known status {last_seen['status']}"
+            + (f" at {last_seen['at']}" if last_seen.get("at") else "")
+            if last_seen
+            else "no status known"
+        )
+        outs["message"] = redact(
+            f"{exc.short()}; nothing proved the job gone ({evidence.summary()}); {known}"
+        )[:MESSAGE_MAX_CHARS]
+        _progress(
+            sid,
+            f"WARNING: status unknown, kept in the state as {UNREACHABLE} ({known}): "
+            f"{exc.short()}; nothing proved the job gone ({evidence.summary()}). "
+            f"Run `pulumi refresh` again once the dashboard answers: {_reach_hint(job)}",
+        )
+        return pulumi.dynamic.ReadResult(sid, outs)
+
     def _submit_or_adopt(self, dashboard: _Dashboard, job: JobInputs) -> str:
         base = job.base_submission_id
+        # The first answer of a new cluster's dashboard may take minutes (head pod starting).
         attempt, previous = 1, dashboard.job_info(base)
+        ended: tuple[str, str] | None = None
         while previous is not None and previous.status.value in ("FAILED", "STOPPED"):
+            ended = (f"{base}-r{attempt}" if attempt > 1 else base, previous.status.value)
             attempt += 1
-            candidate = f"{base}-r{attempt}"
-            _progress(candidate, f"earlier attempt ended {previous.status.value}: trying again")
-            previous = dashboard.job_info(candidate)
+            previous = dashboard.job_info(f"{base}-r{attempt}")
         sid = base if attempt == 1 else f"{base}-r{attempt}"
         if previous is not None:
             _progress(sid, f"already submitted ({previous.status.value}): adopting it")
             return sid
+        if ended is not None:
+            listing = _discover(job.checkpoint_root, None)
+            _progress(
+                sid,
+                f"resubmitting {ended[0]} (it ended {ended[1]}) as {sid}; "
+                f"{_resume_note(job.checkpoint_root, listing.latest_checkpoint)}",
+            )
 
         def submit(client: JobSubmissionClient) -> str:
             try:
@@ -453,14 +664,34 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         _progress(sid, dashboard.call(f"submit job {sid}", submit))
         return sid
 
-    def _await_started(self, dashboard: _Dashboard, job: JobInputs, sid: str) -> JobDetails:
-        deadlines = job.deadlines
+    def _await(
+        self, dashboard: _Dashboard, job: JobInputs, sid: str
+    ) -> tuple[JobDetails, dict[str, Any] | None]:
+        """Poll until the wait_for point or a terminal status; (details, first_step output)."""
+        deadlines, mode = job.deadlines, job.wait_for
         started = time.monotonic()
         running_since: float | None = None
-        last_status = ""
+        last_status = last_phase = ""
         last_progress = started
+        scan = _LogScan()
+        _progress(
+            sid,
+            f"waiting until {_MODE_POINT[mode]} (wait_for={mode}); to watch it: "
+            f"{dashboard_access.dashboard_hint(job.dashboard, sid)}",
+        )
         while True:
-            info = dashboard.job_info(sid)
+            try:
+                # The job exists: a dashboard blip during a long wait is waited out
+                # (deadline_submit_s, the patience of create).
+                info = dashboard.job_info(sid)
+            except DashboardUnreachableError as exc:
+                raise DashboardUnreachableError(
+                    f"{exc} Ray job {sid} was submitted and may still be running: the next "
+                    "`pulumi up` adopts it, `pulumi refresh` records its status.",
+                    exc.address,
+                    exc.waited_s,
+                    exc.last_error,
+                ) from exc
             if info is None:
                 raise RuntimeError(
                     f"Ray job {sid} disappeared from the cluster at {dashboard.address} while "
@@ -472,12 +703,36 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 _progress(sid, f"{status}: {_short_message(info.message)}")
                 last_status, last_progress = status, now
             if status in _TERMINAL:
-                return info
+                finished_ok = status == "SUCCEEDED" and mode == "first_step"
+                step = scan.poll(dashboard, sid, info) if finished_ok else None
+                return info, _first_step_output(step) if step else None
+            phase = "pending (runtime env, or waiting for resources)"
             if status == "RUNNING":
                 running_since = running_since if running_since is not None else now
-                if not job.wait and now - running_since >= deadlines.startup_grace_s:
-                    return info
-                if job.wait and now - running_since > deadlines.wait_s:
+                ran = now - running_since
+                if mode == "running" and ran >= deadlines.startup_grace_s:
+                    return info, None
+                if mode == "first_step":
+                    step = scan.poll(dashboard, sid, info)
+                    if step is not None:
+                        _progress(
+                            sid,
+                            f"first training step logged (step {step.step}) "
+                            f"{_duration(now - started)} after submission",
+                        )
+                        return info, _first_step_output(step)
+                    phase = scan.phase
+                    if ran > deadlines.first_step_s:
+                        raise TimeoutError(
+                            f"Ray job {sid} has run for {_duration(ran)} without logging a "
+                            f"training step (deadline_first_step_s={deadlines.first_step_s:.0f}; "
+                            f"last phase: {phase}). It keeps running; the next `pulumi up` "
+                            f"adopts it. Look at its log: "
+                            f"{dashboard_access.dashboard_hint(job.dashboard, sid)}"
+                        )
+                else:
+                    phase = "running"
+                if mode == "finished" and ran > deadlines.wait_s:
                     raise TimeoutError(
                         f"Ray job {sid} still RUNNING after the wait deadline "
                         f"({deadlines.wait_s:.0f}s); it keeps running and the next `pulumi up` "
@@ -487,20 +742,93 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 raise TimeoutError(
                     f"Ray job {sid} still {status} after {deadlines.start_s:.0f}s "
                     f"({_short_message(info.message)}); it stays submitted and the next "
-                    f"`pulumi up` adopts it; stop it with `ray job stop {sid}` if it is stuck"
+                    f"`pulumi up` adopts it; stop it with {_stop_command(job.dashboard, sid)} "
+                    "if it is stuck"
                 )
-            if now - last_progress >= PROGRESS_EVERY_S:
-                note = ""
-                if job.wait:
-                    latest = _discover(job.checkpoint_root, None).latest_step
-                    note = f", latest checkpoint step {latest}"
-                _progress(sid, f"{status} for {now - (running_since or started):.0f}s{note}")
-                last_progress = now
+            if phase != last_phase or now - last_progress >= PROGRESS_EVERY_S:
+                _progress(
+                    sid, self._progress_line(dashboard, job, sid, status, phase, now - started)
+                )
+                last_phase, last_progress = phase, now
             time.sleep(deadlines.poll_interval_s)
+
+    def _progress_line(
+        self,
+        dashboard: _Dashboard,
+        job: JobInputs,
+        sid: str,
+        status: str,
+        phase: str,
+        elapsed: float,
+    ) -> str:
+        parts = [f"{phase}, {_duration(elapsed)} since submission"]
+        if job.wait_for == "finished" and job.checkpoint_root is not None:
+            latest = _discover(job.checkpoint_root, None).latest_step
+            parts.append(f"latest checkpoint step {latest}")
+        if isinstance(job.dashboard, dashboard_access.KubeServiceProxy) and (
+            status == "PENDING" or phase != "running"
+        ):
+            pods = job_evidence.ray_pods_summary(job.dashboard, dashboard.make_args)
+            if pods:
+                parts.append(pods)
+        parts.append(f"if it seems stuck: {_stuck_hint(job, sid, status)}")
+        return "; ".join(parts)
+
+
+_MODE_POINT = {
+    "running": "the job is RUNNING",
+    "first_step": "verl logs its first training step",
+    "finished": "the job has finished",
+}
+
+
+class _LogScan:
+    """Reads the driver log's tail while waiting for the first training step."""
+
+    def __init__(self) -> None:
+        self.phase = verl_log.NO_OUTPUT
+        self._last_whole_log = -math.inf
+
+    def poll(
+        self, dashboard: _Dashboard, sid: str, info: JobDetails
+    ) -> verl_log.StepMetrics | None:
+        now = time.monotonic()
+        whole_log_ok = now - self._last_whole_log >= FULL_LOG_EVERY_S
+        if whole_log_ok:
+            self._last_whole_log = now
+        try:
+            lines = dashboard.log_tail(
+                sid,
+                getattr(info, "driver_node_id", None),
+                job_logs.SCAN_LINES,
+                job_logs.SCAN_LINE_MAX_CHARS,
+                whole_log_fallback=whole_log_ok,
+                patience_s=min(dashboard.reach_s, 10.0),
+            )
+        except Exception:  # the log is a hint; the job's status decides, on the next poll
+            return None
+        text = "\n".join(lines)
+        phase = verl_log.startup_phase(text)
+        # A tail can scroll past a marker: the phase never moves backwards.
+        if verl_log.PHASES.index(phase) > verl_log.PHASES.index(self.phase):
+            self.phase = phase
+        return verl_log.first_training_step(text)
 
 
 class DashboardUnreachableError(RuntimeError):
-    """The dashboard did not answer within the retry deadline."""
+    """The dashboard did not answer within the operation's patience, or is not there at all."""
+
+    def __init__(self, message: str, address: str, waited_s: float, last_error: str) -> None:
+        super().__init__(message)
+        self.address = address
+        self.waited_s = waited_s
+        self.last_error = last_error
+
+    def short(self) -> str:
+        return (
+            f"the Ray dashboard at {self.address} did not answer for {self.waited_s:.0f}s "
+            f"(last error: {self.last_error[:300]})"
+        )
 
 
 @dataclass
@@ -509,20 +837,32 @@ class _Dashboard:
 
     address: str
     make_args: Callable[[], dashboard_access.ClientArgs]
-    retry_deadline_s: float
+    patience_s: float  # default: retry transient failures this long, then decide unreachable
+    reach_s: float  # deadline_reach_s: patience of calls that only add detail (log tails)
     max_backoff_s: float
-    _client: JobSubmissionClient | None = None
+    session: str | None = None  # the head's session name, from GET /api/version
+    _client: Any = None
+    _args: dashboard_access.ClientArgs | None = None
     _client_born: float = 0.0
 
-    def call(self, what: str, operation: Callable[[JobSubmissionClient], T]) -> T:
-        """Run operation(client), retrying transient failures until the retry deadline."""
-        deadline = time.monotonic() + self.retry_deadline_s
+    def call(
+        self,
+        what: str,
+        operation: Callable[[JobSubmissionClient], T],
+        patience_s: float | None = None,
+    ) -> T:
+        """Run operation(client), retrying transient failures for patience_s (default: the
+        reachability budget), then raise DashboardUnreachableError."""
+        began = time.monotonic()
+        deadline = began + (self.patience_s if patience_s is None else patience_s)
         backoff = 0.25
         attempts = 0
         while True:
             attempts += 1
             try:
-                return operation(self._fresh_client())
+                client = self._fresh_client(deadline)
+                client.request_timeout = _request_timeout(deadline)
+                return operation(client)
             except Exception as exc:  # classified right below
                 if _is_auth_failure(exc):
                     raise RuntimeError(
@@ -531,6 +871,18 @@ class _Dashboard:
                         "proxy the account of Application Default Credentials needs the "
                         "Kubernetes permission to proxy to the head service (services/proxy)"
                     ) from exc
+                last_error = redact(_describe(exc))[:500]
+                if _is_missing_dashboard(exc):
+                    # Nothing answers as a Ray dashboard there (a removed head Service behind
+                    # the API server's proxy, a wrong URL): waiting will not change that.
+                    self._client = None
+                    raise DashboardUnreachableError(
+                        f"Ray dashboard at {self.address} is not there while trying to {what}: "
+                        f"{last_error}",
+                        self.address,
+                        time.monotonic() - began,
+                        last_error,
+                    ) from exc
                 if not _is_transient(exc):
                     raise RuntimeError(
                         f"Ray dashboard at {self.address}: could not {what}: "
@@ -538,17 +890,21 @@ class _Dashboard:
                     ) from exc
                 self._client = None
                 if time.monotonic() + backoff > deadline:
+                    waited = time.monotonic() - began
                     raise DashboardUnreachableError(
                         f"Ray dashboard at {self.address} did not answer within "
-                        f"{self.retry_deadline_s:.0f}s ({attempts} attempts) while trying to "
-                        f"{what}; last error: {redact(_describe(exc))[:500]}. Check that the "
-                        "Ray head is running and reachable from this machine."
+                        f"{waited:.0f}s ({attempts} attempts) while trying to {what}; last "
+                        f"error: {last_error}. Check that the Ray head is running and "
+                        "reachable from this machine.",
+                        self.address,
+                        waited,
+                        last_error,
                     ) from exc
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
-    def job_info(self, sid: str) -> JobDetails | None:
-        """The job's details, or None when the cluster does not know the id."""
+    def job_info(self, sid: str, patience_s: float | None = None) -> JobDetails | None:
+        """The job's details, or None when the Ray head does not know the id."""
 
         def get(client: JobSubmissionClient) -> JobDetails | None:
             try:
@@ -558,35 +914,118 @@ class _Dashboard:
                     return None
                 raise
 
-        return self.call(f"read job {sid}", get)
+        return self.call(f"read job {sid}", get, patience_s)
 
-    def _fresh_client(self) -> JobSubmissionClient:
+    def log_tail(
+        self,
+        sid: str,
+        driver_node_id: str | None,
+        lines: int = job_logs.TAIL_LINES,
+        max_chars: int = job_logs.TAIL_LINE_MAX_CHARS,
+        whole_log_fallback: bool = True,
+        patience_s: float | None = None,
+    ) -> list[str]:
+        """The driver log's last lines, capped (jobs/job_logs.py)."""
+
+        def fetch(client: JobSubmissionClient) -> list[str]:
+            assert self._args is not None  # set by _fresh_client before any operation
+            try:
+                return job_logs.state_api_tail(
+                    self._args, client.request_timeout, sid, driver_node_id, lines, max_chars
+                )
+            except job_logs.LogNotAvailableError:
+                if not whole_log_fallback:
+                    raise
+                return job_logs.capped_lines(client.get_job_logs(sid), lines, max_chars)
+
+        return self.call(f"read the log of {sid}", fetch, patience_s)
+
+    def _fresh_client(self, deadline: float) -> Any:
         now = time.monotonic()
         if self._client is None or now - self._client_born > CLIENT_MAX_AGE_S:
-            self._client = _new_client(self.make_args())
-            self._client_born = now
+            args = self.make_args()
+            client = _new_client(args)
+            client.request_timeout = _request_timeout(deadline)
+            self.session = client.head_session()
+            self._client, self._args, self._client_born = client, args, now
         return self._client
 
 
-def _new_client(args: dashboard_access.ClientArgs) -> JobSubmissionClient:
+def _request_timeout(deadline: float) -> tuple[float, float]:
+    """Per-request (connect, read) timeouts that end with the operation's patience: one request
+    to a black-holed address cannot outlast the budget."""
+    left = max(0.5, deadline - time.monotonic())
+    return (min(REQUEST_TIMEOUT_S[0], left), min(REQUEST_TIMEOUT_S[1], left))
+
+
+@functools.cache
+def _client_class() -> type:
+    import requests
     from ray.job_submission import JobSubmissionClient
 
-    class _TimedClient(JobSubmissionClient):
+    class _TimedClient(JobSubmissionClient):  # type: ignore[misc]
         # The SDK sends requests without a timeout; a black-holed address would hang forever.
+        request_timeout: tuple[float, float] = REQUEST_TIMEOUT_S
+
+        def _check_connection_and_version(self, *args: Any, **kwargs: Any) -> None:
+            # JobSubmissionClient.__init__ checks the connection; here that request happens in
+            # head_session(), after the constructor, so that the environment lock is never held
+            # across network I/O.
+            return None
+
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
-            kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
+            kwargs.setdefault("timeout", self.request_timeout)
             return super()._do_request(method, endpoint, **kwargs)
 
+        def head_session(self) -> str | None:
+            """GET /api/version: the connection check, and the head's session name."""
+            try:
+                response = self._do_request("GET", "/api/version")
+            except requests.exceptions.ConnectionError as exc:
+                raise ConnectionError(
+                    f"Failed to connect to Ray at address: {self._address}."
+                ) from exc
+            if response.status_code == 404:
+                raise RuntimeError(
+                    f"Version check returned 404: {response.text[:300]}. This is not a Ray "
+                    "dashboard."
+                )
+            if response.status_code != 200:
+                raise RuntimeError(
+                    f"Request failed with status code {response.status_code}: "
+                    f"{response.text[:500]}."
+                )
+            try:
+                session = response.json().get("session_name")
+            except ValueError as exc:
+                raise RuntimeError(
+                    f"GET /api/version answered {response.text[:200]!r}, not Ray's JSON"
+                ) from exc
+            return str(session) if session else None
+
+    return _TimedClient
+
+
+def _new_client(args: dashboard_access.ClientArgs) -> Any:
+    cls = _client_class()
     # JobSubmissionClient lets RAY_ADDRESS / RAY_API_SERVER_ADDRESS override the address it is
     # given; a Ray user's shell often exports one, which would send the job to another cluster.
+    # The constructor does no network I/O (see _client_class), so the lock is held briefly.
     with _ENV_LOCK:
         saved = {k: os.environ.pop(k) for k in _RAY_ADDRESS_ENV if k in os.environ}
         try:
-            return _TimedClient(
-                address=args.address, headers=dict(args.headers), verify=args.verify
-            )
+            return cls(address=args.address, headers=dict(args.headers), verify=args.verify)
         finally:
             os.environ.update(saved)
+
+
+def _is_missing_dashboard(exc: BaseException) -> bool:
+    text = str(exc)
+    if "Version check returned 404" in text:
+        return True
+    # The API server's own NotFound (the head Service is gone) through its service proxy.
+    compact = text.replace(" ", "")
+    return "statuscode404" in compact and '"kind":"Status"' in compact and "NotFound" in compact
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -617,6 +1056,15 @@ def _describe(exc: BaseException) -> str:
                 f"{text} (TLS: {inner}; is dashboard.cluster_ca_certificate the CA of the cluster "
                 "that serves this endpoint?)"
             )
+    status = re.match(r"Request failed with status code (\d{3}): (\{.*\})\.?$", text, re.DOTALL)
+    if status:
+        # The API server's service proxy answers with a Kubernetes Status: keep its message.
+        try:
+            body = json.loads(status.group(2))
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("kind") == "Status":
+            return f"HTTP {status.group(1)} from the Kubernetes API server: {body.get('message')}"
     if "Version check returned 404" in text:
         return (
             "GET /api/version answered 404, so this is not a Ray dashboard: check the URL, or "
@@ -648,16 +1096,38 @@ def _is_auth_failure(exc: BaseException) -> bool:
     )
 
 
-def _failure_report(dashboard: _Dashboard, sid: str, info: JobDetails) -> str:
+def _capped_tail(dashboard: _Dashboard, sid: str, info: JobDetails) -> str:
+    """The driver log's last lines, capped; a note when it cannot be read."""
     try:
-        logs = dashboard.call(f"read the log of {sid}", lambda client: client.get_job_logs(sid))
-        tail = "\n".join(logs.rstrip("\n").splitlines()[-LOG_TAIL_LINES:])
+        lines = dashboard.log_tail(
+            sid, getattr(info, "driver_node_id", None), patience_s=dashboard.reach_s
+        )
     except Exception as exc:  # the report must not hide the job's own failure
-        tail = f"(driver log not readable: {exc})"
-    return redact(
+        return f"(driver log not readable: {redact(str(exc))[:500]})"
+    return redact("\n".join(lines))
+
+
+def _failure_report(dashboard: _Dashboard, sid: str, info: JobDetails, mode: str) -> str:
+    tail = _capped_tail(dashboard, sid, info)
+    count = len(tail.splitlines())
+    return (
         f"Ray job {sid} {info.status.value}: {_short_message(info.message)}\n"
-        f"--- last {LOG_TAIL_LINES} lines of the driver log ---\n{tail}"
+        f"(before {_MODE_POINT[mode]}, wait_for={mode})\n"
+        f"--- driver log, last {count} lines (at most {job_logs.TAIL_LINES}, each cut at "
+        f"{job_logs.TAIL_LINE_MAX_CHARS} characters) ---\n{tail}"
     )
+
+
+def _log_tail_output(
+    dashboard: _Dashboard, sid: str, info: JobDetails, props: Mapping[str, Any]
+) -> str | None:
+    """The `log_tail` output: the capped tail of a FAILED or STOPPED job, read once."""
+    status = info.status.value
+    if status not in ("FAILED", "STOPPED"):
+        return None
+    if props.get("status") == status and props.get("log_tail"):
+        return str(props["log_tail"])  # a terminal job's log does not change
+    return _capped_tail(dashboard, sid, info)
 
 
 def _short_message(message: str | None) -> str:
@@ -665,6 +1135,114 @@ def _short_message(message: str | None) -> str:
     text = (message or "").split(", last available logs", 1)[0]
     text = text.split("last available logs", 1)[0].strip()
     return redact(text[:MESSAGE_MAX_CHARS])
+
+
+def _not_known(dashboard: _Dashboard, props: Mapping[str, Any]) -> str:
+    """Why a 404 from the Ray head proves the job gone, in words."""
+    ran_under = (props.get("last_seen") or {}).get("head_session")
+    if ran_under and dashboard.session and ran_under != dashboard.session:
+        return (
+            f"a new Ray head answers at {dashboard.address} (session {dashboard.session}; the "
+            f"job ran under {ran_under}) and does not know the job: the head that ran it is gone"
+        )
+    return f"the Ray head at {dashboard.address} does not know this job (404)"
+
+
+def _reach_hint(job: JobInputs) -> str:
+    spec = job.dashboard
+    if isinstance(spec, dashboard_access.KubeServiceProxy):
+        return (
+            f"is the head pod running (`kubectl get pods -n {spec.namespace} -l "
+            f"ray.io/node-type=head`)? does the dashboard answer through the API server "
+            f"(`kubectl get --raw /api/v1/namespaces/{spec.namespace}/services/"
+            f"{spec.service}:{spec.port_name}/proxy/api/version`)?"
+        )
+    return f"is the Ray head behind {spec.url} running and reachable from this machine?"
+
+
+def _stop_command(spec: dashboard_access.DashboardSpec, sid: str) -> str:
+    if isinstance(spec, dashboard_access.KubeServiceProxy):
+        return (
+            f"`kubectl port-forward -n {spec.namespace} service/{spec.service} "
+            f"8265:{spec.port_name}` and `ray job stop {sid} --address http://127.0.0.1:8265`"
+        )
+    return f"`ray job stop {sid} --address {spec.url}`"
+
+
+def _stuck_hint(job: JobInputs, sid: str, status: str) -> str:
+    spec = job.dashboard
+    if isinstance(spec, dashboard_access.KubeServiceProxy):
+        pods = f"`kubectl get pods -n {spec.namespace}` (Pending or ContainerCreating: nodes or "
+        pods += "image pulls; `kubectl describe pod` says which)"
+        if status == "PENDING":
+            return f"{pods}; the job's status message in the Ray dashboard"
+        return f"the driver log (`ray job logs`, see dashboard_hint); {pods}"
+    if status == "PENDING":
+        return f"the Ray dashboard at {spec.url} (resources, runtime env)"
+    return f"the driver log: `ray job logs {sid} --address {spec.url}`"
+
+
+def _no_evidence_message(
+    job: JobInputs, sid: str, exc: DashboardUnreachableError, evidence: job_evidence.Evidence
+) -> str:
+    return redact(
+        f"Ray job {sid} may still be running: {exc.short()}, and nothing proved the job gone "
+        f"({evidence.summary()}). It stays in the state and nothing replaces it: a new job next "
+        "to a running one would compete for the same GPUs.\n"
+        "What you can do:\n"
+        f"- make the dashboard reachable and run the command again: {_reach_hint(job)}\n"
+        f"- or stop the job yourself ({_stop_command(job.dashboard, sid)}) and run the command "
+        "again;\n"
+        "- or, if you know the cluster and the job are gone: `pulumi refresh` drops the job once "
+        "the Kubernetes or GKE API confirms it; otherwise remove it from the state with "
+        "`pulumi state delete '<URN of this RayJob>'` (`pulumi stack --show-urns` lists the "
+        "URNs) and run the command again."
+    )
+
+
+def _next_attempt(sid: str) -> str:
+    match = re.fullmatch(r"(.+)-r(\d+)", sid)
+    return f"{match.group(1)}-r{int(match.group(2)) + 1}" if match else f"{sid}-r2"
+
+
+def _resume_note(root: str | None, latest_checkpoint: str | None) -> str:
+    if root is None:
+        return "the job keeps no checkpoints: it starts from the beginning"
+    if latest_checkpoint:
+        return f"verl resumes from {latest_checkpoint}"
+    return "verl resumes from the start: no checkpoint yet"
+
+
+def _resubmit_note(sid: str, status: str, olds: Mapping[str, Any]) -> str:
+    root = olds.get("checkpoint_root")
+    why = _short_message(olds.get("message"))
+    return (
+        f"the last refresh saw it {status}{f' ({why})' if why else ''}: resubmitting {sid} as "
+        f"{_next_attempt(sid)}; "
+        f"{_resume_note(str(root) if root else None, olds.get('latest_checkpoint'))}"
+    )
+
+
+def _first_step_output(step: verl_log.StepMetrics) -> dict[str, Any]:
+    metrics = {
+        key: step.values[key]
+        for key in FIRST_STEP_KEYS
+        if key in step.values and math.isfinite(step.values[key])
+    }
+    return {"step": step.step, "seen_at": _now_iso(), "metrics": metrics}
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _now_iso() -> str:
+    return datetime.now(tz=UTC).isoformat(timespec="seconds")
 
 
 def _discover(root: str | None, previous: CheckpointListing | None) -> CheckpointListing:
@@ -731,18 +1309,23 @@ def _outputs(
     sid: str,
     info: JobDetails,
     listing: CheckpointListing,
-    result: dict[str, Any] | None = None,
+    result: dict[str, Any] | None,
+    dashboard: _Dashboard,
 ) -> dict[str, Any]:
+    status = info.status.value
     return {
         **job.to_props(),
         "submission_id": sid,
-        "status": info.status.value,
+        "status": status,
         "message": _short_message(info.message),
         "dashboard_hint": dashboard_access.dashboard_hint(job.dashboard, sid),
         **_listing_outputs(listing),
         "start_time": _iso(info.start_time),
         "end_time": _iso(info.end_time),
         "result": result,
+        "log_tail": None,
+        "first_step": None,
+        "last_seen": {"status": status, "at": _now_iso(), "head_session": dashboard.session},
     }
 
 
@@ -784,9 +1367,20 @@ def _contains_unknown(value: Any) -> bool:
     return False
 
 
+def _effective(key: str, props: Mapping[str, Any]) -> Any:
+    """An input's value as the provider uses it: the wait mode from `wait_for` or the legacy
+    `wait`, a missing deadline as its default (states written before it existed)."""
+    if key == "wait_for":
+        return wait_mode(props)
+    value = props.get(key)
+    if value is None and key.startswith("deadline_"):
+        return getattr(_DEFAULT_DEADLINES, key.removeprefix("deadline_"), None)
+    return value
+
+
 def _differs(key: str, olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool:
-    old, new = olds.get(key), news.get(key)
-    if _contains_unknown(new):
+    old, new = _effective(key, olds), _effective(key, news)
+    if _contains_unknown(news.get(key)) or _contains_unknown(new):
         return True
     if key == "checkpoint_root":
         # The state holds the normalized URL (it is also an output).
@@ -811,6 +1405,9 @@ class RayJob(pulumi.dynamic.Resource, module="jobs", name="RayJob"):
     start_time: pulumi.Output[str | None]
     end_time: pulumi.Output[str | None]
     result: pulumi.Output[dict[str, Any] | None]
+    log_tail: pulumi.Output[str | None]
+    first_step: pulumi.Output[dict[str, Any] | None]
+    last_seen: pulumi.Output[dict[str, Any] | None]
 
     def __init__(
         self, name: str, args: RayJobArgs, opts: pulumi.ResourceOptions | None = None

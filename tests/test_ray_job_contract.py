@@ -102,6 +102,7 @@ def job_props(
         dashboard=dashboard,
         checkpoint_root=root,
         submission_id_prefix=PREFIX,
+        wait_for="running",
         deadlines=FAST,
     ).to_props()
     return {**props, **(changes or {})}

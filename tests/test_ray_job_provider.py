@@ -99,7 +99,7 @@ def props(
     step_seconds: float = 0.0,
     fail_at_step: int = 0,
     log_lines_per_step: int = 1,
-    wait: bool = False,
+    wait_for: str = "running",
     deadlines: JobDeadlines = FAST,
 ) -> dict[str, Any]:
     """Inputs as the engine hands them to the provider; `run` names the checkpoint folder."""
@@ -117,7 +117,7 @@ def props(
         dashboard=dashboard,
         checkpoint_root=root,
         submission_id_prefix="test",
-        wait=wait,
+        wait_for=wait_for,
         deadlines=deadlines,
     ).to_props()
 
@@ -146,7 +146,11 @@ def test_submit_runs_to_success_and_reads_checkpoints_back(
     provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
 ) -> None:
     inputs = props(
-        dashboard_access.url_dashboard(head.dashboard_url), gcs, "success", steps=3, wait=True
+        dashboard_access.url_dashboard(head.dashboard_url),
+        gcs,
+        "success",
+        steps=3,
+        wait_for="finished",
     )
     created = provider.create(inputs)
     sid = created.id
@@ -253,7 +257,7 @@ def test_a_stopped_job_is_resubmitted_as_a_new_attempt(
 def test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
     provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
 ) -> None:
-    # wait is off: the failure must be caught during the startup grace (a long one here, so
+    # wait_for=running: the failure must be caught during the startup grace (a long one here, so
     # that a slow start cannot let the job look healthy before it fails).
     inputs = props(
         dashboard_access.url_dashboard(head.dashboard_url),
@@ -270,7 +274,8 @@ def test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
     text = str(failure.value)
     assert f"Ray job {sid} FAILED: Job entrypoint command failed with exit code 3" in text
     assert "RuntimeError: boom at step 2" in text
-    tail = text.split("lines of the driver log ---\n", 1)[1].splitlines()
+    assert "--- driver log, last 50 lines (at most 50, each cut at 500 characters) ---" in text
+    tail = text.split(" characters) ---\n", 1)[1].splitlines()
     assert len(tail) == 50
     assert tail[-1] == "RuntimeError: boom at step 2"
     assert "step:1 - line:0 -" not in text  # older lines are cut
@@ -282,7 +287,9 @@ def test_dashboard_down_at_submit_then_up_within_the_deadline(
 ) -> None:
     forwarder = TcpForwarder(target_port=int(head.dashboard_url.rsplit(":", 1)[1]))
     late_url = f"http://127.0.0.1:{forwarder.listen_port}"
-    inputs = props(dashboard_access.url_dashboard(late_url), gcs, "late-dashboard", wait=True)
+    inputs = props(
+        dashboard_access.url_dashboard(late_url), gcs, "late-dashboard", wait_for="finished"
+    )
     opened = threading.Timer(2.0, forwarder.start)
     opened.start()
     started = time.monotonic()
@@ -313,7 +320,7 @@ def test_refresh_after_the_job_record_is_gone_reports_it_gone(
     provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
 ) -> None:
     created = provider.create(
-        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "gone", wait=True)
+        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "gone", wait_for="finished")
     )
     assert created.outs is not None
     assert jobs.delete_job(created.id) is True
@@ -337,7 +344,7 @@ def test_service_proxy_addressing_with_a_bearer_token(
             return "sesame"
 
         provider = RayJobProvider(token_provider=token)
-        created = provider.create(props(dashboard, gcs, "proxied", wait=True))
+        created = provider.create(props(dashboard, gcs, "proxied", wait_for="finished"))
         assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
         assert created.outs["latest_step"] == 2
         assert proxy.forwarded > 0 and proxy.rejected == 0 and tokens
@@ -370,7 +377,7 @@ def test_service_proxy_answering_503_at_first_is_retried(
     try:
         dashboard = dashboard_access.kube_proxy_dashboard(proxy.endpoint, "", "verl", "head-svc")
         created = RayJobProvider(token_provider=lambda: "sesame").create(
-            props(dashboard, gcs, "no-endpoints-yet", wait=True)
+            props(dashboard, gcs, "no-endpoints-yet", wait_for="finished")
         )
         assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
         assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
@@ -388,7 +395,7 @@ def test_service_proxy_over_tls_verifies_against_the_cluster_ca(
         ca = base64.b64encode(tls.ca_pem).decode()  # as GKE's master_auth.cluster_ca_certificate
         provider = RayJobProvider(token_provider=lambda: "sesame")
         dashboard = dashboard_access.kube_proxy_dashboard(proxy.endpoint, ca, "verl", "head-svc")
-        created = provider.create(props(dashboard, gcs, "tls", wait=True))
+        created = provider.create(props(dashboard, gcs, "tls", wait_for="finished"))
         assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
 
         # Another CA: the certificate check fails at once (not retried until the deadline).
@@ -414,7 +421,10 @@ def test_provider_survives_dill_serialization(
         assert isinstance(revived, RayJobProvider)
         created = revived.create(
             props(
-                dashboard_access.url_dashboard(head.dashboard_url), gcs, f"dill-{index}", wait=True
+                dashboard_access.url_dashboard(head.dashboard_url),
+                gcs,
+                f"dill-{index}",
+                wait_for="finished",
             )
         )
         assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
@@ -431,7 +441,7 @@ def test_client_ignores_ray_address_from_the_environment(
     # A Ray user's shell often exports RAY_ADDRESS; Ray's client would prefer it to our input.
     monkeypatch.setenv("RAY_ADDRESS", f"http://127.0.0.1:{free_port()}")
     created = provider.create(
-        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "env", wait=True)
+        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "env", wait_for="finished")
     )
     assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
 
@@ -528,6 +538,14 @@ def test_check_still_rejects_the_known_parts_next_to_unknowns(unknown: Any) -> N
          "checkpoint_root must be a gs://<bucket>/<folder> URL, got '/data/checkpoints'"),
         ({"deadline_submit_s": -1}, "deadline_submit_s", "must be a number of seconds >= 0"),
         ({"submission_id_prefix": "--"}, "submission_id_prefix", "must contain a letter"),
+        ({"wait_for": "soon"}, "wait_for",
+         "wait_for must be one of running, first_step, finished, got 'soon'"),
+        ({"wait": "yes"}, "wait", "wait must be true or false"),
+        ({"gke_cluster": {"project": "p", "name": "c"}}, "gke_cluster",
+         "gke_cluster must be a mapping with project, location and name"),
+        ({"gke_cluster": {"project": "p", "location": "", "name": "c"}}, "gke_cluster",
+         "gke_cluster.location must be a non-empty string"),
+        ({"deadline_reach_s": -5}, "deadline_reach_s", "must be a number of seconds >= 0"),
     ],
 )  # fmt: skip
 def test_check_rejects_bad_inputs_with_a_clear_reason(
@@ -553,7 +571,7 @@ def test_diff_replaces_on_spec_changes_and_updates_in_place_otherwise() -> None:
     new_head = dashboard_access.url_dashboard("http://10.0.0.1:8265")
     assert diff(dashboard=new_head) == (True, ["dashboard"], True)
     # How to watch the job: no replace.
-    assert diff(wait=True)[:2] == (True, [])
+    assert diff(wait_for="finished")[:2] == (True, [])
     assert diff(deadline_submit_s=5.0)[:2] == (True, [])
     assert diff(checkpoint_root="gs://bucket/elsewhere")[:2] == (True, [])
     assert diff(checkpoint_root="gs://bucket/checkpoints/run/") == (False, [], True)
@@ -580,19 +598,6 @@ def test_up_resubmits_a_run_that_ended_without_success(status: str, resubmit: bo
     assert (result.changes, result.replaces) == ((True, ["status"]) if resubmit else (False, []))
 
 
-def test_destroy_with_the_dashboard_gone_drops_the_job(capsys: pytest.CaptureFixture[str]) -> None:
-    # Nothing listens on the port: the cluster (and so the job) is already gone.
-    dead = dashboard_access.url_dashboard(f"http://127.0.0.1:{free_port()}")
-    quick = replace(FAST, submit_s=1.0)
-    state = {**plain_props(dashboard=dead, **_deadline_props(quick)), "status": "RUNNING"}
-    RayJobProvider().delete("a4x-0123", state)
-    assert "Nothing to stop" in capsys.readouterr().out
-
-
-def _deadline_props(deadlines: JobDeadlines) -> dict[str, Any]:
-    return {f"deadline_{name}": value for name, value in deadlines.__dict__.items()}
-
-
 def test_update_stores_new_connection_inputs_and_keeps_observed_outputs() -> None:
     state = {
         **plain_props(),
@@ -607,10 +612,12 @@ def test_update_stores_new_connection_inputs_and_keeps_observed_outputs() -> Non
         "start_time": "2026-11-29T10:00:00+00:00",
         "end_time": None,
     }
-    news = plain_props(dashboard=dashboard_access.url_dashboard("http://10.1.2.3:8265"), wait=True)
+    news = plain_props(
+        dashboard=dashboard_access.url_dashboard("http://10.1.2.3:8265"), wait_for="finished"
+    )
     outs = RayJobProvider().update("a4x-0123", state, news).outs
     assert outs is not None
-    assert outs["dashboard"] == {"url": "http://10.1.2.3:8265"} and outs["wait"] is True
+    assert outs["dashboard"] == {"url": "http://10.1.2.3:8265"} and outs["wait_for"] == "finished"
     assert "--address http://10.1.2.3:8265" in outs["dashboard_hint"]
     for key in ("status", "checkpoints", "latest_step", "start_time", "submission_id"):
         assert outs[key] == state[key]
@@ -696,7 +703,7 @@ except ValueError as exc:
     registered, error = lines[0], lines[1]
     assert registered["status"] == "RUNNING"
     inputs = registered["seen"]["pulumi-python:dynamic/jobs:RayJob"]
-    assert {"entrypoint", "runtime_env", "dashboard", "checkpoint_root", "wait"} <= set(inputs)
+    assert {"entrypoint", "runtime_env", "dashboard", "checkpoint_root", "wait_for"} <= set(inputs)
     assert "__provider" in inputs
     assert "runtime_env.env_vars.HF_TOKEN" in error["error"]
 
@@ -744,7 +751,7 @@ def test_a_job_without_checkpoints_reports_its_tagged_result(
         dashboard=dashboard_access.url_dashboard(head.dashboard_url),
         checkpoint_root=None,
         submission_id_prefix="tagged",
-        wait=True,
+        wait_for="finished",
         deadlines=FAST,
         result_tag="demo",
     ).to_props()
@@ -767,3 +774,66 @@ def test_find_tagged_result_takes_the_last_matching_json_line() -> None:
     assert find_tagged_result(logs, "fabric") == {"check": "fabric", "ok": True}
     assert find_tagged_result(logs, "memory") is None
     assert find_tagged_result("{not json\n", "fabric") is None
+
+
+@pytest.mark.parametrize(
+    ("legacy", "mode"), [({"wait": False}, "running"), ({"wait": True}, "finished")]
+)
+def test_states_written_with_the_boolean_wait_read_as_the_matching_mode(
+    legacy: dict[str, Any], mode: str
+) -> None:
+    # A state from before wait_for and the new deadlines: same job, nothing to update.
+    old_state = {
+        k: v
+        for k, v in plain_props().items()
+        if k not in ("wait_for", "deadline_reach_s", "deadline_first_step_s", "gke_cluster")
+    }
+    old_state.update(legacy, status="RUNNING", submission_id="a4x-0123")
+    provider = RayJobProvider()
+    assert provider.diff("a4x-0123", old_state, plain_props(wait_for=mode)).changes is False
+    other = "first_step" if mode != "first_step" else "running"
+    assert provider.diff("a4x-0123", old_state, plain_props(wait_for=other)).replaces == []
+    assert provider.diff("a4x-0123", old_state, plain_props(wait_for=other)).changes is True
+    # The deprecated program-side argument still works, and wait_for wins over it.
+    assert RayJobArgs(**_base_args(), **legacy).to_props()["wait_for"] == mode
+    assert (
+        RayJobArgs(**_base_args(), **legacy, wait_for="first_step").to_props()["wait_for"]
+        == "first_step"
+    )
+    assert RayJobArgs(**_base_args()).to_props()["wait_for"] == "first_step"  # the default
+    # Emitted only while a caller still passes it (program code not yet moved to wait_for).
+    assert RayJobArgs(**_base_args(), **legacy).to_props()["wait"] is legacy["wait"]
+    assert "wait" not in RayJobArgs(**_base_args(), wait_for=mode).to_props()
+
+
+def _base_args() -> dict[str, Any]:
+    return {
+        "entrypoint": "python3 train.py",
+        "runtime_env": {},
+        "dashboard": dashboard_access.url_dashboard("http://127.0.0.1:8265"),
+        "checkpoint_root": None,
+        "submission_id_prefix": "a4x",
+    }
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ({"submission_id": "a4x-0123", "latest_checkpoint": "gs://b/run/global_step_40",
+          "message": "Job entrypoint command failed with exit code 1, last available logs ..."},
+         "the last refresh saw it FAILED (Job entrypoint command failed with exit code 1): "
+         "resubmitting a4x-0123 as a4x-0123-r2; verl resumes from gs://b/run/global_step_40"),
+        ({"submission_id": "a4x-0123-r2", "latest_checkpoint": None, "message": ""},
+         "the last refresh saw it FAILED: resubmitting a4x-0123-r2 as a4x-0123-r3; verl resumes "
+         "from the start: no checkpoint yet"),
+        ({"submission_id": "a4x-0123", "checkpoint_root": None, "message": None},
+         "resubmitting a4x-0123 as a4x-0123-r2; the job keeps no checkpoints: it starts from "
+         "the beginning"),
+    ],
+)  # fmt: skip
+def test_diff_after_a_failed_refresh_says_what_up_resubmits(
+    state: dict[str, Any], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    olds = {**plain_props(), "status": "FAILED", **state}
+    RayJobProvider().diff(state["submission_id"], olds, plain_props())
+    assert said in capsys.readouterr().out
