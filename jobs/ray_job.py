@@ -761,7 +761,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         phase: str,
         elapsed: float,
     ) -> str:
-        parts = [f"{phase}, {_duration(elapsed)} since submission"]
+        parts = [f"phase: {phase}, {_duration(elapsed)} since submission"]
         if job.wait_for == "finished" and job.checkpoint_root is not None:
             latest = _discover(job.checkpoint_root, None).latest_step
             parts.append(f"latest checkpoint step {latest}")

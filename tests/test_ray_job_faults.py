@@ -31,7 +31,7 @@ from pulumi.runtime.proto import provider_pb2
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access, job_logs
-from jobs.job_evidence import gke_cluster_input
+from jobs.job_evidence import gke_cluster_input, ray_pods_summary
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token
@@ -227,6 +227,15 @@ def test_delete_goes_ahead_only_on_kubernetes_evidence(
         # The proxy's own NotFound for the Service: decided at once, not retried for reach_s.
         proxied = [r for r in kube.requests if "/proxy/" in r]
         assert len(proxied) == 1, kube.requests
+
+
+def test_progress_lines_summarise_the_ray_pods(kube: KubeApi) -> None:
+    kube.head_pods = [HeadPod("h-head", "Running"), HeadPod("h-worker-0", "Pending")]
+    spec = dashboard_access.parse_dashboard(kube_dashboard(kube))
+    assert isinstance(spec, dashboard_access.KubeServiceProxy)
+    with dashboard_access.client_args(spec, stand_in_token) as make_args:
+        summary = ray_pods_summary(spec, make_args)
+    assert summary == f"Ray pods of {CLUSTER}: 1 Pending, 1 Running (ContainerCreating x1)"
 
 
 def test_a_404_that_is_not_the_api_servers_notfound_proves_nothing(kube: KubeApi) -> None:

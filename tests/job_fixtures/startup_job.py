@@ -8,6 +8,7 @@ training step line in verl's console format (``step:1 - key:value - ...`` with
     python startup_job.py --startup-seconds 1 --hold-seconds 60     # first step, keeps running
     python startup_job.py --fail-before-step                         # dies while loading
     python startup_job.py --steps 2                                  # finishes (SUCCEEDED)
+    python startup_job.py --hold-seconds 3 --fail-after-steps        # fails after its first step
     python startup_job.py --long-lines 3 --long-line-bytes 5000000 --fail-before-step
 """
 
@@ -27,6 +28,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--hold-seconds", type=float, default=0.0)
     parser.add_argument("--fail-before-step", action="store_true")
+    parser.add_argument("--fail-after-steps", action="store_true", help="after --hold-seconds")
     parser.add_argument("--long-lines", type=int, default=0)
     parser.add_argument("--long-line-bytes", type=int, default=5_000_000)
     parser.add_argument("--run", default="", help="ignored: makes each test's job spec unique")
@@ -58,6 +60,10 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     time.sleep(args.hold_seconds)
+    if args.fail_after_steps:
+        print(f"{PREFIX}Traceback (most recent call last):", flush=True)
+        print(f"{PREFIX}RuntimeError: NCCL watchdog timeout (stand-in)", flush=True)
+        return 9
     print(f"{PREFIX}Final validation metrics: {{}}", flush=True)
     return 0
 
