@@ -14,6 +14,11 @@ from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
 CPU_POOL_NAME = "cpu-pool"
+CPU_POOL_DISK_GB = 200
+# Standard: the inline CPU pool is the cluster's only pool at create time; GKE then lists the
+# separately managed GPU pool in nodePools too, which would otherwise read as a change that
+# replaces the cluster (terraform-provider-google#408). The CPU pool is therefore create-only.
+CLUSTER_IGNORED_CHANGES = ["nodePools"]
 # Cluster operations on GKE regularly exceed the provider's 40-minute default.
 CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
 
@@ -48,6 +53,32 @@ def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
                 ),
             )
         ],
+    )
+
+
+def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
+    """The Standard cluster's CPU pool, created inside the cluster operation (no default pool).
+
+    Create-only (CLUSTER_IGNORED_CHANGES): GKE's autoscaler sizes it between cpuNodes and
+    cpuMaxNodes; another machine type or disk needs a new pool (gcloud container node-pools
+    create) or a new cluster."""
+    return gcp.container.ClusterNodePoolArgs(
+        name=CPU_POOL_NAME,
+        node_locations=[s.zone],
+        initial_node_count=s.cpu_nodes,
+        autoscaling=gcp.container.ClusterNodePoolAutoscalingArgs(
+            total_min_node_count=s.cpu_nodes, total_max_node_count=s.cpu_max_nodes
+        ),
+        node_config=gcp.container.ClusterNodePoolNodeConfigArgs(
+            machine_type=s.cpu_machine_type,
+            disk_type=s.cpu_boot_disk_type,
+            disk_size_gb=CPU_POOL_DISK_GB,
+            image_type="COS_CONTAINERD",
+            workload_metadata_config=gcp.container.ClusterNodePoolNodeConfigWorkloadMetadataConfigArgs(
+                mode="GKE_METADATA"
+            ),
+            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+        ),
     )
 
 
@@ -129,8 +160,8 @@ class GkeCluster(pulumi.ComponentResource):
     cluster: gcp.container.Cluster
     # The cluster's name, resolved only once its GKE version meets the floor.
     checked_name: pulumi.Output[str]
-    # Standard only: the CPU pool where the data-prep Job, operators and (x86) Ray head run.
-    cpu_pool: gcp.container.NodePool | None
+    # Standard only: the name of the CPU pool (created inside the cluster, cpu_pool_args) where
+    # the data-prep Job, operators and (x86) Ray head run.
     cpu_pool_name: str | None
     provider: k8s.Provider
     kubeconfig: pulumi.Output[str]
@@ -140,7 +171,6 @@ class GkeCluster(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:gke_cluster:GkeCluster", name, None, opts)
         s = args.settings
-        child = pulumi.ResourceOptions(parent=self)
         autopilot = s.mode is Mode.AUTOPILOT
 
         self.cluster = gcp.container.Cluster(
@@ -164,7 +194,11 @@ class GkeCluster(pulumi.ComponentResource):
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
             **(self._autopilot_args() if autopilot else self._standard_args(s)),
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=CLUSTER_TIMEOUTS),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=CLUSTER_TIMEOUTS,
+                ignore_changes=[] if autopilot else CLUSTER_IGNORED_CHANGES,
+            ),
         )
 
         # Everything built on the cluster (GPU pool, Kubernetes provider) takes its name from
@@ -172,7 +206,6 @@ class GkeCluster(pulumi.ComponentResource):
         self.checked_name = pulumi.Output.all(self.cluster.name, self.cluster.master_version).apply(
             lambda values: check_cluster_version(values[0], values[1], s)
         )
-        self.cpu_pool = None if autopilot else self._cpu_pool(name, s, child)
         self.cpu_pool_name = None if autopilot else CPU_POOL_NAME
 
         self.kubeconfig = pulumi.Output.secret(
@@ -182,15 +215,14 @@ class GkeCluster(pulumi.ComponentResource):
                 self.cluster.master_auth.cluster_ca_certificate,
             ).apply(lambda values: kubeconfig(values[0], values[1], values[2] or ""))
         )
-        # Kubernetes objects wait for the CPU pool (somewhere to run), never for the GPU pool.
+        # Kubernetes objects wait for the cluster, whose create includes the CPU pool (somewhere
+        # to run), never for the GPU pool.
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             # On destroy, objects of a cluster that is already gone are dropped from state.
             delete_unreachable=True,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.cpu_pool] if self.cpu_pool else []
-            ),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.cluster.name, "endpoint": self.cluster.endpoint})
 
@@ -202,10 +234,12 @@ class GkeCluster(pulumi.ComponentResource):
     @staticmethod
     def _standard_args(s: StackSettings) -> dict[str, object]:
         return {
-            # The CPU pool is a separate NodePool so it can be changed without replacing the
-            # cluster.
-            "remove_default_node_pool": True,
-            "initial_node_count": 1,
+            # The cluster is created with its CPU pool and no default pool: with
+            # remove_default_node_pool the provider deletes default-pool inside the cluster's
+            # create, minutes before the GPU pool may start (terraform-provider-google
+            # resource_container_cluster.go). GKE API Cluster.nodePools: set instead of
+            # initial_node_count / node_config.
+            "node_pools": [cpu_pool_args(s)],
             "node_locations": [s.zone],
             "datapath_provider": "ADVANCED_DATAPATH",
             # Pods attach the gVNIC/RDMA NICs through GKENetworkParamSet/Network objects.
@@ -221,30 +255,3 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
             ),
         }
-
-    def _cpu_pool(
-        self, name: str, s: StackSettings, child: pulumi.ResourceOptions
-    ) -> gcp.container.NodePool:
-        return gcp.container.NodePool(
-            f"{name}-cpu-pool",
-            name=CPU_POOL_NAME,
-            project=s.project,
-            location=s.region,
-            cluster=self.cluster.name,
-            node_locations=[s.zone],
-            initial_node_count=s.cpu_nodes,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=s.cpu_nodes, total_max_node_count=s.cpu_max_nodes
-            ),
-            node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=s.cpu_machine_type,
-                disk_type=s.cpu_boot_disk_type,
-                disk_size_gb=200,
-                image_type="COS_CONTAINERD",
-                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
-                    mode="GKE_METADATA"
-                ),
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
-            ),
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=CLUSTER_TIMEOUTS),
-        )

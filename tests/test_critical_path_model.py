@@ -250,14 +250,18 @@ def test_levers_in_graph_recognises_each_lever() -> None:
         "image"
     ]
 
-    # no_default_pool: a Standard cluster that removes no default pool.
-    def keep_no_default(inputs: dict[str, Any]) -> None:
-        inputs.pop("removeDefaultNodePool", None)
-        inputs.pop("initialNodeCount", None)
+    # no_default_pool: the program creates its CPU pool inline; a cluster that removes a
+    # default pool (the program before issue 13) does not have the lever.
+    assert Lever.NO_DEFAULT_POOL in base
+
+    def remove_default(inputs: dict[str, Any]) -> None:
+        inputs.pop("nodePools", None)
+        inputs["removeDefaultNodePool"] = True
+        inputs["initialNodeCount"] = 1
 
     cluster_type = "gcp:container/cluster:Cluster"
-    found = levers_in_graph(with_inputs(recorded, cluster_type, keep_no_default), "amd64")
-    assert Lever.NO_DEFAULT_POOL in found - base
+    found = levers_in_graph(with_inputs(recorded, cluster_type, remove_default), "amd64")
+    assert Lever.NO_DEFAULT_POOL not in found
 
     # prepull: a DaemonSet whose pod uses the worker image.
     def preload(inputs: dict[str, Any]) -> None:

@@ -48,9 +48,11 @@ def test_nothing_but_readiness_waits_for_the_gpu_pool(stack: str, mode: str) -> 
 @pytest.mark.parametrize(("stack", "mode"), STANDARD)
 def test_kubernetes_objects_wait_for_the_cpu_pool(stack: str, mode: str) -> None:
     result = plan(stack, mode)
-    cpu_pool = result.one("gcp:container/nodePool:NodePool", "gke-cpu-pool")
+    # The CPU pool is created inside the cluster operation (components/gke_cluster.py).
+    cluster = result.one("gcp:container/cluster:Cluster")
+    assert [p["name"] for p in cluster.inputs["nodePools"]] == ["cpu-pool"]
     for resource in kubernetes_resources(result):
-        assert result.depends_on(resource, cpu_pool), resource.name
+        assert result.depends_on(resource, cluster), resource.name
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)

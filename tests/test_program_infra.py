@@ -76,7 +76,10 @@ def test_standard_cluster(stack: str, mode: str) -> None:
     # Never the GKE Ray add-on: KubeRay comes from Helm.
     assert "rayOperatorConfigs" not in cluster["addonsConfig"]
     assert cluster["deletionProtection"] is False
-    assert cluster["removeDefaultNodePool"] is True
+    # No default pool to delete inside the create (issue 13 lever 3): the CPU pool is inline.
+    assert "removeDefaultNodePool" not in cluster
+    assert "initialNodeCount" not in cluster
+    assert [pool["name"] for pool in cluster["nodePools"]] == ["cpu-pool"]
     assert cluster["enableMultiNetworking"] is (stack != "a4x")
     # The channel picks the version; a pinned one fails once it leaves the channel.
     assert "minMasterVersion" not in cluster
@@ -179,14 +182,30 @@ def test_gpu_pool_and_kubernetes_take_the_version_checked_cluster_name(
 
 @pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "standard"])
 def test_cpu_system_pool(stack: str, mode: str) -> None:
-    pool = plan(stack, mode).one(NODE_POOL, "gke-cpu-pool")
-    config = pool.inputs["nodeConfig"]
+    result = plan(stack, mode)
+    cluster = result.one(CLUSTER)
+    # Created with the cluster, not as a separate NodePool after a default pool's delete.
+    assert [pool.name for pool in result.of_type(NODE_POOL)] == ["gpu-pool"]
+    (pool,) = cluster.inputs["nodePools"]
+    config = pool["nodeConfig"]
     assert config["machineType"] == "n4-highmem-16"
     # N4 boots only from Hyperdisk.
     assert config["diskType"] == "hyperdisk-balanced"
+    assert config["diskSizeGb"] == 200
+    assert config["imageType"] == "COS_CONTAINERD"
     assert config["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
-    assert pool.inputs["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 5}
-    assert pool.custom_timeouts["create"] == "60m"
+    assert pool["nodeLocations"] == ["us-central1-b"]
+    assert pool["initialNodeCount"] == 1
+    assert pool["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 5}
+    assert cluster.custom_timeouts["create"] == "60m"
+    # GKE lists the separate GPU pool in nodePools too; without this the next preview would
+    # replace the cluster (terraform-provider-google#408).
+    assert cluster.ignore_changes == frozenset({"nodePools"})
+
+
+@pytest.mark.parametrize(("stack", "mode"), [c for c in COMBINATIONS if c[1] == "autopilot"])
+def test_autopilot_cluster_ignores_nothing(stack: str, mode: str) -> None:
+    assert plan(stack, mode).one(CLUSTER).ignore_changes == frozenset()
 
 
 # GKE autoscaler machine table / Cluster Toolkit gke-node-pool disk_definitions.tf.
@@ -287,9 +306,9 @@ def test_gpu_pool_needs_cluster_and_k8s_provider_does_not_need_gpu_pool() -> Non
     gpu_pool = result.one(NODE_POOL, "gpu-pool")
     cluster = result.one(CLUSTER)
     provider = result.one(K8S_PROVIDER)
-    cpu_pool = result.one(NODE_POOL, "gke-cpu-pool")
     assert result.depends_on(gpu_pool, cluster)
-    assert result.depends_on(provider, cpu_pool)
+    # The cluster's create includes the CPU pool.
+    assert result.depends_on(provider, cluster)
     assert not result.depends_on(provider, gpu_pool)
 
 
