@@ -51,6 +51,16 @@ def checkpoint_dir(experiment: str) -> str:
     return f"{CHECKPOINT_ROOT}/{experiment}"
 
 
+# Hugging Face model folders merged from a run's final checkpoint, one per experiment
+# (payloads/export/export_model.py writes them; `modelExportPath` is the gs:// name).
+MODELS_ROOT = f"{DATA_MOUNT}/models"
+
+
+def model_export_dir(experiment: str) -> str:
+    """Where a finished run's merged Hugging Face model lands."""
+    return f"{MODELS_ROOT}/{experiment}"
+
+
 def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
     """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
     return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_dir(model_id))

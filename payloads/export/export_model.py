@@ -1,0 +1,169 @@
+"""Merge a finished verl run's latest FSDP checkpoint into a Hugging Face model folder.
+
+    python export_model.py --checkpoint-dir /data/verl/checkpoints/<experiment> \
+        --target-dir /data/models/<experiment>
+
+Runs as the last command of the GRPO job's entrypoint, after verl's trainer exited 0, on the Ray
+head (the job driver). The merge itself (`python -m verl.model_merger merge --backend fsdp
+--local_dir <ckpt>/global_step_N/actor --target_dir <target>`, verl's own merger) runs as a Ray
+task pinned to a GPU worker node: it holds every fp32 shard in host RAM at once (about 200-256
+GiB for a 32B model), more than the x86 head's CPU node has, and the worker nodes have TBs. No
+second GPU job: the task asks for one CPU of a node the finished run just released.
+
+Idempotent: a marker file written last in the target folder names the step it was merged from;
+a rerun for the same step does nothing. Stdlib and ray only: this file is all the head gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# verl writes this last when it saves a checkpoint (fsdp checkpoint manager): the latest
+# complete global_step_N folder.
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+# Written last in the target folder: a folder without it is an export that did not finish.
+MARKER = ".verl-gke-export.json"
+DEFAULT_MERGER = "verl.model_merger"
+# Lines of the merger's output kept for an error message.
+TAIL_LINES = 40
+
+
+class ExportError(RuntimeError):
+    """The export cannot run or failed; the message says what and where."""
+
+
+def latest_step(checkpoint_dir: Path) -> tuple[int, Path]:
+    """(N, <checkpoint_dir>/global_step_N/actor) of the latest complete checkpoint."""
+    latest = checkpoint_dir / LATEST_FILE
+    if not latest.is_file():
+        raise ExportError(
+            f"no checkpoint to export: {latest} does not exist (verl writes it after each "
+            "checkpoint; is trainer.save_freq > 0 and trainer.default_local_dir this folder?)"
+        )
+    text = latest.read_text().strip()
+    if not text.isdigit():
+        raise ExportError(f"{latest} holds {text!r}, not a step number")
+    step = int(text)
+    actor = checkpoint_dir / f"global_step_{step}" / "actor"
+    if not actor.is_dir():
+        raise ExportError(f"{latest} names step {step}, but {actor} does not exist")
+    return step, actor
+
+
+def read_marker(target_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((target_dir / MARKER).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def merge_argv(merger: str, actor_dir: Path, target_dir: Path) -> list[str]:
+    """The merger's command line (verl docs/advance/checkpoint.rst, v0.6.1 and later)."""
+    return [
+        sys.executable, "-m", merger, "merge",
+        "--backend", "fsdp",
+        "--local_dir", str(actor_dir),
+        "--target_dir", str(target_dir),
+    ]  # fmt: skip
+
+
+def run_merger(argv: list[str]) -> dict[str, Any]:
+    """Run the merger here; its output goes to this process's log, its tail comes back."""
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    output = (proc.stdout + proc.stderr).splitlines()
+    print("\n".join(output), flush=True)
+    return {
+        "returncode": proc.returncode,
+        "tail": output[-TAIL_LINES:],
+        "seconds": round(time.monotonic() - started, 1),
+        "node": os.uname().nodename,
+    }
+
+
+def pick_node(resource: str) -> dict[str, Any]:
+    """The alive Ray node with `resource` (GPU on the cluster) and the most memory."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(resource, 0) > 0]
+    if not nodes:
+        raise ExportError(f"no alive Ray node offers resource {resource!r} to run the merge on")
+    return max(nodes, key=lambda n: n["Resources"].get("memory", 0))
+
+
+def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
+    node = pick_node(resource)
+    print(f"export: merging on node {node['NodeManagerAddress']} ({node['NodeID'][:12]})",
+          flush=True)
+    task = ray.remote(num_cpus=1)(run_merger).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+    )
+    return ray.get(task.remote(argv))
+
+
+def export(
+    checkpoint_dir: Path, target_dir: Path, *, merger: str, node_resource: str
+) -> dict[str, Any]:
+    step, actor = latest_step(checkpoint_dir)
+    marker = read_marker(target_dir)
+    if marker and marker.get("step") == step and marker.get("source") == str(actor):
+        print(f"export: {target_dir} already holds step {step}; nothing to do", flush=True)
+        return {**marker, "skipped": True}
+    target_dir.mkdir(parents=True, exist_ok=True)
+    # A stale marker would vouch for a half-rewritten folder if this merge dies.
+    (target_dir / MARKER).unlink(missing_ok=True)
+    print(f"export: step {step} from {actor} -> {target_dir}", flush=True)
+    result = merge_on_node(merge_argv(merger, actor, target_dir), node_resource)
+    if result["returncode"] != 0:
+        tail = "\n".join(result["tail"])
+        raise ExportError(
+            f"the merger exited {result['returncode']} on {result['node']} "
+            f"(step {step}, {actor}); its last lines:\n{tail}"
+        )
+    record = {
+        "step": step,
+        "source": str(actor),
+        "merger": merger,
+        "node": result["node"],
+        "seconds": result["seconds"],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (target_dir / MARKER).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"export: done in {result['seconds']} s: {target_dir}", flush=True)
+    return {**record, "skipped": False}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint-dir", type=Path, required=True)
+    parser.add_argument("--target-dir", type=Path, required=True)
+    # Tests only: a stand-in merger module, and a node resource a local head has.
+    parser.add_argument("--merger-module", default=DEFAULT_MERGER)
+    parser.add_argument("--node-resource", default="GPU")
+    args = parser.parse_args(argv)
+    try:
+        export(
+            args.checkpoint_dir,
+            args.target_dir,
+            merger=args.merger_module,
+            node_resource=args.node_resource,
+        )
+    except ExportError as error:
+        print(f"export failed: {error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
