@@ -126,13 +126,13 @@ def test_verl_merger_argparse_accepts_the_payload_argv(release: str, tmp_path: P
     python = Path(str(VERL_VENVS)) / release / "bin" / "python"
     argv = export_model.merge_argv("verl.model_merger", tmp_path / "actor", tmp_path / "out")
     assert argv[1:3] == ["-m", "verl.model_merger"]
-    probe = f"""
+    probe = """
 import ast, importlib.util, json, pathlib, sys
 spec = importlib.util.find_spec("verl")
 source = pathlib.Path(spec.submodule_search_locations[0], "model_merger", "base_model_merger.py")
 tree = ast.parse(source.read_text())
 fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "parse_args")
-namespace = {{"argparse": __import__("argparse")}}
+namespace = {"argparse": __import__("argparse")}
 exec(compile(ast.Module(body=[fn], type_ignores=[]), str(source), "exec"), namespace)
 sys.argv = ["verl.model_merger"] + json.loads(sys.argv[1])
 print(json.dumps(vars(namespace["parse_args"]())))

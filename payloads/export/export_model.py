@@ -104,8 +104,9 @@ def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
     node = pick_node(resource)
-    print(f"export: merging on node {node['NodeManagerAddress']} ({node['NodeID'][:12]})",
-          flush=True)
+    print(
+        f"export: merging on node {node['NodeManagerAddress']} ({node['NodeID'][:12]})", flush=True
+    )
     task = ray.remote(num_cpus=1)(run_merger).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
     )
