@@ -156,12 +156,47 @@ class AcceleratorProfile:
     def default_mode(self) -> Mode:
         return self.modes[0]
 
+    def kubernetes_floor(self, mode: Mode) -> str:
+        """The lowest GKE version the profile works on in `mode`: the DRANET floor where GKE's
+        managed DRANET carries the NICs, else min_kubernetes_version."""
+        networking = self.networking.get(mode)  # None: a mode the profile lacks (reported)
+        return (
+            DRANET_MIN_VERSION.get(networking, self.min_kubernetes_version)
+            if networking
+            else (self.min_kubernetes_version)
+        )
+
     def networking_for(self, mode: Mode) -> GpuNetworking:
         return self.networking[mode]
 
 
 def _frozen(mapping: dict) -> Mapping:
     return MappingProxyType(mapping)
+
+
+# GKE managed DRANET's version requirement (GKE "Allocate network resources by using GKE managed
+# DRANET", docs.cloud.google.com/kubernetes-engine/docs/how-to/allocate-network-resources-dra):
+# "Standard: 1.34.1-gke.1829001 or later. Autopilot: 1.35.2-gke.1842000 or later". The A4X
+# node pool (Standard) and the Autopilot ComputeClass both get their RDMA NICs from it.
+DRANET_MIN_VERSION: Mapping[GpuNetworking, str] = MappingProxyType(
+    {
+        GpuNetworking.DRANET_NODE_POOL: "1.34.1-gke.1829001",
+        GpuNetworking.DRANET_COMPUTE_CLASS: "1.35.2-gke.1842000",
+    }
+)
+# Release channels that create Autopilot clusters below that floor. GKE release notes, "Current
+# versions" table (docs.cloud.google.com/kubernetes-engine/docs/release-notes, 2026 snapshots):
+# new minor versions reach Rapid first, then Regular, then Stable; when Regular's default for
+# cluster creation was already 1.35.5-gke.1163012, Stable's was still 1.34.8-gke.1000000, below
+# the Autopilot DRANET floor. Rapid (the tutorial's choice, §3.B) and Regular are accepted; the
+# version GKE actually gives the cluster is checked against the floor before any GPU is asked for
+# (components/gke_cluster.py).
+AUTOPILOT_DRANET_REFUSED_CHANNELS: Mapping[str, str] = MappingProxyType(
+    {
+        "STABLE": "Stable gets a minor version last; its default for new clusters was still "
+        "1.34 when Regular's was 1.35 (GKE release notes)",
+    }
+)
 
 
 _GPU_TAINT = Toleration(key="nvidia.com/gpu")

@@ -28,8 +28,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from config import input_rules
 from config.networking import NetworkingPlan, networking_plan
-from config.profiles import PROFILES, AcceleratorProfile, GpuNetworking, Mode
+from config.profiles import (
+    AUTOPILOT_DRANET_REFUSED_CHANNELS,
+    PROFILES,
+    AcceleratorProfile,
+    GpuNetworking,
+    Mode,
+)
 
 NAMESPACE = "verl-gke"
 # The tutorial's model (verl-gke:model).
@@ -49,11 +56,6 @@ _RESERVATION = re.compile(
     r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 )
 _BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_]{1,61}[a-z0-9]$")
-# REPOSITORY:TAG or REPOSITORY@sha256:DIGEST (the tag after the last path segment).
-_IMAGE = re.compile(
-    r"^[a-z0-9][-a-z0-9._/]*(:[0-9]+)?[-a-z0-9._/]*"
-    r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
-)
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 # The first nvidia-dra-driver-gpu chart whose DeviceClasses use resource.k8s.io/v1 when the
 # cluster serves it (NVIDIA/k8s-dra-driver-gpu 960b0e10, issue #533); older charts need the
@@ -164,7 +166,7 @@ class StackSettings(BaseModel):
             "clusterName": f"verl-{stack}",
             # Autopilot DRANET needs the rapid channel (tutorial §3.B).
             "releaseChannel": "RAPID" if mode == Mode.AUTOPILOT.value else "REGULAR",
-            "kubernetesVersion": profile.min_kubernetes_version,
+            "kubernetesVersion": _kubernetes_floor(profile, mode),
             "verlImage": profile.verl_image,
             "verlRef": profile.verl_ref,
             "rayVersion": profile.ray_version,
@@ -224,9 +226,7 @@ def _problems(s: StackSettings) -> list[str | None]:
     """Each rule returns None or one message: key = value, why, and the fix."""
     profile = s.profile
     return [
-        _check_name(
-            s, "project", s.project, _PROJECT_ID, "6-30 lowercase letters, digits, hyphens"
-        ),
+        _check_project(s),
         _check_region(s),
         _check_zone(s),
         _check_mode(s, profile),
@@ -241,8 +241,7 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_release_channel(s),
         _check_kubernetes_version(s, profile),
         _check_cidrs(s),
-        _check_image(s, "data_prep_image", profile.data_prep_image),
-        _check_image(s, "nccl_installer_image", profile.nccl_installer_image),
+        *_input_class_problems(s, profile),
         _check_chart_version(s, "kuberay_chart_version", "1.7.0"),
         _check_chart_version(s, "dra_driver_chart_version", DRA_DRIVER_MIN_CHART),
         _check_dra_driver_chart(s, profile),
@@ -347,18 +346,19 @@ def _check_bucket(s: StackSettings) -> str | None:
         f"{config_key('bucket_name')} = {name!r}: GCS bucket names are 3-63 lowercase letters, "
         f"digits, hyphens or underscores, start and end with a letter or digit, and must not "
         f"start with 'goog' or contain 'google'. Fix: "
-        f"{s.fix('bucket_name', (s.project + '-verl')[:63])}"
+        f"{s.fix('bucket_name', _bucket_suggestion(s))}"
     )
 
 
 def _check_cpu_machine(s: StackSettings) -> str | None:
-    # The Ray head (x86 stacks) and the data-prep Job need >= 16 vCPUs and highmem (tutorial).
-    match = re.match(r"^[a-z0-9]+-highmem-(\d+)$", s.cpu_machine_type)
-    if match and int(match[1]) >= 16:
+    # A machine type that does not exist fails only when GKE creates the pool.
+    problem = input_rules.cpu_machine_problem(s.cpu_machine_type)
+    if problem is None:
         return None
+    why, suggestion = problem
     return (
-        f"{config_key('cpu_machine_type')} = {s.cpu_machine_type!r}: the CPU pool needs a highmem "
-        f"machine with at least 16 vCPUs. Fix: {s.fix('cpu_machine_type', 'n4-highmem-16')}"
+        f"{config_key('cpu_machine_type')} = {s.cpu_machine_type!r}: {why}. "
+        f"Fix: {s.fix('cpu_machine_type', suggestion)}"
     )
 
 
@@ -389,50 +389,94 @@ def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> 
     # A floor, not a pin: the release channel picks the cluster's version (a pinned version
     # breaks cluster creation once it leaves the channel); components/gke_cluster.py checks the
     # version GKE returns against this floor before the GPU pool exists.
+    floor = profile.kubernetes_floor(s.mode)
     if _K8S_VERSION.match(s.kubernetes_version) and version_tuple(
         s.kubernetes_version
-    ) >= version_tuple(profile.min_kubernetes_version):
+    ) >= version_tuple(floor):
         return None
     return (
         f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: the lowest GKE version "
-        f"the stack accepts must be {profile.min_kubernetes_version} or later for "
-        f"{profile.name} (DRA resource.k8s.io/v1 and DRANET), written as 1.MINOR[.PATCH[-gke.N]]; "
-        f"the release channel picks the actual version. "
-        f"Fix: {s.fix('kubernetes_version', profile.min_kubernetes_version)}"
+        f"the stack accepts must be {floor} or later for {profile.name} on {s.mode.value} "
+        f"(DRA resource.k8s.io/v1 and GKE managed DRANET), written as "
+        f"1.MINOR[.PATCH[-gke.N]]; the release channel picks the actual version. "
+        f"Fix: {s.fix('kubernetes_version', floor)}"
     )
 
 
+_CIDR_FIELDS = ("host_subnet_cidr", "pods_cidr", "services_cidr")
+# 192.168.0.0/16 is taken by the gVNIC and RoCE subnets (tutorial §2.1).
+_RDMA_RANGE = ipaddress.IPv4Network("192.168.0.0/16")
+
+
 def _check_cidrs(s: StackSettings) -> str | None:
-    fields = ("host_subnet_cidr", "pods_cidr", "services_cidr")
-    networks = []
-    for name in fields:
-        value = getattr(s, name)
-        try:
-            networks.append(ipaddress.ip_network(value))
-        except ValueError:
-            return f"{config_key(name)} = {value!r}: not a CIDR range (e.g. 10.128.0.0/20)."
-    # 192.168.0.0/16 is taken by the gVNIC and RoCE subnets (tutorial §2.1).
-    networks.append(ipaddress.ip_network("192.168.0.0/16"))
-    names = [*fields, "RDMA subnets (192.168.0.0/16)"]
-    for i, first in enumerate(networks):
-        for j in range(i + 1, len(networks)):
-            if first.overlaps(networks[j]):
-                return (
-                    f"{config_key(fields[i])} = {first} overlaps {names[j]}: the host, pod, "
-                    f"service and RDMA ranges must be disjoint."
-                )
+    networks: dict[str, ipaddress.IPv4Network] = {}
+    for name in _CIDR_FIELDS:
+        parsed = input_rules.ipv4_network(getattr(s, name))
+        if isinstance(parsed, str):
+            default = StackSettings.model_fields[name].default
+            value = getattr(s, name)
+            return f"{config_key(name)} = {value!r}: {parsed}. Fix: {s.fix(name, default)}"
+        networks[name] = parsed
+    return _cidr_size_problem(s, networks) or _cidr_overlap_problem(s, networks)
+
+
+def _cidr_size_problem(s: StackSettings, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
+    nodes = s.cpu_max_nodes + s.gpu_nodes
+    needs = {
+        "pods_cidr": input_rules.pods_prefix_needed(nodes),
+        "host_subnet_cidr": input_rules.host_prefix_needed(nodes),
+    }
+    for name, prefix in needs.items():
+        if networks[name].prefixlen <= prefix:
+            continue
+        others = [n for key, n in networks.items() if key != name] + [_RDMA_RANGE]
+        fix = input_rules.free_range(prefix, others)
+        return (
+            f"{config_key(name)} = {networks[name]}: too small for {nodes} nodes "
+            f"({config_key('cpu_max_nodes')} + {config_key('gpu_nodes')}); it needs a /{prefix} "
+            f"or larger (GKE: one /24 of pod addresses per node; 4 addresses per subnet are "
+            f"reserved). Fix: {s.fix(name, fix)}"
+        )
+    return None
+
+
+def _cidr_overlap_problem(
+    s: StackSettings, networks: dict[str, ipaddress.IPv4Network]
+) -> str | None:
+    named = [*((config_key(k), n) for k, n in networks.items()), ("the RDMA subnets", _RDMA_RANGE)]
+    for i, (first_key, first) in enumerate(named):
+        for second_key, second in named[i + 1 :]:
+            if not first.overlaps(second):
+                continue
+            # Blame a range the user set (not at its default), so the fix names the changed key.
+            changed = [
+                k for k in _CIDR_FIELDS
+                if config_key(k) in (first_key, second_key)
+                and getattr(s, k) != StackSettings.model_fields[k].default
+            ]
+            name = changed[0] if changed else next(
+                k for k in _CIDR_FIELDS if config_key(k) in (first_key, second_key)
+            )
+            value = networks[name]
+            other_key, other = (
+                (second_key, second) if config_key(name) == first_key else (first_key, first)
+            )
+            taken = [n for k, n in networks.items() if k != name] + [_RDMA_RANGE]
+            fix = input_rules.free_range(value.prefixlen, taken)
+            return (
+                f"{config_key(name)} = {value} overlaps {other_key} = {other}: the host, pod, "
+                f"service and RDMA ranges must be disjoint. Fix: {s.fix(name, fix)}"
+            )
     return None
 
 
 def _check_image(s: StackSettings, field_name: str, example: str) -> str | None:
     # A tag or digest pins what the nodes pull; an untagged name silently means `:latest`.
     value = getattr(s, field_name)
-    if _IMAGE.match(value):
+    why = input_rules.image_problem(value)
+    if why is None:
         return None
-    return (
-        f"{config_key(field_name)} = {value!r}: expected an image reference with a tag or "
-        f"digest (REPOSITORY:TAG or REPOSITORY@sha256:...). Fix: {s.fix(field_name, example)}"
-    )
+    return f"{config_key(field_name)} = {value!r}: {why}. Fix: {s.fix(field_name, example)}"
 
 
 def _check_dra_driver_chart(s: StackSettings, profile: AcceleratorProfile) -> str | None:
@@ -460,6 +504,104 @@ def _check_chart_version(s: StackSettings, field_name: str, example: str) -> str
     return (
         f"{config_key(field_name)} = {value!r}: expected a Helm chart version such as "
         f"{example} (MAJOR.MINOR.PATCH). Fix: {s.fix(field_name, example)}"
+    )
+
+
+# --- classes of bad input (config/input_rules.py): one rule for every member of a class ------
+
+
+def _kubernetes_floor(profile: AcceleratorProfile, mode: object) -> str:
+    try:
+        return profile.kubernetes_floor(Mode(str(mode)))
+    except (ValueError, KeyError):
+        return profile.min_kubernetes_version  # _check_mode reports the bad mode
+
+
+def image_fields() -> list[str]:
+    """Every image setting (verlImage, dataPrepImage, ncclInstallerImage, ...)."""
+    return [name for name in StackSettings.model_fields if name.endswith("_image")]
+
+
+def _check_project(s: StackSettings) -> str | None:
+    if _PROJECT_ID.match(s.project):
+        return None
+    key = config_key("project")
+    if s.project.isdigit():
+        return (
+            f"{key} = {s.project!r}: this is a project number; {key} is the project ID. Fix: "
+            f"gcloud projects describe {s.project} --format='value(projectId)', then "
+            f"pulumi config set {key} PROJECT_ID -s {s.stack}"
+        )
+    return (
+        f"{key} = {s.project!r}: a project ID is 6-30 characters: lowercase letters, digits and "
+        f"hyphens, starting with a letter and not ending with a hyphen. Fix: "
+        f"pulumi config set {key} PROJECT_ID -s {s.stack} (gcloud projects list shows yours)"
+    )
+
+
+def _bucket_suggestion(s: StackSettings) -> str:
+    """A bucket name that passes _check_bucket, even where gcp:project is itself invalid."""
+    base = re.sub(r"[^a-z0-9_-]+", "-", f"{s.project}-verl".lower()).strip("-_")
+    base = base.replace("google", "g").removeprefix("goog")
+    candidate = base[:63].strip("-_")
+    if _BUCKET.match(candidate) and candidate[0].isalnum():
+        return candidate
+    return f"verl-{s.profile_name}-checkpoints"
+
+
+def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list[str | None]:
+    problems: list[str | None] = [
+        _check_image(s, name, getattr(profile, name)) for name in image_fields()
+    ]
+    problems.append(_reason(s, "ray_version", input_rules.ray_version_problem, profile.ray_version))
+    problems.append(_reason(s, "verl_ref", input_rules.git_ref_problem, profile.verl_ref))
+    model = input_rules.model_problem(s.model, DEFAULT_MODEL)
+    if model is not None:
+        problems.append(
+            f"{config_key('model')} = {s.model!r}: {model[0]}. Fix: {s.fix('model', model[1])}"
+        )
+    token = input_rules.hf_token_problem(s.hf_token.get_secret_value())
+    if token is not None:
+        key = config_key("hf_token")
+        problems.append(
+            f"{key} = <secret>: {token}. Fix: pulumi config set --secret {key} hf_... -s "
+            f"{s.stack} (the token from huggingface.co/settings/tokens, pasted without spaces)"
+        )
+    if s.fabric_min_busbw_gbps is not None:
+        problems.append(
+            _reason(
+                s,
+                "fabric_min_busbw_gbps",
+                input_rules.busbw_problem,
+                profile.fabric_min_busbw_gbps,
+                s.fabric_min_busbw_gbps,
+            )
+        )
+    problems.append(_check_dranet_channel(s))
+    return problems
+
+
+def _reason(
+    s: StackSettings, field_name: str, rule: Any, fix_value: object, value: object = None
+) -> str | None:
+    value = getattr(s, field_name) if value is None else value
+    why = rule(value)
+    if why is None:
+        return None
+    return f"{config_key(field_name)} = {value!r}: {why}. Fix: {s.fix(field_name, fix_value)}"
+
+
+def _check_dranet_channel(s: StackSettings) -> str | None:
+    if s.profile.networking.get(s.mode) is not GpuNetworking.DRANET_COMPUTE_CLASS:
+        return None
+    why = AUTOPILOT_DRANET_REFUSED_CHANNELS.get(s.release_channel)
+    if why is None:
+        return None
+    floor = s.profile.kubernetes_floor(s.mode)
+    return (
+        f"{config_key('release_channel')} = {s.release_channel!r}: Autopilot DRANET needs GKE "
+        f"{floor} or later, which this channel does not give a new cluster ({why}). "
+        f"Fix: {s.fix('release_channel', 'RAPID')}"
     )
 
 

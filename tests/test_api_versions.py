@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from config.profiles import PROFILES
-from config.settings import SettingsError, load_settings
+from config.settings import SettingsError, load_settings, version_tuple
 from tests.program import COMBINATIONS, plan
 from tests.support import schemas
 from tools.offline_engine import PlanResult
@@ -206,7 +206,13 @@ def test_the_table_applies_to_every_cluster_the_settings_allow(stack: str) -> No
     # version GKE reports); the table holds from 1.34 on, and nothing older is accepted.
     floor = tuple(int(p) for p in PROFILES[stack].min_kubernetes_version.split("."))
     assert floor >= tuple(int(p) for p in TABLE_VERSION.split("."))
-    assert settings_accept(stack, **{"verl-gke:kubernetesVersion": TABLE_VERSION})
+    # The per-mode floor (GKE managed DRANET: 1.34.1-gke.1829001 Standard, 1.35.2-gke.1842000
+    # Autopilot) is at or above the table's version in every mode.
+    for mode in PROFILES[stack].modes:
+        mode_floor = PROFILES[stack].kubernetes_floor(mode)
+        assert version_tuple(mode_floor)[:2] >= floor[:2]
+        changes = {"verl-gke:mode": mode.value, "verl-gke:kubernetesVersion": mode_floor}
+        assert settings_accept(stack, **changes)
     assert not settings_accept(stack, **{"verl-gke:kubernetesVersion": "1.33"})
 
 

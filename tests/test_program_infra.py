@@ -142,7 +142,7 @@ def _failed_run(stack: str, overrides: dict[str, str]) -> str:
 
 
 def test_a_failed_run_does_not_break_the_next_run_in_the_process() -> None:
-    _failed_run("a4x", {**REAL, "verl-gke:kubernetesVersion": "1.35"})
+    _failed_run("a4x", {**REAL, "verl-gke:kubernetesVersion": "1.36"})
     after = run_stack("a4x", dict(REAL), strict=True)
     assert after.one(CLUSTER).inputs["name"] == "verl-a4x"
     assert after.outputs["clusterName"] == "verl-a4x"
@@ -152,15 +152,15 @@ def test_a_failed_run_does_not_break_the_next_run_in_the_process() -> None:
 def test_cluster_below_the_version_floor_stops_before_gpu_pool_and_kubernetes(
     stack: str, mode: str
 ) -> None:
-    # The offline cloud reports 1.34.1-gke.1829001; a floor above it is a cluster GKE gave an
+    # The offline cloud reports 1.35.2-gke.1842000; a floor above it is a cluster GKE gave an
     # older version than the stack needs.
     message = _failed_run(
-        stack, {**REAL, "verl-gke:mode": mode, "verl-gke:kubernetesVersion": "1.35"}
+        stack, {**REAL, "verl-gke:mode": mode, "verl-gke:kubernetesVersion": "1.36"}
     )
-    assert f"GKE created cluster verl-{stack} at version 1.34.1-gke.1829001" in message
-    assert "below verl-gke:kubernetesVersion = '1.35'" in message
+    assert f"GKE created cluster verl-{stack} at version 1.35.2-gke.1842000" in message
+    assert "below verl-gke:kubernetesVersion = '1.36'" in message
     assert (
-        f"gcloud container clusters upgrade verl-{stack} --master --cluster-version=1.35 "
+        f"gcloud container clusters upgrade verl-{stack} --master --cluster-version=1.36 "
         "--location=us-central1 --project=acme-ml-prod"
     ) in message
 

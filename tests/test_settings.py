@@ -200,26 +200,41 @@ def test_every_problem_reported_at_once() -> None:
 
 def test_cpu_pool_needs_highmem_16() -> None:
     message = error_of(**{"verl-gke:cpuMachineType": "n2-standard-8"})
-    assert "verl-gke:cpuMachineType = 'n2-standard-8'" in message and "n4-highmem-16" in message
+    assert "verl-gke:cpuMachineType = 'n2-standard-8'" in message
+    # The fix keeps the family the user chose.
+    assert "Fix: pulumi config set verl-gke:cpuMachineType n2-highmem-16 -s a4x" in message
 
 
 @pytest.mark.parametrize("stack", sorted(PROFILES))
 def test_kubernetes_version_is_a_floor_defaulting_to_the_profile_minimum(stack: str) -> None:
-    floor = PROFILES[stack].min_kubernetes_version
-    assert load(stack).settings.kubernetes_version == floor == "1.34"
+    settings = load(stack).settings
+    floor = PROFILES[stack].kubernetes_floor(settings.mode)
+    assert settings.kubernetes_version == floor
+    # GKE managed DRANET: Standard 1.34.1-gke.1829001, Autopilot 1.35.2-gke.1842000.
+    expected = {"a4x": "1.34.1-gke.1829001", "a4": "1.35.2-gke.1842000", "a3u": "1.34"}
+    assert floor == expected[stack]
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.35", "1.34.1", "1.34.1-gke.1829001", "1.40"])
-def test_kubernetes_version_floor_accepts_1_34_and_later(version: str) -> None:
+@pytest.mark.parametrize("version", ["1.35", "1.34.2", "1.34.1-gke.1829001", "1.40"])
+def test_kubernetes_version_floor_accepts_the_dranet_floor_and_later(version: str) -> None:
     assert load(**{"verl-gke:kubernetesVersion": version}).settings.kubernetes_version == version
 
 
-@pytest.mark.parametrize("version", ["1.31", "1.33", "1.33.9-gke.100", "1.3", "2.0", "latest"])
+@pytest.mark.parametrize(
+    "version", ["1.31", "1.33", "1.34", "1.34.1", "1.33.9-gke.100", "1.3", "2.0", "latest"]
+)
 def test_kubernetes_version_below_floor_or_malformed_rejected(version: str) -> None:
     message = error_of(**{"verl-gke:kubernetesVersion": version})
     assert f"verl-gke:kubernetesVersion = '{version}'" in message
-    assert "1.34 or later" in message and "the release channel picks the actual version" in message
-    assert "Fix: pulumi config set verl-gke:kubernetesVersion 1.34 -s a4x" in message
+    assert "1.34.1-gke.1829001 or later" in message
+    assert "the release channel picks the actual version" in message
+    assert "Fix: pulumi config set verl-gke:kubernetesVersion 1.34.1-gke.1829001 -s a4x" in message
+
+
+def test_autopilot_floor_is_the_autopilot_dranet_version() -> None:
+    message = error_of("a4", **{"verl-gke:kubernetesVersion": "1.35.1"})
+    assert "1.35.2-gke.1842000 or later for a4 on autopilot" in message
+    assert load("a4", **{"verl-gke:kubernetesVersion": "1.35.2-gke.1842000"})
 
 
 def test_overlapping_ranges_rejected() -> None:

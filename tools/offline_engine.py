@@ -42,9 +42,9 @@ SECRET_KEYS = frozenset({f"{NAMESPACE}:hfToken"})
 
 # Values the mocked cloud returns for outputs the program reads (RFC 5737 documentation address).
 FAKE_ENDPOINT = "203.0.113.10"
-# A GKE version at the profiles' 1.34 floor (components/gke_cluster.py checks the cluster against
-# verl-gke:kubernetesVersion).
-FAKE_MASTER_VERSION = "1.34.1-gke.1829001"
+# A GKE version at the highest per-mode floor, Autopilot DRANET's 1.35.2-gke.1842000
+# (components/gke_cluster.py checks the cluster against verl-gke:kubernetesVersion).
+FAKE_MASTER_VERSION = "1.35.2-gke.1842000"
 # base64 of a PEM-framed stand-in (not a real certificate), in the form GKE gives
 # master_auth.cluster_ca_certificate, so the job provider's Check accepts the recorded inputs.
 FAKE_CA = base64.b64encode(

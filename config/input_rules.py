@@ -1,0 +1,208 @@
+"""Classes of bad input that would otherwise fail only on GPUs, each one rule for every member.
+
+Pure functions over raw values: settings.py calls them with the config key and turns a returned
+reason into `key = value: reason. Fix: ...`. Every fix a rule suggests is itself accepted by the
+same rule (tests/test_bad_input.py applies each suggestion and validates again).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import re
+
+# --- image references ------------------------------------------------------------------------
+# [HOST[:PORT]/]PATH[:TAG][@sha256:DIGEST], lowercase path components (Docker distribution
+# reference grammar); a tag or a digest is required, since an untagged name means a moving
+# `:latest` the nodes pull later.
+_IMAGE = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:[._-]+[a-z0-9]+|/[a-z0-9]+)*"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@sha256:(?P<digest>[0-9a-f]{64}))?$"
+)
+
+
+def image_problem(value: str) -> str | None:
+    match = _IMAGE.match(value)
+    if match is None:
+        return (
+            "not an image reference (lowercase [HOST/]PATH, then :TAG or @sha256:DIGEST; no "
+            "spaces or uppercase in the path)"
+        )
+    if not match["tag"] and not match["digest"]:
+        return "has no tag or digest, so the nodes would pull whatever `latest` is that day"
+    return None
+
+
+# --- versions and git refs -------------------------------------------------------------------
+_RAY_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+# Tags, branches and commit SHAs; nothing a shell or Hydra would read as syntax.
+_GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+_MOVING_REFS = frozenset({"latest", "head", "main", "master"})
+
+
+def ray_version_problem(value: str) -> str | None:
+    # It names the Ray release inside the image (KubeRay's rayVersion): only a release number can.
+    if _RAY_VERSION.match(value):
+        return None
+    return "not a Ray release number MAJOR.MINOR.PATCH (e.g. 2.47.0)"
+
+
+def git_ref_problem(value: str) -> str | None:
+    if not value.strip():
+        return "empty"
+    if value.lower() in _MOVING_REFS:
+        return "a moving name, not a pinned verl version (use a tag such as v0.6.1 or a commit)"
+    if not _GIT_REF.match(value) or ".." in value or value.endswith((".lock", "/", ".")):
+        return (
+            "not a git tag, branch or commit (letters, digits, . _ / -; no spaces, shell "
+            "metacharacters or '..')"
+        )
+    return None
+
+
+# --- model ids -------------------------------------------------------------------------------
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+_HUB_URL = re.compile(r"^https?://(?:www\.)?(?:huggingface\.co|hf\.co)/(?P<id>[^/?#]+/[^/?#]+)")
+
+
+def model_problem(value: str, default: str) -> tuple[str, str] | None:
+    """(reason, suggested id) when `value` is not a Hugging Face ORG/NAME id."""
+    if _MODEL_ID.match(value) and ".." not in value:
+        return None
+    url = _HUB_URL.match(value.strip())
+    if url and _MODEL_ID.match(url["id"]):
+        return "a URL, not a Hub model id; the id is the ORG/NAME part", url["id"]
+    if "/" not in value:
+        org = default.split("/", 1)[0]
+        guess = f"{org}/{value}" if value.lower().startswith(org.lower()) else default
+        if not _MODEL_ID.match(guess):
+            guess = default
+        return "has no organisation; Hub ids are ORG/NAME", guess
+    return "not a Hub model id ORG/NAME (letters, digits, _ . -)", default
+
+
+# --- the Hugging Face token ------------------------------------------------------------------
+_HF_TOKEN = re.compile(r"^hf_[A-Za-z0-9_]+$")
+
+
+def hf_token_problem(value: str) -> str | None:
+    """Why `value` cannot be a token. Never quotes the value."""
+    if value != value.strip():
+        return "has leading or trailing whitespace (often a copied newline)"
+    if not _HF_TOKEN.match(value):
+        return "does not look like a Hugging Face token (hf_ followed by letters and digits)"
+    return None
+
+
+# --- the fabric check's pass mark ------------------------------------------------------------
+# No collective's bus bandwidth exceeds the fastest link a GPU has: NVLink 5 (GB200, B200) is
+# 1.8 TB/s per GPU, both directions together, so 900 GB/s one way (NVIDIA GB200 NVL72 spec).
+MAX_BUSBW_GBPS = 900.0
+
+
+def busbw_problem(value: float) -> str | None:
+    if not math.isfinite(value):
+        return "not a finite number"
+    if value > MAX_BUSBW_GBPS:
+        return (
+            f"above {MAX_BUSBW_GBPS:g} GB/s, the one-way NVLink 5 bandwidth of a GPU; no fabric "
+            "reaches it, so the check would always fail"
+        )
+    return None
+
+
+# --- config namespaces -----------------------------------------------------------------------
+
+
+def near_miss_namespace(key: str, namespace: str) -> bool:
+    """`verl_gke:x`, `verlgke:x`, `Verl-Gke:x`, `verl-gke-:x`: meant for `namespace`, not it."""
+    prefix = key.split(":", 1)[0]
+    if ":" not in key or prefix == namespace:
+        return False
+
+    def squash(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    if squash(prefix) == squash(namespace):
+        return True
+    return difflib.SequenceMatcher(None, prefix.lower(), namespace).ratio() >= 0.8
+
+
+# --- CPU machine types -----------------------------------------------------------------------
+# x86 highmem shapes per family (vCPU counts), from Compute Engine's machine family pages
+# (general-purpose: E2, N1, N2, N2D, N4, N4D; compute-optimized: C3, C3D, C4, C4D). x86 only:
+# the data-prep Job and, on x86 stacks, the Ray head run images built for amd64.
+HIGHMEM_SHAPES: dict[str, tuple[int, ...]] = {
+    "e2": (2, 4, 8, 16),
+    "n1": (2, 4, 8, 16, 32, 64, 96),
+    "n2": (2, 4, 8, 16, 32, 48, 64, 80, 96, 128),
+    "n2d": (2, 4, 8, 16, 32, 48, 64, 80, 96),
+    "n4": (2, 4, 8, 16, 32, 48, 64, 80),
+    "n4d": (2, 4, 8, 16, 32, 48, 64, 80, 96),
+    "c3": (4, 8, 22, 44, 88, 176),
+    "c3d": (4, 8, 16, 30, 60, 90, 180, 360),
+    "c4": (2, 4, 8, 16, 24, 32, 48, 96, 144, 192, 288),
+    "c4d": (2, 4, 8, 16, 32, 48, 64, 96, 192, 384),
+}
+# The Ray head (x86 stacks) and the data-prep Job need >= 16 vCPUs and highmem (tutorial).
+MIN_CPU_VCPUS = 16
+_MACHINE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<kind>[a-z]+)-(?P<vcpus>[0-9]+)$")
+
+
+def cpu_machine_problem(value: str) -> tuple[str, str] | None:
+    """(reason, suggested machine type) when `value` is not an x86 highmem shape >= 16 vCPUs."""
+    match = _MACHINE.match(value)
+    family = match["family"] if match else value.split("-", 1)[0]
+    if family not in HIGHMEM_SHAPES:
+        known = ", ".join(sorted(HIGHMEM_SHAPES))
+        return f"not an x86 machine family with highmem shapes ({known})", "n4-highmem-16"
+    sizes = HIGHMEM_SHAPES[family]
+    fitting = [n for n in sizes if n >= MIN_CPU_VCPUS]
+    suggestion = f"{family}-highmem-{fitting[0]}" if fitting else "n4-highmem-16"
+    if match is None or match["kind"] != "highmem":
+        return f"the CPU pool needs a highmem machine with >= {MIN_CPU_VCPUS} vCPUs", suggestion
+    vcpus = int(match["vcpus"])
+    if vcpus not in sizes:
+        return f"{family}-highmem comes in {', '.join(map(str, sizes))} vCPUs only", suggestion
+    if vcpus < MIN_CPU_VCPUS:
+        return f"the CPU pool needs at least {MIN_CPU_VCPUS} vCPUs", suggestion
+    return None
+
+
+# --- CIDR ranges -----------------------------------------------------------------------------
+# GKE gives each node a /24 of the pod range by default (110 pods per node, "Optimize IP address
+# allocation"); a subnet loses 4 addresses to Google (VPC "Reserved IP addresses in IPv4 subnets").
+POD_BLOCK_PREFIX = 24
+SUBNET_RESERVED = 4
+
+
+def ipv4_network(value: str) -> ipaddress.IPv4Network | str:
+    """The network, or why `value` is not an IPv4 CIDR range."""
+    try:
+        network = ipaddress.ip_network(value, strict=True)
+    except ValueError as error:
+        return f"not an IPv4 CIDR range such as 10.128.0.0/20 ({error})"
+    if not isinstance(network, ipaddress.IPv4Network):
+        return "IPv6; GKE's node, pod and service ranges here are IPv4"
+    return network
+
+
+def pods_prefix_needed(nodes: int) -> int:
+    return POD_BLOCK_PREFIX - math.ceil(math.log2(max(nodes, 1)))
+
+
+def host_prefix_needed(nodes: int) -> int:
+    return 32 - math.ceil(math.log2(nodes + SUBNET_RESERVED))
+
+
+def free_range(
+    prefix: int, taken: list[ipaddress.IPv4Network], pool: str = "10.0.0.0/8"
+) -> ipaddress.IPv4Network:
+    """The first /`prefix` block of `pool` that overlaps none of `taken`."""
+    for candidate in ipaddress.IPv4Network(pool).subnets(new_prefix=prefix):
+        if not any(candidate.overlaps(t) for t in taken):
+            return candidate
+    raise ValueError(f"no free /{prefix} in {pool}")

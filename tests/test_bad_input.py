@@ -1,0 +1,205 @@
+"""Issue 9: every class of bad input is refused before any resource, naming the key, the value
+(never a secret's) and a fix that is itself accepted.
+
+Each class is parametrised over its members; `test_every_suggested_fix_is_accepted` applies the
+`pulumi config set KEY VALUE` a message suggests and validates again.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from config.profiles import PROFILES
+from config.settings import SettingsError, StackSettings, image_fields, load_settings
+
+GOOD = {
+    "gcp:project": "my-project-123",
+    "gcp:region": "us-central1",
+    "verl-gke:zone": "us-central1-b",
+    "verl-gke:reservation": "my-reservation",
+    "verl-gke:hfToken": "hf_abcdefghijklmnopqrstuvwxyz0123456789",
+}
+IMAGE_KEYS = [f"verl-gke:{StackSettings.model_fields[name].alias}" for name in image_fields()]
+_FIX = re.compile(r"Fix: pulumi config set (?P<key>\S+) (?P<value>\S+) -s (?P<stack>\S+)")
+
+
+def error_of(stack: str, changes: dict[str, str]) -> str:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(stack, {**GOOD, **changes}, offline=False)
+    return str(caught.value)
+
+
+def test_image_class_covers_every_image_setting() -> None:
+    assert set(IMAGE_KEYS) >= {
+        "verl-gke:verlImage",
+        "verl-gke:dataPrepImage",
+        "verl-gke:ncclInstallerImage",
+    }
+
+
+@pytest.mark.parametrize("key", IMAGE_KEYS)
+@pytest.mark.parametrize(
+    "value",
+    ["verlai/verl", "verlai/verl:vllm 011", "Verlai/Verl:v1", "verlai/verl:", "img@sha256:abc"],
+)
+def test_bad_image_reference_refused_for_every_image_setting(key: str, value: str) -> None:
+    message = error_of("a4", {key: value})
+    assert f"{key} = {value!r}" in message and "Fix: pulumi config set " + key in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("verl-gke:rayVersion", "latest"),
+        ("verl-gke:rayVersion", ""),
+        ("verl-gke:rayVersion", "2.47"),
+        ("verl-gke:rayVersion", "2.47.0; curl x"),
+        ("verl-gke:verlRef", "latest"),
+        ("verl-gke:verlRef", "HEAD"),
+        ("verl-gke:verlRef", " "),
+        ("verl-gke:verlRef", "v0.6.1 && rm -rf /"),
+        ("verl-gke:verlRef", "$(whoami)"),
+        ("verl-gke:verlRef", "v0..6"),
+    ],
+)
+def test_refs_that_cannot_be_what_they_claim_refused(key: str, value: str) -> None:
+    message = error_of("a4", {key: value})
+    assert f"{key} = {value!r}" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"),
+    [
+        ("https://huggingface.co/Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+        ("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+        ("../etc/passwd", "Qwen/Qwen2.5-32B-Instruct"),
+        ("Qwen/Qwen 7B", "Qwen/Qwen2.5-32B-Instruct"),
+    ],
+)
+def test_model_ids_must_be_org_slash_name(value: str, fix: str) -> None:
+    message = error_of("a4", {"verl-gke:model": value})
+    assert f"verl-gke:model = {value!r}" in message
+    assert f"Fix: pulumi config set verl-gke:model {fix} -s a4" in message
+
+
+@pytest.mark.parametrize(
+    "token", ["abc123", " hf_abcdef", "hf_abcdef\n", "hf_abc def", "Bearer hf_abc", "sk-abc"]
+)
+def test_token_that_cannot_be_one_refused_without_echoing_it(token: str) -> None:
+    message = error_of("a4", {"verl-gke:hfToken": token})
+    assert "verl-gke:hfToken = <secret>" in message
+    assert token.strip() not in message
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "901", "100000"])
+def test_fabric_pass_mark_must_be_finite_and_reachable(value: str) -> None:
+    message = error_of("a4x", {"verl-gke:fabricMinBusbwGbps": value})
+    assert "verl-gke:fabricMinBusbwGbps" in message
+
+
+def test_reachable_fabric_pass_mark_accepted() -> None:
+    settings = load_settings(
+        "a4x", {**GOOD, "verl-gke:fabricMinBusbwGbps": "400"}, offline=False
+    ).settings
+    assert settings.fabric_min_busbw_gbps == 400
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u"])
+def test_autopilot_refuses_a_channel_that_cannot_run_dranet(stack: str) -> None:
+    message = error_of(stack, {"verl-gke:mode": "autopilot", "verl-gke:releaseChannel": "STABLE"})
+    assert "verl-gke:releaseChannel = 'STABLE'" in message
+    assert "1.35.2-gke.1842000" in message
+
+
+def test_standard_keeps_the_stable_channel() -> None:
+    changes = {"verl-gke:mode": "standard", "verl-gke:releaseChannel": "STABLE"}
+    assert load_settings("a4", {**GOOD, **changes}, offline=False)
+
+
+@pytest.mark.parametrize(
+    "machine",
+    ["n4-highmem-12", "n4-highmem-8", "n9-highmem-16", "n4-standard-16", "c4a-highmem-16"],
+)
+def test_machine_types_that_do_not_exist_or_do_not_fit_refused(machine: str) -> None:
+    message = error_of("a4", {"verl-gke:cpuMachineType": machine})
+    assert f"verl-gke:cpuMachineType = {machine!r}" in message
+
+
+@pytest.mark.parametrize("machine", ["n4-highmem-16", "n2-highmem-32", "c3-highmem-22"])
+def test_real_highmem_shapes_accepted(machine: str) -> None:
+    changes = {"verl-gke:cpuMachineType": machine}
+    assert load_settings("a4", {**GOOD, **changes}, offline=False)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("verl-gke:podsCidr", "fd00::/64"),
+        ("verl-gke:servicesCidr", "fd00::/108"),
+        ("verl-gke:hostSubnetCidr", "10.128.0.1/20"),
+        ("verl-gke:podsCidr", "10.4.0.0/24"),
+        ("verl-gke:hostSubnetCidr", "10.128.0.0/30"),
+    ],
+)
+def test_cidr_not_ipv4_or_too_small_refused(key: str, value: str) -> None:
+    message = error_of("a4", {key: value})
+    assert f"{key} = " in message and value.split("/")[0] in message
+
+
+def test_cidr_overlap_blames_the_changed_key_by_its_config_name() -> None:
+    message = error_of("a4", {"verl-gke:podsCidr": "10.128.0.0/14"})
+    assert message.count("  - ") == 1
+    line = message.split("  - ")[1]
+    assert line.startswith("verl-gke:podsCidr = 10.128.0.0/14 overlaps verl-gke:hostSubnetCidr")
+    assert "pods_cidr" not in message
+
+
+def test_project_number_is_named_as_such() -> None:
+    message = error_of("a4", {"gcp:project": "123456789012"})
+    assert "project number" in message and "gcloud projects describe 123456789012" in message
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"verl-gke:verlImage": "verlai/verl"},
+        {"verl-gke:dataPrepImage": "python 3.12"},
+        {"verl-gke:ncclInstallerImage": "us-docker.pkg.dev/x/y"},
+        {"verl-gke:rayVersion": "latest"},
+        {"verl-gke:verlRef": "latest"},
+        {"verl-gke:model": "https://huggingface.co/Qwen/Qwen2.5-7B-Instruct"},
+        {"verl-gke:model": "Qwen2.5-7B-Instruct"},
+        {"verl-gke:fabricMinBusbwGbps": "inf"},
+        {"verl-gke:releaseChannel": "STABLE"},
+        {"verl-gke:cpuMachineType": "n4-highmem-12"},
+        {"verl-gke:cpuMachineType": "n2-standard-8"},
+        {"verl-gke:podsCidr": "10.128.0.0/14"},
+        {"verl-gke:servicesCidr": "10.4.0.0/20"},
+        {"verl-gke:podsCidr": "10.4.0.0/24"},
+        {"verl-gke:hostSubnetCidr": "10.128.0.0/30"},
+        {"verl-gke:servicesCidr": "fd00::/108"},
+        {"gcp:project": "My_Project"},
+        {"verl-gke:kubernetesVersion": "1.34"},
+    ],
+    ids=lambda c: "-".join(f"{k.split(':')[1]}={v}" for k, v in c.items()),
+)
+@pytest.mark.parametrize("stack", sorted(PROFILES))
+def test_every_suggested_fix_is_accepted(stack: str, changes: dict[str, str]) -> None:
+    config = {**GOOD, **changes}
+    try:
+        load_settings(stack, config, offline=False)
+    except SettingsError as error:
+        message = str(error)
+    else:
+        # Only where the profile has no such rule (e.g. STABLE on a Standard-only stack).
+        assert stack == "a4x" or stack == "a3u", f"{changes} accepted on {stack}"
+        return
+    fixes = [m for m in _FIX.finditer(message) if m["key"] != "gcp:project"]
+    assert fixes or "gcp:project" in changes, message
+    for fix in fixes:
+        config[fix["key"]] = fix["value"]
+    if "gcp:project" in changes:
+        config["gcp:project"] = "my-project-123"
+    assert load_settings(stack, config, offline=False).settings
