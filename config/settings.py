@@ -660,9 +660,12 @@ def load_settings(
                 f"pulumi config set --secret {key} hf_... -s {stack}"
             )
         else:
+            # A secret kept inside the template's brackets is still a secret: never echo it.
+            shown = "<secret>" if _SECRET_KEY_NAME.search(key) else repr(value)
+            flag = "--secret " if _SECRET_KEY_NAME.search(key) else ""
             problems.append(
-                f"{key} = {value!r} is still the placeholder from {where}. Fix: "
-                f"pulumi config set {key} YOUR_VALUE -s {stack} (or edit {where})"
+                f"{key} = {shown} is still the placeholder from {where}. Fix: "
+                f"pulumi config set {flag}{key} YOUR_VALUE -s {stack} (or edit {where})"
             )
     for key in GCP_KEYS.values():
         if values.get(key) in (None, ""):
@@ -704,6 +707,15 @@ def _unknown_keys(config: Mapping[str, str]) -> list[str]:
     known = valid_keys()
     problems = []
     for key in sorted(config):
+        if input_rules.near_miss_namespace(key, NAMESPACE):
+            # Pulumi hands such a key to the program, which would silently ignore it.
+            meant = f"{NAMESPACE}:{key.split(':', 1)[1]}"
+            problems.append(
+                f"{key}: the namespace {key.split(':', 1)[0]!r} is not {NAMESPACE!r}, so this "
+                f"setting would be ignored. Fix: pulumi config rm {key}, then pulumi config set "
+                f"{meant} VALUE (or rename the key in the stack file)"
+            )
+            continue
         if not key.startswith(f"{NAMESPACE}:") or key in known:
             continue
         # Compare without the shared "verl-gke:" prefix, which would make everything look close.
@@ -746,4 +758,31 @@ def settings_from_pulumi() -> LoadedSettings:
     """Read this stack's config from the Pulumi runtime (real engine or the offline plan)."""
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     offline = os.environ.get(OFFLINE_PLAN_ENV) == "1"
-    return load_settings(pulumi.get_stack(), raw, offline=offline)
+    # The engine lists the keys set with --secret (PULUMI_CONFIG_SECRET_KEYS, or in-process).
+    secret = set(runtime_config.get_config_secret_keys_env())
+    secret |= {key for key in raw if runtime_config.is_config_secret(key)}
+    loaded = load_settings(pulumi.get_stack(), raw, offline=offline)
+    return LoadedSettings(
+        loaded.settings, (*plain_secret_notices(raw, secret, pulumi.get_stack()), *loaded.notices)
+    )
+
+
+# Config keys that hold a secret, by name (hfToken, wandbApiKey, ...).
+_SECRET_KEY_NAME = re.compile(r"(token|secret|password|apikey|api_key)$", re.IGNORECASE)
+
+
+def plain_secret_notices(
+    config: Mapping[str, str], secret_keys: set[str], stack: str
+) -> list[str]:
+    """A loud warning per secret-named key that was not set with --secret: its value sits in
+    plain text in Pulumi.<stack>.yaml (and in any copy of it)."""
+    return [
+        f"WARNING: {key} is not a Pulumi secret: its value is stored in plain text in "
+        f"Pulumi.{stack}.yaml. Fix: pulumi config set --secret {key} VALUE -s {stack}"
+        for key in sorted(config)
+        if key.startswith(f"{NAMESPACE}:")
+        and _SECRET_KEY_NAME.search(key)
+        and key not in secret_keys
+        and config[key] not in (None, "")
+        and not is_placeholder(config[key])
+    ]

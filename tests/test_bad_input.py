@@ -12,7 +12,13 @@ import re
 import pytest
 
 from config.profiles import PROFILES
-from config.settings import SettingsError, StackSettings, image_fields, load_settings
+from config.settings import (
+    SettingsError,
+    StackSettings,
+    image_fields,
+    load_settings,
+    plain_secret_notices,
+)
 
 GOOD = {
     "gcp:project": "my-project-123",
@@ -203,3 +209,35 @@ def test_every_suggested_fix_is_accepted(stack: str, changes: dict[str, str]) ->
     if "gcp:project" in changes:
         config["gcp:project"] = "my-project-123"
     assert load_settings(stack, config, offline=False).settings
+
+
+@pytest.mark.parametrize(
+    "key", ["verl_gke:gpuNodes", "verlgke:gpuNodes", "Verl-Gke:gpuNodes", "verl-gke-:gpuNodes"]
+)
+def test_namespace_typo_refused_with_the_right_key(key: str) -> None:
+    message = error_of("a4", {key: "4"})
+    assert f"{key}: the namespace" in message
+    assert "pulumi config set verl-gke:gpuNodes VALUE" in message
+
+
+def test_other_namespaces_are_not_namespace_typos() -> None:
+    assert load_settings("a4", {**GOOD, "kubernetes:context": "x"}, offline=False)
+
+
+@pytest.mark.parametrize("placeholder", ["<hf_abcdefghijklmnopqrstuvwxyz012345>", "<hf_...>"])
+def test_secret_placeholder_is_never_echoed(placeholder: str) -> None:
+    message = error_of("a4", {"verl-gke:hfToken": placeholder})
+    assert "verl-gke:hfToken = <secret> is still the placeholder" in message
+    assert placeholder not in message and "hf_abcdefghij" not in message
+    assert "pulumi config set --secret verl-gke:hfToken" in message
+
+
+def test_token_set_without_secret_warns_loudly() -> None:
+    config = {**GOOD}
+    plain = plain_secret_notices(config, set(), "a4")
+    assert plain == [
+        "WARNING: verl-gke:hfToken is not a Pulumi secret: its value is stored in plain text in "
+        "Pulumi.a4.yaml. Fix: pulumi config set --secret verl-gke:hfToken VALUE -s a4"
+    ]
+    assert GOOD["verl-gke:hfToken"] not in plain[0]
+    assert plain_secret_notices(config, {"verl-gke:hfToken"}, "a4") == []
