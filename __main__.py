@@ -13,6 +13,7 @@ from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.run_telemetry import RunTelemetry, RunTelemetryArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
 from config.profiles import Mode
@@ -58,6 +59,7 @@ dra_driver = (
 kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
 storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
 data_prep = DataPreparation("data-prep", DataPreparationArgs(settings, gke, namespace, storage))
+telemetry = RunTelemetry("run-telemetry", RunTelemetryArgs(settings, gke, namespace))
 ray_cluster = RayCluster(
     "ray",
     RayClusterArgs(settings, gke, namespace, kuberay, storage, fabric, dra_driver, rdma_networks),
@@ -72,6 +74,9 @@ pulumi.export("clusterName", gke.cluster.name)
 pulumi.export("clusterLocation", gke.cluster.location)
 pulumi.export("getCredentialsCommand", get_credentials_command(settings))
 pulumi.export("kubeconfig", gke.kubeconfig)
+# The API server and its CA in plain (neither is a credential): tools.run reads them.
+pulumi.export("clusterEndpoint", gke.cluster.endpoint)
+pulumi.export("clusterCaCertificate", gke.cluster.master_auth.cluster_ca_certificate)
 pulumi.export("bucketName", storage.bucket.name)
 pulumi.export("bucketUrl", storage.bucket_url)
 pulumi.export("namespace", namespace.name)
@@ -82,6 +87,9 @@ pulumi.export("jobSubmissionId", training.job.submission_id)
 pulumi.export("jobStatus", training.job.status)
 pulumi.export("jobMessage", training.job.message)
 pulumi.export("jobDashboardHint", training.job.dashboard_hint)
+pulumi.export("jobLogTail", training.job.log_tail)
+pulumi.export("jobLogsUrl", training.logs_url)
+pulumi.export("modelExportPath", grpo.model_export_url)
 pulumi.export("checkpointRoot", training.job.checkpoint_root)
 pulumi.export("checkpoints", training.job.checkpoints)
 pulumi.export("latestCheckpoint", training.job.latest_checkpoint)

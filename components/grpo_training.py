@@ -15,7 +15,9 @@ from components.ray_cluster import RayCluster
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from jobs.dashboard_access import kube_proxy_dashboard
+from jobs.job_evidence import gke_cluster_input
 from jobs.ray_job import JobDeadlines, RayJob, RayJobArgs
+from manifests.log_forwarding import driver_log_query, logs_explorer_url
 from training.assembly import FABRIC_RESULT_TAG, TrainingJob, fabric_check_run
 
 # The fabric check moves a few GiB per rank; half an hour means something is wrong.
@@ -37,6 +39,8 @@ class GrpoTrainingArgs:
 class GrpoTraining(pulumi.ComponentResource):
     job: RayJob
     fabric_check: RayJob | None
+    # The Logs Explorer link to this run's driver log (Cloud Logging, via the head's sidecar).
+    logs_url: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: GrpoTrainingArgs, opts: pulumi.ResourceOptions | None = None
@@ -96,7 +100,10 @@ class GrpoTraining(pulumi.ComponentResource):
                 dashboard=dashboard,
                 checkpoint_root=args.job.checkpoint_url,
                 submission_id_prefix=f"{s.stack}-grpo",
-                wait=s.job_wait,
+                # verl-gke:jobWait (config/job_wait.py); the fabric check keeps its own wait.
+                wait_for=s.job_wait.provider_mode,
+                # Lets refresh and destroy tell a gone cluster from an unreachable dashboard.
+                gke_cluster=gke_cluster_input(s.project, gke.location, gke.name),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -106,7 +113,14 @@ class GrpoTraining(pulumi.ComponentResource):
                 replace_with=[args.ray_cluster.cluster],
             ),
         )
-        self.register_outputs({"submissionId": self.job.submission_id})
+        self.logs_url = pulumi.Output.all(
+            gke.location, gke.name, args.namespace.name, self.job.submission_id
+        ).apply(
+            lambda values: logs_explorer_url(
+                s.project, driver_log_query(s.project, values[0], values[1], values[2], values[3])
+            )
+        )
+        self.register_outputs({"submissionId": self.job.submission_id, "logsUrl": self.logs_url})
 
     def fabric_result(self, key: str) -> pulumi.Output[Any] | None:
         """One field of the fabric check's JSON verdict (busbw_gbps, transport, ...)."""

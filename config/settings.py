@@ -29,6 +29,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from config import input_rules
+from config import job_wait as job_wait_setting
+from config.job_wait import JobWait
 from config.networking import NetworkingPlan, networking_plan
 from config.profiles import (
     AUTOPILOT_DRANET_REFUSED_CHANNELS,
@@ -69,6 +71,9 @@ RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
 # Machine families that can only boot from Hyperdisk.
 _HYPERDISK_ONLY_FAMILIES = ("n4", "n4d", "c4", "c4a", "c4d", "a4", "a4x", "a3u")
 
+
+# Settings whose value is never shown in a message.
+SECRET_FIELDS = frozenset({"hf_token", "wandb_api_key"})
 
 # Set by the offline plan (tools/offline_engine.py): placeholders are planned with example values.
 OFFLINE_PLAN_ENV = "VERL_GKE_OFFLINE_PLAN"
@@ -136,8 +141,12 @@ class StackSettings(BaseModel):
     # Overrides of the GRPO job spec (training/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
     job: dict[str, Any] = Field(default_factory=dict)
-    # Block `pulumi up` until the GRPO job finishes (default: return once it is running).
-    job_wait: bool = False
+    # When `pulumi up` returns for the GRPO job (config/job_wait.py); the old booleans still read.
+    job_wait: JobWait = job_wait_setting.DEFAULT
+    # Merge the run's final checkpoint into a Hugging Face model folder in the bucket.
+    export_model: bool = True
+    # Weights & Biases key: reaches the Ray pods only through a Kubernetes Secret.
+    wandb_api_key: SecretStr | None = None
     # Run the NCCL all-reduce fabric check (payloads/fabric/) before GRPO, and its pass mark in GB/s
     # of bus bandwidth (default: the profile's, see payloads/fabric/fabric_check.py).
     fabric_check: bool = True
@@ -188,6 +197,11 @@ class StackSettings(BaseModel):
             except json.JSONDecodeError as error:
                 raise ValueError(f"not a JSON object ({error.msg})") from None
         return value
+
+    @field_validator("job_wait", mode="before")
+    @classmethod
+    def _job_wait_legacy(cls, value: Any) -> Any:
+        return job_wait_setting.coerce(value)
 
     @model_validator(mode="after")
     def _check(self) -> StackSettings:
@@ -685,6 +699,7 @@ def load_settings(
     except ValidationError as error:
         raise SettingsError(_format(stack, _describe(error))) from None
     notices.extend(_image_notices(settings))
+    notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
     return LoadedSettings(settings, tuple(notices))
 
 
@@ -744,7 +759,7 @@ def _describe(error: ValidationError) -> list[str]:
         if item["type"] == "missing":
             problems.append(f"{key} is required. Fix: pulumi config set {key} VALUE")
             continue
-        shown = "<secret>" if name == "hf_token" else repr(item["input"])
+        shown = "<secret>" if name in SECRET_FIELDS else repr(item["input"])
         problems.append(f"{key} = {shown}: {item['msg']}")
     return problems
 

@@ -16,7 +16,7 @@ from typing import Any, assert_never
 from config.networking import PodNics
 from config.profiles import Mode
 from config.settings import StackSettings
-from manifests import dra_driver, dranet, network_mapping
+from manifests import dra_driver, dranet, log_forwarding, network_mapping, trackers
 from manifests.common import (
     ACCELERATOR_LABEL,
     GCSFUSE_VOLUMES,
@@ -211,6 +211,10 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
         }
     ]
     pod_spec["volumes"] = [{"name": "ray-logs", "emptyDir": {}}, bucket_volume()]
+    # Ray's logs outlive the pod (manifests/log_forwarding.py); the W&B key from its Secret.
+    pod_spec["containers"].append(log_forwarding.sidecar())
+    pod_spec["volumes"].append(log_forwarding.config_volume())
+    trackers.add_tracker_env(settings, pod_spec["containers"][0])
     return {
         "rayStartParams": start_params,
         "template": {
@@ -250,6 +254,7 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
             bucket_mount(),
         ],
     }
+    trackers.add_tracker_env(settings, container)
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.ksa_name,
         "nodeSelector": fabric.node_selector,

@@ -653,6 +653,8 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
             "name": "training-bucket-vol",
             "persistentVolumeClaim": {"claimName": "training-bucket-pvc"},
         },
+        # The log forwarder's config (tests/test_after_up.py).
+        {"name": "ray-log-forwarder-config", "configMap": {"name": "ray-log-forwarder"}},
     ]
 
     (group,) = cluster["spec"]["workerGroupSpecs"]

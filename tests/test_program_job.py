@@ -21,6 +21,9 @@ SHAPE = {
 
 def overrides(entrypoint: str) -> dict[str, str]:
     words = shlex.split(entrypoint)
+    # The model export follows training (`&& python3 export_model.py ...`, test_after_up.py).
+    if "&&" in words:
+        words = words[: words.index("&&")]
     assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     return dict(word.split("=", 1) for word in words[3:])
 
@@ -80,7 +83,7 @@ def test_job_reaches_dashboard_through_the_api_server_proxy(stack: str, mode: st
         f"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
     )
     assert job.inputs["submission_id_prefix"] == f"{stack}-grpo"
-    assert job.inputs["wait"] is False
+    assert job.inputs["wait_for"] == "first_step"
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -116,8 +119,8 @@ def test_job_overrides_from_stack_config_reach_the_entrypoint() -> None:
 
 
 def test_job_wait_setting() -> None:
-    result = plan("a4x", **{"verl-gke__jobWait": "true"})
-    assert result.one(RAY_JOB, "grpo-job").inputs["wait"] is True
+    result = plan("a4x", **{"verl-gke__jobWait": "finished"})
+    assert result.one(RAY_JOB, "grpo-job").inputs["wait_for"] == "finished"
 
 
 def test_more_nodes_scale_the_job() -> None:

@@ -33,6 +33,7 @@ COMPONENT_TYPES = {
     "verl-gke:nvidia_dra_driver:NvidiaDraDriver",
     "verl-gke:ray_cluster:RayCluster",
     "verl-gke:rdma_networks:RdmaNetworks",
+    "verl-gke:run_telemetry:RunTelemetry",
     "verl-gke:storage:TrainingStorage",
     "verl-gke:workload_namespace:WorkloadNamespace",
 }

@@ -36,6 +36,8 @@ from training.memory_fit import (
     estimate,
     resolve_model,
 )
+from training.model_export import export_url, with_export
+from training.trackers import tracker_problems
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class TrainingJob:
     # Estimated per-GPU memory of each GRPO phase, and a warning when it is within 10 % of it.
     memory: MemoryBreakdown
     memory_warning: str | None
+    # gs:// folder of the merged Hugging Face model (None: verl-gke:exportModel is false).
+    model_export_url: str | None = None
 
 
 def training_job(settings: StackSettings) -> TrainingJob:
@@ -60,7 +64,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         model_dir=model_dir(settings.model),
     )
     spec = apply_overrides(spec, settings.job)
-    stack_problems = _data_layout_problems(spec, settings)
+    stack_problems = [*_data_layout_problems(spec, settings), *tracker_problems(spec, settings)]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
     preflight(
@@ -75,10 +79,22 @@ def training_job(settings: StackSettings) -> TrainingJob:
         # A 32B job that runs out of memory after an hour of provisioning is the costliest
         # mistake there is: refuse it here, with the knob that fixes it.
         raise GrpoPreflightError([in_config_terms(str(error))]) from None
+    entrypoint = render_entrypoint(spec)
+    runtime_env = render_runtime_env(spec, settings.profile, settings.mode)
+    export_path = None
+    if settings.export_model:
+        entrypoint, runtime_env = with_export(
+            entrypoint,
+            runtime_env,
+            checkpoint_dir=spec.default_local_dir,
+            experiment=spec.experiment_name,
+        )
+        export_path = export_url(settings.bucket_name, spec.experiment_name)
     return TrainingJob(
         spec=spec,
-        entrypoint=render_entrypoint(spec),
-        runtime_env=render_runtime_env(spec, settings.profile, settings.mode),
+        entrypoint=entrypoint,
+        runtime_env=runtime_env,
+        model_export_url=export_path,
         checkpoint_url=bucket_url(settings.bucket_name, spec.default_local_dir),
         memory=estimate(memory_inputs),
         memory_warning=warning,
