@@ -5,8 +5,14 @@
    listing + the tracker) against a naive recursive listing of every object.
 2. Submit-to-RUNNING latency on one local Ray head: RayJobProvider.create against
    `ray job submit --no-wait` followed by polling until RUNNING, alternating, same entrypoint.
+3. Time to answer with an unreachable dashboard, default deadlines (deadline_reach_s 45 s):
+   refresh and destroy against a Ray head stopped by PID (connection refused), a socket that
+   accepts and never answers, and the API-server service proxy stand-in (503 with a Running head
+   pod: no evidence; the head Service gone: evidence); four concurrent refreshes in one process.
+4. The failure tail of a job that prints three 5 MB lines: the old report (the whole log, last
+   50 lines) against the capped one, and the bytes each fetch moves.
 
-    .venv/bin/python bench/job_provider.py [--runs 5]
+    .venv/bin/python bench/job_provider.py [--runs 5] [--only discovery,submit,faults,tail]
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -33,9 +40,11 @@ from google.cloud import storage  # noqa: E402
 
 from jobs import dashboard_access  # noqa: E402
 from jobs.checkpoints import TRACKER_FILE, discover_checkpoints  # noqa: E402
+from jobs.job_evidence import gke_cluster_input  # noqa: E402
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider  # noqa: E402
 from tests.job_fixtures.fake_trainer import write_checkpoint  # noqa: E402
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator  # noqa: E402
+from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token  # noqa: E402
 from tests.support.ray_head import start_ray_head  # noqa: E402
 
 CHECKPOINTS, RANKS = 60, 16
@@ -169,6 +178,7 @@ def bench_submit(runs: int) -> None:
                 dashboard=dashboard_access.url_dashboard(head.dashboard_url),
                 checkpoint_root=f"gs://bench-submit/provider-{index}",
                 submission_id_prefix="bench",
+                wait_for="running",
                 deadlines=deadlines,
             ).to_props()
             return provider.create(props).id
@@ -201,12 +211,144 @@ def bench_submit(runs: int) -> None:
         print(" with JobSubmissionClient every 50 ms, the provider polls every 50 ms too)")
 
 
+STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
+
+
+def _timed(label: str, action: Any) -> float:
+    started = time.perf_counter()
+    try:
+        outcome = action()
+    except Exception as exc:  # the figure is the time to the answer, whatever it is
+        outcome = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:110]}"
+    elapsed = time.perf_counter() - started
+    print(f"{label:58s} {elapsed:6.1f} s   {str(outcome)[:120]}")
+    return elapsed
+
+
+def _state(dashboard: dict[str, Any], run: str) -> dict[str, Any]:
+    props = RayJobArgs(
+        entrypoint=shlex.join([sys.executable, str(STARTUP_JOB), "--run", run,
+                               "--hold-seconds", "600"]),
+        runtime_env={},
+        dashboard=dashboard,
+        checkpoint_root=None,
+        submission_id_prefix="bench-faults",
+        wait_for="running",
+    ).to_props()  # fmt: skip
+    return props
+
+
+def bench_faults() -> None:
+    print("\n== 3. answer time with an unreachable dashboard (default deadlines: reach 45 s) ==")
+    head = start_ray_head(Path(tempfile.mkdtemp(prefix="rjf", dir="/tmp")))
+    provider = RayJobProvider(token_provider=stand_in_token)
+    try:
+        created = provider.create(
+            _state(dashboard_access.url_dashboard(head.dashboard_url), "stopped")
+        )
+        outs = created.outs or {}
+    finally:
+        head.stop()
+    _timed("refresh, Ray head stopped by PID (refused)",
+           lambda: provider.read(created.id, outs).outs["status"])  # type: ignore[index]  # fmt: skip
+    _timed("destroy, Ray head stopped by PID (refused)", lambda: provider.delete(created.id, outs))
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # accepts (kernel backlog), never answers
+    silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    state = {**_state(dashboard_access.url_dashboard(silent_url), "silent"), "status": "RUNNING"}
+    _timed("refresh, dashboard accepts and never answers",
+           lambda: provider.read("bench-silent", state).outs["status"])  # type: ignore[index]  # fmt: skip
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        started = time.perf_counter()
+        list(pool.map(lambda i: provider.read(f"bench-silent-{i}", state), range(4)))
+        print(f"{'4 concurrent refreshes, same silent dashboard, one process':58s} "
+              f"{time.perf_counter() - started:6.1f} s   (wall time of all four)")  # fmt: skip
+    silent.close()
+
+    with KubeApi("verl", "h200-ray-head-svc", "h200-ray", dashboard_port=None,
+                 head_pods=[HeadPod("h200-ray-head-x7k2p")]) as kube:  # fmt: skip
+        dashboard = dashboard_access.kube_proxy_dashboard(
+            kube.endpoint, "", "verl", "h200-ray-head-svc"
+        )
+        state = {**_state(dashboard, "kube"), "status": "RUNNING"}
+        _timed("destroy via service proxy: 503, head pod Running (no proof)",
+               lambda: provider.delete("bench-kube", state))  # fmt: skip
+        kube.service_exists = False
+        _timed("destroy via service proxy: head Service gone (proof)",
+               lambda: provider.delete("bench-kube", state))  # fmt: skip
+    # A deleted GKE cluster: its endpoint takes connections nowhere (here: accepts, never
+    # answers), so the Kubernetes API cannot tell; the GKE API's 404 is the proof.
+    black_hole = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(64)
+    with GkeApi("proj", "us-central1", "verl-h200", cluster_exists=False) as gke:
+        dashboard = dashboard_access.kube_proxy_dashboard(
+            f"http://127.0.0.1:{black_hole.getsockname()[1]}", "", "verl", "h200-ray-head-svc"
+        )
+        cluster = {**gke_cluster_input("proj", "us-central1", "verl-h200"),
+                   "api_endpoint": gke.endpoint}  # fmt: skip
+        state = {**_state(dashboard, "gke"), "gke_cluster": cluster, "status": "RUNNING"}
+        _timed("destroy, cluster endpoint silent, GKE API 404 (proof)",
+               lambda: provider.delete("bench-gke", state))  # fmt: skip
+    black_hole.close()
+    print("(before this change: a refresh retried for deadline_submit_s = 600 s and then failed;")
+    print(" a destroy gave up after 600 s and dropped the job without evidence)")
+
+
+def bench_tail() -> None:
+    print("\n== 4. failure tail of a job printing three 5 MB lines ==")
+    from ray.job_submission import JobSubmissionClient
+
+    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjt", dir="/tmp"))) as head:
+        props = RayJobArgs(
+            entrypoint=shlex.join([sys.executable, str(STARTUP_JOB), "--long-lines", "3",
+                                   "--fail-before-step"]),
+            runtime_env={},
+            dashboard=dashboard_access.url_dashboard(head.dashboard_url),
+            checkpoint_root=None,
+            submission_id_prefix="bench-tail",
+            wait_for="first_step",
+        ).to_props()  # fmt: skip
+        started = time.perf_counter()
+        try:
+            RayJobProvider().create(props)
+            message = ""
+        except RuntimeError as exc:
+            message = str(exc)
+        elapsed = time.perf_counter() - started
+        client = JobSubmissionClient(head.dashboard_url)
+        sid = next(j.submission_id for j in client.list_jobs() if j.submission_id)
+        whole = client.get_job_logs(sid)
+        old_tail = "\n".join(whole.rstrip("\n").splitlines()[-50:])
+        info = client.get_job_info(sid)
+        response = requests.get(
+            f"{head.dashboard_url}/api/v0/logs/file",
+            params={"submission_id": sid, "node_id": info.driver_node_id, "lines": 50},
+        )
+        print(f"old report (last 50 whole lines)   {len(old_tail):>12,d} chars")
+        print(f"capped report (the error message)  {len(message):>12,d} chars   "
+              f"create failed after {elapsed:.1f} s")  # fmt: skip
+        print(f"whole log (Jobs API /logs)         {len(whole):>12,d} chars fetched")
+        print(f"state API tail, lines=50           {len(response.content):>12,d} bytes fetched "
+              "(streamed and cut while reading)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", default="discovery,submit,faults,tail")
     args = parser.parse_args()
-    bench_discovery(args.runs)
-    bench_submit(args.runs)
+    parts = set(args.only.split(","))
+    if "discovery" in parts:
+        bench_discovery(args.runs)
+    if "submit" in parts:
+        bench_submit(args.runs)
+    if "faults" in parts:
+        bench_faults()
+    if "tail" in parts:
+        bench_tail()
 
 
 if __name__ == "__main__":

@@ -483,7 +483,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             if info is None:
                 _progress(id_, f"{_not_known(dashboard, props)}: removing it from the state")
                 return pulumi.dynamic.ReadResult(None, {})
-            result = _tagged_result(dashboard, job, id_, info) or props.get("result")
+            try:
+                result = _tagged_result(dashboard, job, id_, info) or props.get("result")
+            except DashboardUnreachableError:  # the status was read; keep the last result
+                result = props.get("result")
             log_tail = _log_tail_output(dashboard, id_, info, props)
             listing = _discover(job.checkpoint_root, _listing_from(props))
             outs = _outputs(job, id_, info, listing, result, dashboard)
