@@ -294,3 +294,27 @@ def test_wandb_logger_without_a_key_is_refused_before_any_resource() -> None:
     assert "verl-gke:job.logger = ['console', 'wandb']" in message
     assert "pulumi config set --secret verl-gke:wandbApiKey <your key> -s a4" in message
     assert "or set verl-gke:job.logger to ['console']" in message
+
+
+# -- tools.run reads the plain outputs --------------------------------------------------------
+
+
+def test_tools_run_prefers_the_plain_endpoint_outputs_over_the_secret_kubeconfig() -> None:
+    from tools import run as run_tool
+
+    def no_pulumi(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the secret kubeconfig output must not be read")
+
+    outputs = {
+        "kubeconfig": "[secret]",
+        run_tool.OUT_CLUSTER_ENDPOINT: offline_engine.FAKE_ENDPOINT,
+        run_tool.OUT_CLUSTER_CA: offline_engine.FAKE_CA,
+    }
+    assert run_tool._endpoint_from_stack("a4", outputs, no_pulumi) == (
+        offline_engine.FAKE_ENDPOINT,
+        offline_engine.FAKE_CA,
+    )
+    # The names are the ones the program exports.
+    exported = plan("a4", "standard").outputs
+    assert exported[run_tool.OUT_CLUSTER_ENDPOINT] == offline_engine.FAKE_ENDPOINT
+    assert exported[run_tool.OUT_CLUSTER_CA] == offline_engine.FAKE_CA

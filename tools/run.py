@@ -51,6 +51,9 @@ OUT_SUBMISSION_ID = "jobSubmissionId"
 OUT_NAMESPACE = "namespace"
 OUT_HEAD_SERVICE = "rayHeadService"
 OUT_KUBECONFIG = "kubeconfig"
+# Plain outputs (no --show-secrets needed); older stacks have only the kubeconfig.
+OUT_CLUSTER_ENDPOINT = "clusterEndpoint"
+OUT_CLUSTER_CA = "clusterCaCertificate"
 OUT_CLUSTER_NAME = "clusterName"
 OUT_CLUSTER_LOCATION = "clusterLocation"
 SECRET_PLACEHOLDER = "[secret]"  # what `pulumi stack output` prints for a secret it does not show
@@ -196,11 +199,15 @@ def _output(outputs: dict[str, Any], key: str) -> Any:
 def _endpoint_from_stack(
     stack: str, outputs: dict[str, Any], run: Callable[..., subprocess.CompletedProcess[str]]
 ) -> tuple[str, str]:
-    """The API server endpoint and CA from the stack's kubeconfig output.
+    """The API server endpoint and CA: the stack's clusterEndpoint and clusterCaCertificate
+    outputs, or (stacks from before them) its kubeconfig output.
 
     The program exports the kubeconfig as a secret, although it holds no credential (it names
     gke-gcloud-auth-plugin): only that one output is read with --show-secrets.
     """
+    endpoint, ca = _output(outputs, OUT_CLUSTER_ENDPOINT), _output(outputs, OUT_CLUSTER_CA)
+    if endpoint and ca:
+        return str(endpoint), str(ca)
     kubeconfig = outputs.get(OUT_KUBECONFIG)
     if kubeconfig == SECRET_PLACEHOLDER or (kubeconfig is None and OUT_KUBECONFIG in outputs):
         command = ["pulumi", "stack", "output", OUT_KUBECONFIG, "--show-secrets", "-s", stack]
