@@ -3,6 +3,7 @@
 
 import pulumi
 
+from components.capacity import GpuCapacityRequest, GpuCapacityRequestArgs
 from components.data_preparation import DataPreparation, DataPreparationArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs, get_credentials_command
 from components.gpu_networking import GpuFabric, GpuFabricArgs
@@ -50,6 +51,11 @@ gpu_pool = (
 # is built while the GPU nodes are still being created. Only the RayCluster's readiness waits
 # for GPU nodes.
 namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
+capacity_request = (
+    GpuCapacityRequest("gpu-capacity", GpuCapacityRequestArgs(settings, gke, namespace, gpu_pool))
+    if gpu_pool is not None and settings.capacity_plan.queued_provisioning
+    else None
+)
 fabric = GpuFabric("gpu-fabric", GpuFabricArgs(settings, gke, namespace, rdma_networks))
 dra_driver = (
     NvidiaDraDriver("dra", NvidiaDraDriverArgs(settings, gke, namespace))

@@ -10,6 +10,7 @@ import pulumi_gcp as gcp
 
 from components.gke_cluster import GkeCluster
 from components.rdma_networks import RdmaNetworks
+from config.capacity import CapacityPlan
 from config.networking import NetworkingPlan, NodeNics
 from config.settings import StackSettings
 
@@ -58,6 +59,38 @@ def reservation_affinity(
 
 
 @dataclass(frozen=True)
+class PoolSize:
+    """The pool's size arguments for a capacity mode (config/capacity.py)."""
+
+    node_count: int | None
+    initial_node_count: int | None
+    autoscaling: gcp.container.NodePoolAutoscalingArgs | None
+    queued_provisioning: gcp.container.NodePoolQueuedProvisioningArgs | None
+    # Auto-repair recreates a broken node; flex-start pools must have it off (AI Hypercomputer
+    # A4/A3U guide: --no-enable-autorepair; Cluster Toolkit gke-node-pool precondition).
+    auto_repair: bool
+
+
+def pool_size(plan: CapacityPlan, gpu_nodes: int) -> PoolSize:
+    """Inside a reservation: exactly gpuNodes nodes, as the RayCluster asks for them. Outside
+    one: autoscaled from 0 to gpuNodes, so no node is billed before the Ray workers need it and
+    the nodes go when KubeRay's autoscaler removes the idle workers. `ANY` location policy: GKE's
+    choice for flex-start and Spot (AI Hypercomputer A4/A3U guide: --location-policy=ANY), and
+    "initial node count 0" is what scale-from-zero needs."""
+    if plan.fixed_size:
+        return PoolSize(gpu_nodes, None, None, None, auto_repair=True)
+    autoscaling = gcp.container.NodePoolAutoscalingArgs(
+        total_min_node_count=0, total_max_node_count=gpu_nodes, location_policy="ANY"
+    )
+    queued = (
+        gcp.container.NodePoolQueuedProvisioningArgs(enabled=True)
+        if plan.queued_provisioning
+        else None
+    )
+    return PoolSize(None, 0, autoscaling, queued, auto_repair=not plan.flex_start)
+
+
+@dataclass(frozen=True)
 class GpuNodePoolArgs:
     settings: StackSettings
     cluster: GkeCluster
@@ -76,6 +109,7 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("verl-gke:gpu_node_pool:GpuNodePool", name, None, opts)
         s = args.settings
         profile = s.profile
+        size = pool_size(s.capacity_plan, s.gpu_nodes)
 
         self.placement_policy = None
         placement = None
@@ -103,8 +137,11 @@ class GpuNodePool(pulumi.ComponentResource):
             # Resolves only once GKE's version for the cluster is known to meet the floor.
             cluster=args.cluster.checked_name,
             node_locations=[s.zone],
-            # A fixed size: the RayCluster asks for exactly gpuNodes workers.
-            node_count=s.gpu_nodes,
+            # Fixed inside a reservation, 0..gpuNodes outside one (pool_size).
+            node_count=size.node_count,
+            initial_node_count=size.initial_node_count,
+            autoscaling=size.autoscaling,
+            queued_provisioning=size.queued_provisioning,
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=profile.machine_type,
                 guest_accelerators=[
@@ -118,6 +155,8 @@ class GpuNodePool(pulumi.ComponentResource):
                 ],
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
                 reservation_affinity=reservation_affinity(s.reservation),
+                flex_start=True if s.capacity_plan.flex_start else None,
+                spot=True if s.capacity_plan.spot else None,
                 disk_type=profile.boot_disk_type,
                 disk_size_gb=profile.boot_disk_size_gb,
                 # Ephemeral storage (emptyDir, image layers, logs) on the machine's bundled local
@@ -143,7 +182,9 @@ class GpuNodePool(pulumi.ComponentResource):
             # In a release channel node auto-upgrade cannot be turned off per pool (GKE release
             # channels: only a "No minor or node upgrades" exclusion stops it); the cluster's
             # exclusion is what keeps GKE from upgrading these nodes under a running job.
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            management=gcp.container.NodePoolManagementArgs(
+                auto_repair=size.auto_repair, auto_upgrade=True
+            ),
             upgrade_settings=upgrade_settings(s.reservation),
             opts=pulumi.ResourceOptions(
                 parent=self,

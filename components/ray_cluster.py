@@ -14,12 +14,22 @@ from components.nvidia_dra_driver import NvidiaDraDriver
 from components.rdma_networks import RdmaNetworks
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
+from config.capacity import ready_timeout_minutes
 from config.settings import StackSettings
 from manifests import ray_cluster as manifests
 
+
 # The RayCluster is created while the GPU pool is still being built and becomes ready only once
-# the GPU nodes exist (GPU pool create timeout: 90 min) and the verl image is pulled on them.
-READY_TIMEOUTS = pulumi.CustomTimeouts(create="150m", update="150m")
+# the GPU nodes exist and the verl image is pulled on them: verl-gke:capacityWaitMinutes (default
+# 90, the GPU pool's create timeout) plus the start-up margin (config/capacity.py).
+def ready_timeouts(settings: StackSettings) -> pulumi.CustomTimeouts:
+    minutes = f"{ready_timeout_minutes(settings.capacity_wait_minutes)}m"
+    return pulumi.CustomTimeouts(create=minutes, update=minutes)
+
+
+# KubeRay's autoscaler (outside a reservation) writes the worker group's replica count and the
+# workers it deletes into the spec; they are its to manage, not a change of the cluster.
+AUTOSCALER_OWNED = [f"spec.workerGroupSpecs[0].{field}" for field in ("replicas", "scaleStrategy")]
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,8 @@ class RayCluster(pulumi.ComponentResource):
                 parent=self,
                 provider=args.cluster.provider,
                 depends_on=depends_on,
-                custom_timeouts=READY_TIMEOUTS,
+                custom_timeouts=ready_timeouts(s),
+                ignore_changes=AUTOSCALER_OWNED if s.capacity_plan.scale_to_zero else None,
                 # KubeRay does not roll existing pods when the pod template changes: a changed
                 # spec replaces the cluster (old one first: the name is fixed, GPUs are scarce).
                 replace_on_changes=["spec"],

@@ -16,6 +16,15 @@ from manifests import storage as manifests
 from manifests.common import HF_SECRET_KEY
 
 
+def existing_bucket(settings: StackSettings) -> str | None:
+    """The bucket's name when it already exists in the project (kept by an earlier destroy),
+    else None. Listing by prefix answers "missing" with an empty list, where get_bucket would
+    fail; once the bucket is in the stack's state, the same import id is a no-op."""
+    found = gcp.storage.get_buckets(prefix=settings.bucket_name, project=settings.project)
+    names = {bucket.name for bucket in found.buckets or []}
+    return settings.bucket_name if settings.bucket_name in names else None
+
+
 @dataclass(frozen=True)
 class TrainingStorageArgs:
     settings: StackSettings
@@ -57,7 +66,11 @@ class TrainingStorage(pulumi.ComponentResource):
             public_access_prevention="enforced",
             force_destroy=s.delete_bucket_on_destroy,
             opts=pulumi.ResourceOptions(
-                parent=self, retain_on_delete=not s.delete_bucket_on_destroy
+                parent=self,
+                retain_on_delete=not s.delete_bucket_on_destroy,
+                # Destroy and come back: the bucket `pulumi destroy` kept is adopted by the next
+                # `pulumi up` of the stack instead of failing on "you already own this bucket".
+                import_=existing_bucket(s),
             ),
         )
         self.bucket_url = self.bucket.name.apply(lambda bucket: f"gs://{bucket}")

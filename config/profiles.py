@@ -20,6 +20,25 @@ class Mode(StrEnum):
     AUTOPILOT = "autopilot"
 
 
+class Capacity(StrEnum):
+    """How the GPU nodes are obtained (`verl-gke:capacity`)."""
+
+    RESERVATION = "reservation"
+    # GKE's Dynamic Workload Scheduler flex-start (Preview for A4 / A3 Ultra).
+    FLEX_START = "flexStart"
+    SPOT = "spot"
+    ON_DEMAND = "onDemand"
+
+
+@dataclass(frozen=True)
+class CapacitySupport:
+    """Which capacity modes GKE supports for a profile in one GKE mode, and why not the rest."""
+
+    supported: tuple[Capacity, ...]
+    # Why the other modes are refused, with the source (shown by the preflight).
+    refused_reason: str = ""
+
+
 class GpuNetworking(StrEnum):
     """How the GPU nodes get their RDMA NICs."""
 
@@ -112,6 +131,8 @@ class AcceleratorProfile:
     gpu_tolerations: tuple[Toleration, ...]
     modes: tuple[Mode, ...]
     networking: Mapping[Mode, GpuNetworking]
+    # Capacity modes per GKE mode (sources at _X86_CAPACITY / the A4X entry).
+    capacity: Mapping[Mode, CapacitySupport]
     rdma_nics_per_node: int
     reservation_required: bool
     default_gpu_nodes: int
@@ -277,6 +298,36 @@ _X86_RAY_WORKERS = _frozen(
     }
 )
 
+# Capacity for A4 / A3 Ultra. Sources:
+# - Standard: the AI Hypercomputer guide "Create a custom AI-optimized GKE cluster which uses A4 or
+#   A3 Ultra" (docs.cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom,
+#   updated 2026-04-06) creates the node pool as "Reservation-bound", "Flex-start" (Preview; with
+#   or without --enable-queued-provisioning) or "Spot"; its RDMA (multi-network) section shows only
+#   the reservation and flex-start tabs, while Google's verl tutorial itself runs Spot A3 Ultra
+#   nodes with the 8 RDMA networks (`--spot --num-nodes=0 --additional-node-network ...`), so Spot
+#   is kept. Flex-start needs GKE >= 1.32.2-gke.1652000 (the profiles' floor is 1.34). On-demand is
+#   Compute Engine's default provisioning model for these machines (no tab of its own: capacity is
+#   rarely there, which the plan says).
+# - Queued provisioning (all nodes at once): GKE "Run a large-scale workload with flex-start with
+#   queued provisioning" (docs.cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest):
+#   recommended when "workloads are required to run across multiple nodes simultaneously".
+# - Autopilot: custom ComputeClasses work on Autopilot and Standard from 1.30.3-gke.1451000
+#   (GKE "About custom compute classes"); a priority rule takes `reservations`, `spot: true` and
+#   `maxRunDurationSeconds` (GKE ComputeClass CRD reference,
+#   docs.cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass) and a flex-start rule
+#   (`flexStart.enabled`, seen in public ComputeClasses; secondary). Autopilot consumes
+#   reservations only as specific reservations (GKE "Consuming reserved zonal resources").
+#   ProvisioningRequests are not used with a ComputeClass here: flex-start's own single-unit
+#   scale-up gives all-or-nothing per scale-up (GKE "About GPU obtainability with flex-start").
+_X86_CAPACITY = _frozen(
+    {
+        mode: CapacitySupport(
+            supported=(Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT, Capacity.ON_DEMAND)
+        )
+        for mode in (Mode.STANDARD, Mode.AUTOPILOT)
+    }
+)
+
 _X86_NETWORKING = _frozen(
     {Mode.STANDARD: GpuNetworking.MULTI_NIC, Mode.AUTOPILOT: GpuNetworking.DRANET_COMPUTE_CLASS}
 )
@@ -378,6 +429,7 @@ def _x86_profile(
         gpu_tolerations=(_GPU_TAINT,),
         modes=modes,
         networking=_X86_NETWORKING,
+        capacity=_X86_CAPACITY,
         rdma_nics_per_node=8,
         reservation_required=False,
         default_gpu_nodes=2,
@@ -434,6 +486,20 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             gpu_tolerations=(_GPU_TAINT, _ARM64_TAINT),
             modes=(Mode.STANDARD,),
             networking=_frozen({Mode.STANDARD: GpuNetworking.DRANET_NODE_POOL}),
+            # AI Hypercomputer "Create a custom AI-optimized GKE cluster which uses A4X"
+            # (docs.cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x,
+            # updated 2026-04-06): "You must use the reservation-bound provisioning model to
+            # create clusters with A4X. Other provisioning models are not supported." The guide
+            # covers GKE Standard only.
+            capacity=_frozen(
+                {
+                    Mode.STANDARD: CapacitySupport(
+                        supported=(Capacity.RESERVATION,),
+                        refused_reason="A4X is reservation-bound only: GKE's A4X guide says "
+                        "other provisioning models are not supported",
+                    )
+                }
+            ),
             rdma_nics_per_node=4,
             reservation_required=True,
             default_gpu_nodes=4,

@@ -30,12 +30,14 @@ from pydantic.alias_generators import to_camel
 
 from config import input_rules
 from config import job_wait as job_wait_setting
+from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.job_wait import JobWait
 from config.networking import NetworkingPlan, networking_plan
 from config.profiles import (
     AUTOPILOT_DRANET_REFUSED_CHANNELS,
     PROFILES,
     AcceleratorProfile,
+    Capacity,
     GpuNetworking,
     Mode,
 )
@@ -112,6 +114,12 @@ class StackSettings(BaseModel):
     zone: str = Field(description="Zone of the GPU reservation (RoCE profiles are zonal)")
     mode: Mode
     reservation: str | None = None
+    # How the GPU nodes are obtained (config/capacity.py); default: `reservation` when
+    # verl-gke:reservation is set, else `onDemand`.
+    capacity: Capacity
+    # How long `pulumi up` waits for the GPU nodes outside a reservation (the RayCluster's
+    # readiness timeout is this plus the start-up margin, config/capacity.py).
+    capacity_wait_minutes: int = Field(default=DEFAULT_WAIT_MINUTES, ge=10, le=MAX_WAIT_MINUTES)
     gpu_nodes: int
     hf_token: SecretStr
     cluster_name: str
@@ -171,6 +179,7 @@ class StackSettings(BaseModel):
         mode = data.get("mode") or profile.default_mode.value
         defaults: dict[str, Any] = {
             "mode": mode,
+            "capacity": _default_capacity(profile, mode, data.get("reservation")),
             "gpuNodes": profile.default_gpu_nodes,
             "clusterName": f"verl-{stack}",
             # Autopilot DRANET needs the rapid channel (tutorial §3.B).
@@ -224,6 +233,11 @@ class StackSettings(BaseModel):
         return networking_plan(self.gpu_networking)
 
     @property
+    def capacity_plan(self) -> CapacityPlan:
+        """What the capacity mode means for the nodes and workers (config/capacity.py)."""
+        return capacity_plan(self.capacity, self.mode)
+
+    @property
     def total_gpus(self) -> int:
         return self.gpu_nodes * self.profile.gpus_per_node
 
@@ -245,6 +259,7 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_zone(s),
         _check_mode(s, profile),
         _check_reservation(s, profile),
+        _check_capacity(s, profile),
         _check_gpu_nodes(s, profile),
         _check_cluster_name(s),
         _check_name(s, "namespace", s.namespace, _DNS_LABEL, "a DNS-1123 label", 63),
@@ -328,6 +343,56 @@ def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | N
         f"NAME/reservationBlocks/BLOCK or projects/PROJECT/reservations/NAME (lowercase "
         f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
     )
+
+
+def _default_capacity(profile: AcceleratorProfile, mode: str, reservation: object) -> str:
+    if reservation:
+        return Capacity.RESERVATION.value
+    supported = profile.capacity.get(Mode(mode)) if mode in set(Mode) else None
+    if supported is None or Capacity.ON_DEMAND in supported.supported:
+        return Capacity.ON_DEMAND.value
+    # Reservation-only profiles (A4X): _check_reservation says the reservation is missing.
+    return supported.supported[0].value
+
+
+def _check_capacity(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    """GKE's support matrix (config/profiles.py) and the reservation that goes with it."""
+    key = config_key("capacity")
+    support = profile.capacity.get(s.mode)
+    if support is not None and s.capacity not in support.supported:
+        allowed = ", ".join(c.value for c in support.supported)
+        other = next((p for p in PROFILES.values() if s.capacity in _supported_anywhere(p)), None)
+        elsewhere = (
+            f", or a profile that offers it (e.g. {other.name}: verl-gke:profile {other.name})"
+            if other
+            else ""
+        )
+        return (
+            f"{key} = {s.capacity.value!r}: {profile.name} on GKE {s.mode.value} supports only "
+            f"{allowed} ({support.refused_reason}). Fix: "
+            f"{s.fix('capacity', support.supported[0].value)}{elsewhere}"
+        )
+    if s.capacity is Capacity.RESERVATION and s.reservation is None:
+        if profile.reservation_required:
+            return None  # _check_reservation already names the missing reservation
+        return (
+            f"{key} = 'reservation' but {config_key('reservation')} is not set: there is no "
+            f"reservation to draw the GPU nodes from. Fix: "
+            f"{s.fix('reservation', 'RESERVATION_NAME')}, or {s.fix('capacity', 'flexStart')}"
+        )
+    if s.capacity is not Capacity.RESERVATION and s.reservation is not None:
+        return (
+            f"{key} = {s.capacity.value!r} with {config_key('reservation')} = "
+            f"{s.reservation!r}: {s.capacity.value} capacity is taken outside any reservation "
+            f"(GKE requires NO_RESERVATION for flex-start and Spot node pools), so the "
+            f"reservation would be ignored. Fix: pulumi config rm {config_key('reservation')} "
+            f"-s {s.stack}, or {s.fix('capacity', Capacity.RESERVATION.value)}"
+        )
+    return None
+
+
+def _supported_anywhere(profile: AcceleratorProfile) -> set[Capacity]:
+    return {c for support in profile.capacity.values() for c in support.supported}
 
 
 def _check_gpu_nodes(s: StackSettings, profile: AcceleratorProfile) -> str | None:
@@ -638,6 +703,19 @@ _OFFLINE_EXAMPLES = {
 }
 
 
+def _drop_unused_reservation_placeholder(values: dict[str, str], notices: list[str]) -> None:
+    """The committed stack files carry a reservation placeholder; a stack that asks for capacity
+    outside a reservation (verl-gke:capacity flexStart, spot, onDemand) has no use for it."""
+    key = f"{NAMESPACE}:reservation"
+    capacity = values.get(f"{NAMESPACE}:capacity")
+    if capacity in (None, "", Capacity.RESERVATION.value) or not is_placeholder(values.get(key)):
+        return
+    notices.append(
+        f"{key} is still the placeholder {values.pop(key)!r}; ignored, since "
+        f"{NAMESPACE}:capacity = {capacity!r} uses no reservation"
+    )
+
+
 def valid_keys() -> list[str]:
     """Every `verl-gke:` key a user may set."""
     return sorted(
@@ -659,6 +737,7 @@ def load_settings(
     problems = _unknown_keys(config)
     values = dict(config)
     notices: list[str] = []
+    _drop_unused_reservation_placeholder(values, notices)
     for key, example in _OFFLINE_EXAMPLES.items():
         value = values.get(key)
         missing_token = key.endswith(":hfToken") and value in (None, "")

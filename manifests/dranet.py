@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from config.settings import StackSettings
+from manifests.capacity import compute_class_capacity
 from manifests.common import Manifest, metadata
 
 COMPUTE_CLASS_API = "cloud.google.com/v1"
@@ -53,6 +54,8 @@ def compute_class(settings: StackSettings) -> Manifest:
         "machineType": profile.machine_type,
         "gpu": {"count": profile.gpus_per_node, "type": profile.gpu_type},
         "acceleratorNetworkProfile": "auto",
+        # flexStart / spot rung of verl-gke:capacity (manifests/capacity.py).
+        **compute_class_capacity(settings),
     }
     reservation = reservation_reference(settings)
     if reservation is not None:

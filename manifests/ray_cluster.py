@@ -16,7 +16,14 @@ from typing import Any, assert_never
 from config.networking import PodNics
 from config.profiles import Mode
 from config.settings import StackSettings
-from manifests import dra_driver, dranet, log_forwarding, network_mapping, trackers
+from manifests import (
+    capacity,
+    dra_driver,
+    dranet,
+    log_forwarding,
+    network_mapping,
+    trackers,
+)
 from manifests.common import (
     ACCELERATOR_LABEL,
     GCSFUSE_VOLUMES,
@@ -311,9 +318,14 @@ def ray_cluster(
             settings.namespace,
             annotations={WAIT_FOR_ANNOTATION: WAIT_FOR_READY},
         ),
-        "spec": {
-            "rayVersion": settings.ray_version,
-            "headGroupSpec": _head_group(settings, cpu_pool_name),
-            "workerGroupSpecs": [_worker_group(settings, fabric)],
-        },
+        # Outside a reservation: autoscaled workers, all nodes or none (manifests/capacity.py).
+        "spec": capacity.with_capacity(
+            settings,
+            {
+                "rayVersion": settings.ray_version,
+                "headGroupSpec": _head_group(settings, cpu_pool_name),
+                "workerGroupSpecs": [_worker_group(settings, fabric)],
+            },
+            WORKER_GROUP,
+        ),
     }

@@ -74,6 +74,10 @@ CUSTOM_RESOURCES = {
     ("networking.gke.io/v1", "Network"): "networking.gke.io_networks.yaml",
     # GKE custom compute classes (GKE >= 1.30.3; no public CRD file).
     ("cloud.google.com/v1", "ComputeClass"): "",
+    # GKE, for queued provisioning (verl-gke:capacity flexStart on Standard): served as v1 from
+    # 1.32.2-gke.1652000 (GKE "Run a large-scale workload with flex-start with queued
+    # provisioning": "The version of the API, either v1 or v1beta1"); no public CRD file here.
+    ("autoscaling.x-k8s.io/v1", "ProvisioningRequest"): "",
 }
 
 # What each pinned chart installs with this program's values, read at the chart's tag. DRA

@@ -23,6 +23,8 @@ from tests.program import COMBINATIONS, plan
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 PROVIDER_REFERENCE = ("jobs.ray_job", "RayJobProvider")
 COMPONENT_TYPES = {
+    # Only with verl-gke:capacity flexStart on Standard (tests/test_capacity.py).
+    "verl-gke:capacity:GpuCapacityRequest",
     "verl-gke:data_preparation:DataPreparation",
     "verl-gke:gke_cluster:GkeCluster",
     "verl-gke:gpu_networking:GpuFabric",
@@ -75,6 +77,10 @@ def test_component_type_tokens_across_every_stack_and_mode() -> None:
         for resource in plan(stack, mode).resources
         if resource.type.startswith("verl-gke:")
     }
+    flex_start = plan(
+        "a4", "standard", unset=("verl-gke:reservation",), **{"verl-gke__capacity": "flexStart"}
+    )
+    registered |= {r.type for r in flex_start.resources if r.type.startswith("verl-gke:")}
     assert registered == COMPONENT_TYPES
     # The dynamic resource's own type (module="jobs", name="RayJob" in jobs/ray_job.py).
     assert all(plan(stack, mode).of_type(RAY_JOB) for stack, mode in COMBINATIONS)

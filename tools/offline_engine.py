@@ -51,6 +51,9 @@ FAKE_CA = base64.b64encode(
     b"-----BEGIN CERTIFICATE-----\nb2ZmbGluZS1wbGFuLWNsdXN0ZXItY2E=\n-----END CERTIFICATE-----\n"
 ).decode()
 FAKE_PROJECT_NUMBER = "123456789012"
+# Comma-separated bucket names the mocked project already holds (a bucket kept by an earlier
+# `pulumi destroy`); unset, the project has none.
+EXISTING_BUCKETS_ENV = "VERL_GKE_OFFLINE_EXISTING_BUCKETS"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class RecordedResource:
     # The inputs exactly as the program sent them to the engine (unknowns as the wire sentinel,
     # secrets wrapped): what a contract test hands the real provider host.
     wire_inputs: struct_pb2.Struct = field(default_factory=struct_pb2.Struct, repr=False)
+    # The `import_` resource option: the cloud id the engine adopts instead of creating.
+    import_id: str = ""
 
     @property
     def provider_urn(self) -> str:
@@ -195,6 +200,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 replace_with=frozenset(request.replace_with),
                 retain_on_delete=request.retainOnDelete,
                 wire_inputs=_copy_struct(request.object),
+                import_id=request.importId,
             )
         )
         return response
@@ -241,6 +247,15 @@ class OfflineMocks(mocks.Mocks):
             # The storage IAM binding names the project by number.
             project = args.args.get("projectId", "example-project")
             return {"projectId": project, "number": FAKE_PROJECT_NUMBER, "name": project}
+        if args.token == "gcp:storage/getBuckets:getBuckets":
+            prefix = args.args.get("prefix", "")
+            names = [n for n in os.environ.get(EXISTING_BUCKETS_ENV, "").split(",") if n]
+            buckets = [
+                {"name": name, "location": "US-CENTRAL1", "labels": {}, "selfLink": name}
+                for name in names
+                if name.startswith(prefix)
+            ]
+            return {"buckets": buckets, "id": prefix, "prefix": prefix, "project": "mocked"}
         return {}
 
 

@@ -21,7 +21,9 @@ from typing import Any
 import pulumi
 import yaml
 
-from tools.offline_engine import PlanResult, RecordedResource, run_stack
+from config.settings import StackSettings, load_settings
+from tools.cost_facts import what_you_pay_for
+from tools.offline_engine import PlanResult, RecordedResource, run_stack, stack_config
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -130,6 +132,12 @@ def write_manifests(result: PlanResult, out_dir: Path) -> list[Path]:
     return written
 
 
+def planned_settings(stack: str, overrides: dict[str, str], strict: bool) -> StackSettings:
+    """The settings the planned run used (the same config run_stack read)."""
+    config = {**stack_config(stack), **overrides}
+    return load_settings(stack, config, offline=not strict).settings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.plan", description=__doc__.split("\n")[0]
@@ -171,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render_tree(result))
     for message in result.messages:
         print(message)
+    for line in what_you_pay_for(result, planned_settings(args.stack, overrides, args.strict)):
+        print(line)
     print("Outputs:")
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]

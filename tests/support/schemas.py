@@ -84,6 +84,15 @@ COMPUTE_CLASS_SCHEMA: dict[str, Any] = {
                                 },
                             },
                             "acceleratorNetworkProfile": {"enum": ["auto"]},
+                            # GKE ComputeClass CRD reference: `spot: true`; flex-start rule as
+                            # in public ComputeClasses (config/profiles.py, capacity sources).
+                            "spot": {"type": "boolean"},
+                            "flexStart": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["enabled"],
+                                "properties": {"enabled": {"type": "boolean"}},
+                            },
                             "reservations": {
                                 "type": "object",
                                 "additionalProperties": False,

@@ -1,0 +1,146 @@
+"""Capacity outside a reservation, in the Kubernetes layer (config/capacity.py decides).
+
+- All nodes or none (Standard flex-start): a ProvisioningRequest of class
+  `queued-provisioning.gke.io` for the N GPU workers, with the PodTemplate it counts in; the
+  workers consume it through two annotations and tolerate the `cloud.google.com/gke-queued` taint
+  GKE puts on queued-provisioning nodes. Shape from GKE "Run a large-scale workload with
+  flex-start with queued provisioning" (PodTemplate label `cloud.google.com/apply-warden-policies`,
+  nodeSelector `cloud.google.com/gke-flex-start`, `spec.provisioningClassName`,
+  `spec.parameters.maxRunDurationSeconds` as a string, `spec.podSets[].{count, podTemplateRef}`);
+  the pod annotations are the cluster autoscaler's
+  (k8s.io/autoscaler cluster-autoscaler/provisioningrequest/pods:
+  `cluster-autoscaler.kubernetes.io/consume-provisioning-request`, `.../provisioning-class-name`);
+  the toleration as in Google's kubernetes-engine-samples ai-ml/gke-ray/tpu/dws and Cluster
+  Toolkit's queued-provisioning example.
+- GPUs released when the run ends: KubeRay's in-tree autoscaler (`enableInTreeAutoscaling`,
+  `autoscalerOptions.idleTimeoutSeconds`) with the worker group at `minReplicas: 0`; the group
+  starts at N replicas so the workers (and the N-node request) exist before the job does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from config.capacity import IDLE_TIMEOUT_SECONDS, MAX_RUN_DURATION_SECONDS
+from config.settings import StackSettings
+from manifests.common import ACCELERATOR_LABEL, Manifest, equal_requests_and_limits, metadata
+
+PROVISIONING_REQUEST_API = "autoscaling.x-k8s.io/v1"
+QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
+CONSUME_ANNOTATION = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
+CLASS_ANNOTATION = "cluster-autoscaler.kubernetes.io/provisioning-class-name"
+QUEUED_TAINT = "cloud.google.com/gke-queued"
+FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+WARDEN_LABEL = "cloud.google.com/apply-warden-policies"
+
+
+def request_name(settings: StackSettings) -> str:
+    return f"{settings.profile.ray_cluster_name}-gpu-capacity"
+
+
+def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
+    # The cluster has one GPU pool, so its accelerator label names it.
+    return {ACCELERATOR_LABEL: settings.profile.gpu_type, FLEX_START_LABEL: "true"}
+
+
+def _queued_toleration() -> dict[str, str]:
+    return {"key": QUEUED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pod_template(settings: StackSettings) -> Manifest:
+    """What one GPU worker asks for, as the ProvisioningRequest counts it."""
+    profile = settings.profile
+    shape = profile.ray_workers[settings.mode]
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": metadata(request_name(settings), "gpu-capacity", settings.namespace),
+        "template": {
+            "metadata": {"labels": {WARDEN_LABEL: "true"}},
+            "spec": {
+                "nodeSelector": _worker_node_selector(settings),
+                "tolerations": [
+                    *(t.manifest() for t in profile.gpu_tolerations),
+                    _queued_toleration(),
+                ],
+                "containers": [
+                    {
+                        "name": "gpu-worker",
+                        "image": settings.verl_image,
+                        "resources": equal_requests_and_limits(
+                            {
+                                "cpu": shape.cpu,
+                                "memory": shape.memory,
+                                "nvidia.com/gpu": str(profile.gpus_per_node),
+                                "ephemeral-storage": shape.ephemeral_storage,
+                            }
+                        ),
+                    }
+                ],
+            },
+        },
+    }
+
+
+def provisioning_request(settings: StackSettings) -> Manifest:
+    """All gpuNodes workers' nodes in one request: granted together or not at all."""
+    return {
+        "apiVersion": PROVISIONING_REQUEST_API,
+        "kind": "ProvisioningRequest",
+        "metadata": metadata(request_name(settings), "gpu-capacity", settings.namespace),
+        "spec": {
+            "provisioningClassName": QUEUED_PROVISIONING_CLASS,
+            "parameters": {"maxRunDurationSeconds": str(MAX_RUN_DURATION_SECONDS)},
+            "podSets": [
+                {"count": settings.gpu_nodes, "podTemplateRef": {"name": request_name(settings)}}
+            ],
+        },
+    }
+
+
+def with_capacity(settings: StackSettings, spec: dict[str, Any], group_name: str) -> dict[str, Any]:
+    """The RayCluster spec for the stack's capacity mode (a copy; inside a reservation, as is)."""
+    plan = settings.capacity_plan
+    if not plan.scale_to_zero:
+        return spec
+    spec = copy.deepcopy(spec)
+    spec["enableInTreeAutoscaling"] = True
+    spec["autoscalerOptions"] = {
+        "idleTimeoutSeconds": IDLE_TIMEOUT_SECONDS,
+        "upscalingMode": "Default",
+    }
+    for group in spec["workerGroupSpecs"]:
+        if group["groupName"] != group_name:
+            continue
+        group["replicas"] = settings.gpu_nodes
+        group["minReplicas"] = 0
+        group["maxReplicas"] = settings.gpu_nodes
+        if plan.queued_provisioning:
+            template = group["template"]
+            template["metadata"].setdefault("annotations", {}).update(
+                {
+                    CONSUME_ANNOTATION: request_name(settings),
+                    CLASS_ANNOTATION: QUEUED_PROVISIONING_CLASS,
+                }
+            )
+            template["spec"]["nodeSelector"] = {
+                **template["spec"].get("nodeSelector", {}),
+                **_worker_node_selector(settings),
+            }
+            template["spec"].setdefault("tolerations", []).append(_queued_toleration())
+    return spec
+
+
+def compute_class_capacity(settings: StackSettings) -> dict[str, object]:
+    """The ComputeClass priority fields of the capacity mode (Autopilot, manifests/dranet.py).
+
+    Reservations are added by dranet.compute_class itself (unchanged); spot is a priority field
+    of the ComputeClass CRD reference; flex-start is `flexStart.enabled` (seen in public
+    ComputeClasses, config/profiles.py)."""
+    plan = settings.capacity_plan
+    if plan.spot:
+        return {"spot": True}
+    if plan.flex_start:
+        return {"flexStart": {"enabled": True}}
+    return {}
