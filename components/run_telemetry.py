@@ -34,7 +34,7 @@ class RunTelemetry(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(
             parent=self, provider=args.cluster.provider, depends_on=[args.namespace]
         )
-        body = log_forwarding.config_map(s.namespace)
+        body = log_forwarding.config_map(s)
         self.log_config = k8s.core.v1.ConfigMap(
             f"{name}-log-forwarder", metadata=body["metadata"], data=body["data"], opts=child
         )

@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from manifests.common import Manifest, equal_requests_and_limits, metadata
+from config.settings import StackSettings
+from manifests.common import (
+    Manifest,
+    accepted_findings,
+    default_namespace_findings,
+    equal_requests_and_limits,
+    metadata,
+)
 
 CONTAINER = "ray-log-forwarder"
 CONFIG_MAP = "ray-log-forwarder"
@@ -70,11 +77,16 @@ def fluent_bit_config() -> str:
     )
 
 
-def config_map(namespace: str) -> Manifest:
+def config_map(settings: StackSettings) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(CONFIG_MAP, "ray-log-forwarding", namespace),
+        "metadata": metadata(
+            CONFIG_MAP,
+            "ray-log-forwarding",
+            settings.namespace,
+            annotations=accepted_findings(default_namespace_findings(settings)),
+        ),
         "data": {CONFIG_FILE: fluent_bit_config()},
     }
 
