@@ -102,7 +102,7 @@ from pulumi.output import Unknown
 # The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
-from jobs import dashboard_access, job_evidence, job_logs, verl_log
+from jobs import dashboard_access, job_evidence, job_logs, secret_scan, verl_log
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root, parse_gcs_url
 
 if TYPE_CHECKING:
@@ -166,11 +166,6 @@ FULL_LOG_EVERY_S = 60.0
 # operation's patience).
 REQUEST_TIMEOUT_S = (10.0, 60.0)
 
-_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{30,}")
-# Key names that hold a secret: *TOKEN* (but not TOKENIZERS_PARALLELISM or *_TOKENS counts),
-# *SECRET*, *PASSWORD*, *API_KEY, *ACCESS_KEY. Keys ending in _PATH/_FILE only point at one.
-_SECRET_KEY = re.compile(r"TOKEN(?!IZER|S)|SECRET|PASSW(OR)?D|API_KEY$|ACCESS_KEY$")
-_SECRET_POINTER = re.compile(r"_(PATH|FILE|DIR)$")
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 # Guards os.environ while Ray's client reads its address from it; never held across network I/O.
@@ -397,33 +392,21 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
 
 
 def secret_problems(path: str, value: Any) -> list[str]:
-    """Reasons why `value` (walked recursively) looks like it carries a secret."""
-    found: list[str] = []
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            upper = str(key).upper()
-            if _SECRET_KEY.search(upper) and not _SECRET_POINTER.search(upper):
-                found.append(
-                    f"{path}.{key}: secrets must not be RayJob inputs (they would be stored in "
-                    "the Pulumi state and in the Ray job record); remove the key and let the pods "
-                    "read the secret from a Kubernetes Secret (the HF token: hf-secret, key "
-                    "hf_token)"
-                )
-            else:
-                found.extend(secret_problems(f"{path}.{key}", item))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found.extend(secret_problems(f"{path}[{index}]", item))
-    elif isinstance(value, str) and _HF_TOKEN.search(value):
-        found.append(
-            f"{path} contains what looks like a Hugging Face token (hf_...); the token must not "
-            "be a RayJob input: the pods read it from the Kubernetes Secret hf-secret"
-        )
-    return found
+    """Reasons why `value` (walked recursively) looks like it carries a secret (the detector is
+    jobs/secret_scan.py, shared with the job preflight and the plan)."""
+    return [
+        f"{found.path}: secrets must not be RayJob inputs (they would be stored in the Pulumi "
+        "state and in the Ray job record); remove the key and let the pods read the secret from "
+        "a Kubernetes Secret (the HF token: hf-secret, key hf_token)"
+        if found.by_name
+        else f"{found.path} contains what looks like a Hugging Face token (hf_...); the token "
+        "must not be a RayJob input: the pods read it from the Kubernetes Secret hf-secret"
+        for found in secret_scan.find_secrets(path, value)
+    ]
 
 
 def redact(text: str) -> str:
-    return _HF_TOKEN.sub("hf_***", text)
+    return secret_scan.redact(text)
 
 
 class RayJobProvider(pulumi.dynamic.ResourceProvider):

@@ -7,6 +7,7 @@ Each class is parametrised over its members; `test_every_suggested_fix_is_accept
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -19,6 +20,8 @@ from config.settings import (
     load_settings,
     plain_secret_notices,
 )
+from training.assembly import TrainingJob, training_job
+from training.grpo_spec import GrpoPreflightError
 
 GOOD = {
     "gcp:project": "my-project-123",
@@ -241,3 +244,76 @@ def test_token_set_without_secret_warns_loudly() -> None:
     ]
     assert GOOD["verl-gke:hfToken"] not in plain[0]
     assert plain_secret_notices(config, {"verl-gke:hfToken"}, "a4") == []
+
+
+# --- GRPO job settings (training/), added by c2b ------------------------------------------------
+
+TOKEN = "hf_abcdefghijklmnopqrstuvwxyz123456"
+
+
+def job_error(stack: str, job: dict[str, object], **config: str) -> str:
+    settings = load_settings(
+        stack, {**GOOD, **config, "verl-gke:job": json.dumps(job)}, offline=False
+    ).settings
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(settings)
+    return str(caught.value)
+
+
+def job_accepted(stack: str, job: dict[str, object], **config: str) -> TrainingJob:
+    settings = load_settings(
+        stack, {**GOOD, **config, "verl-gke:job": json.dumps(job)}, offline=False
+    ).settings
+    return training_job(settings)
+
+
+@pytest.mark.parametrize(
+    ("job", "key"),
+    [
+        ({"extraOverrides": [f"+foo.token={TOKEN}"]}, "verl-gke:job.extraOverrides[0]"),
+        (
+            {"extraOverrides": ["trainer.resume_mode=auto", f"+x.y=a{TOKEN}"]},
+            "verl-gke:job.extraOverrides[1]",
+        ),
+        ({"experimentName": TOKEN}, "verl-gke:job.experimentName"),
+        ({"trainFiles": f"/data/gsm8k/{TOKEN}.parquet"}, "verl-gke:job.trainFiles"),
+        ({"valFiles": f"/data/{TOKEN}/test.parquet"}, "verl-gke:job.valFiles"),
+        ({"defaultLocalDir": f"/checkpoints/{TOKEN}"}, "verl-gke:job.defaultLocalDir"),
+    ],
+)
+def test_secret_in_any_job_setting_refused_before_any_resource(
+    job: dict[str, object], key: str
+) -> None:
+    message = job_error("a4", job)
+    assert f"  - {key} = " in message and "looks like a secret" in message
+    assert TOKEN not in message and "abcdefghijklmnop" not in message
+    setting = key.split("[")[0]
+    assert f"Fix: remove {'it from ' if '[' in key else ''}{setting};" in message
+    # The fix: the setting removed (the list without the secret-bearing item).
+    fixed = dict(job)
+    if "[" in key:
+        index = int(key.split("[")[1].rstrip("]"))
+        fixed["extraOverrides"] = [o for i, o in enumerate(job["extraOverrides"]) if i != index]  # type: ignore[arg-type]
+    else:
+        fixed.pop(setting.rsplit(".", 1)[1])
+    assert job_accepted("a4", fixed).entrypoint
+
+
+def test_the_stacks_own_secret_is_refused_and_shown_by_its_key() -> None:
+    own = "hf_short_but_real_token"  # not the hf_ + 30 shape: found because it is the stack's
+    message = job_error(
+        "a4", {"extraOverrides": [f"+foo.x={own}"]}, **{"verl-gke:hfToken": own}
+    )
+    assert "'+foo.x=<redacted: verl-gke:hfToken>'" in message and own not in message
+
+
+def test_the_preflight_and_the_provider_share_one_detector() -> None:
+    from jobs import ray_job, secret_scan
+
+    value = {"env_vars": {"HF_TOKEN": "x", "TOKENIZERS_PARALLELISM": "true"}, "a": [TOKEN]}
+    assert [f.path for f in secret_scan.find_secrets("runtime_env", value)] == [
+        "runtime_env.env_vars.HF_TOKEN",
+        "runtime_env.a[0]",
+    ]
+    assert len(ray_job.secret_problems("runtime_env", value)) == 2
+    assert ray_job.redact(f"x {TOKEN}") == "x hf_***"
