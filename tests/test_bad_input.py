@@ -317,3 +317,32 @@ def test_the_preflight_and_the_provider_share_one_detector() -> None:
     ]
     assert len(ray_job.secret_problems("runtime_env", value)) == 2
     assert ray_job.redact(f"x {TOKEN}") == "x hf_***"
+
+
+_JOB_FIX = re.compile(r"Fix: (?:set it to (?P<value>\S+)|remove verl-gke:job\.(?P<removed>\w+))")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("defaultLocalDir", "/data/verl/checkpoints/../../gsm8k"),
+        ("defaultLocalDir", "/checkpoints/../data/gsm8k"),
+        ("defaultLocalDir", "/checkpoints/./exp"),
+        ("trainFiles", "/data/gsm8k/../verl/train.parquet"),
+        ("trainFiles", "/data//gsm8k/train.parquet"),
+        ("valFiles", "/data/gsm8k/../../etc/test.parquet"),
+        ("modelPath", "/data/x/../Qwen2.5-32B-Instruct"),
+    ],
+)
+@pytest.mark.parametrize("stack", ["a4", "a4x"])
+def test_paths_that_are_not_in_normal_form_refused_with_a_working_fix(
+    stack: str, key: str, value: str
+) -> None:
+    message = job_error(stack, {key: value})
+    line = next(p for p in message.split("\n  - ")[1:] if f"verl-gke:job.{key} = " in p)
+    assert value in line
+    fix = _JOB_FIX.search(line)
+    assert fix, line
+    job = {} if fix["removed"] else {key: fix["value"]}
+    assert fix["removed"] in (None, key)
+    assert job_accepted(stack, job).spec

@@ -523,8 +523,17 @@ def _best_tp(requested: int, gpus_per_node: int, heads: int | None, kv_heads: in
 
 
 def _path_problem(field_name: str, path: str, fix: str, why_shared: str) -> str | None:
+    # Rules read the path as written; verl and the OS resolve `..`: only the normal form may pass
+    # (`/data/verl/checkpoints/../../gsm8k` would put checkpoints into the dataset's folder).
+    normal = posixpath.normpath(path)
     if not posixpath.isabs(path):
         why = "a relative path resolves against each Ray process' own working directory"
+    elif normal != path.rstrip("/") and path != "/":
+        why = (
+            f"it has '.', '..' or empty segments (it resolves to {normal}); the path rules and "
+            "verl must see the same folder, so it must be written in normal form"
+        )
+        return _problem(field_name, path, why, f"set it to {fix}")
     elif not is_shared(path):
         why = f"only {DATA_MOUNT} (the GCS FUSE mount of the bucket) is shared by all pods"
     else:
@@ -748,7 +757,7 @@ def _tp_rules(
 
 def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
     experiment_dir = checkpoint_dir(spec.experiment_name)
-    model_name = posixpath.basename(spec.model_path.rstrip("/")) or "MODEL"
+    model_name = posixpath.basename(posixpath.normpath(spec.model_path)).strip(".") or "MODEL"
     return [
         _problem(
             "gpu_memory_utilization",
