@@ -346,3 +346,35 @@ def test_paths_that_are_not_in_normal_form_refused_with_a_working_fix(
     job = {} if fix["removed"] else {key: fix["value"]}
     assert fix["removed"] in (None, key)
     assert job_accepted(stack, job).spec
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"])
+@pytest.mark.parametrize("stack", sorted(PROFILES))
+def test_unknown_model_is_reported_as_the_model_key_with_a_working_fix(
+    stack: str, model: str
+) -> None:
+    message = job_error(stack, {}, **{"verl-gke:model": model})
+    assert f"  - verl-gke:model = {model!r}: not in the known-model table" in message
+    assert "verl-gke:job.modelPath" not in message
+    fix = _FIX.search(message)
+    assert fix and fix["key"] == "verl-gke:model" and fix["stack"] == stack
+    assert job_accepted(stack, {}, **{"verl-gke:model": fix["value"]}).spec
+
+
+def test_an_explicit_model_path_keeps_its_own_key() -> None:
+    message = job_error("a4", {"modelPath": "/data/Llama-3.1-8B"})
+    assert "verl-gke:job.modelPath = '/data/Llama-3.1-8B'" in message
+    assert "verl-gke:model = " not in message
+
+
+@pytest.mark.parametrize(("stack", "length"), [("a4", 65536), ("a4x", 262144), ("a3u", 40000)])
+def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
+    stack: str, length: int
+) -> None:
+    message = job_error(stack, {"maxResponseLength": length})
+    assert f"verl-gke:job.maxResponseLength={length} tokens" in message
+    fix = re.search(r"shorter verl-gke:job\.maxResponseLength=(\d+)", message)
+    assert fix, message
+    fitting = int(fix[1])
+    assert fitting < length and fitting & (fitting - 1) == 0  # a power of two
+    assert job_accepted(stack, {"maxResponseLength": fitting}).spec.max_response_length == fitting

@@ -37,6 +37,7 @@ from training.memory_fit import (
     estimate,
     resolve_model,
 )
+from training.model_choice import model_setting_problems
 from training.model_export import export_url, with_export
 from training.trackers import tracker_problems
 
@@ -67,6 +68,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
     spec = apply_overrides(spec, settings.job)
     stack_problems = [
         *job_secret_problems(spec, settings),
+        *model_setting_problems(spec, settings),
         *_data_layout_problems(spec, settings),
         *tracker_problems(spec, settings),
     ]

@@ -650,6 +650,19 @@ def _fix_tp(inputs: GrpoMemoryInputs) -> str | None:
     return None
 
 
+def _fix_response_length(inputs: GrpoMemoryInputs) -> str | None:
+    """The longest response length that fits, halving from the requested one (powers of two
+    below it when it is one), as data.max_response_length (its config key after in_config_terms)."""
+    length = 1 << (inputs.max_response_length.bit_length() - 1)
+    if length == inputs.max_response_length:
+        length //= 2
+    while length >= 1:
+        if _fits(replace(inputs, max_response_length=length)):
+            return f"shorter data.max_response_length={length}"
+        length //= 2
+    return None
+
+
 def _fix_flags(inputs: GrpoMemoryInputs) -> list[str]:
     fixes = []
     candidates: list[tuple[dict[str, bool], str]] = [
@@ -686,6 +699,7 @@ def suggest_fixes(inputs: GrpoMemoryInputs) -> list[str]:
         _fix_utilization,
         _fix_tp,
         _fix_nodes,
+        _fix_response_length,
     ):
         fix = finder(inputs)
         if fix:
@@ -718,7 +732,9 @@ def check_fit(inputs: GrpoMemoryInputs, profile_name: str = "") -> str | None:
             else "no single knob is enough: combine offload with more nodes or shorter sequences"
         )
         raise MemoryFitError(
-            f"GRPO memory-fit ({inputs.model.name}, {inputs.n_gpus} GPUs): "
+            f"GRPO memory-fit ({inputs.model.name}, {inputs.n_gpus} GPUs, sequences of "
+            f"data.max_prompt_length={inputs.max_prompt_length} + "
+            f"data.max_response_length={inputs.max_response_length} tokens): "
             + "; ".join(problems)
             + f". Fixes, each enough on its own: {fix_text}.\n"
             + format_breakdown(breakdown),
