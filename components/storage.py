@@ -40,6 +40,9 @@ class TrainingStorage(pulumi.ComponentResource):
     hf_secret: k8s.core.v1.Secret
     volume: k8s.core.v1.PersistentVolume
     claim: k8s.core.v1.PersistentVolumeClaim
+    # The Ray pods' checkpoint mount of the same bucket (metadata never cached).
+    checkpoint_volume: k8s.core.v1.PersistentVolume
+    checkpoint_claim: k8s.core.v1.PersistentVolumeClaim
 
     def __init__(
         self, name: str, args: TrainingStorageArgs, opts: pulumi.ResourceOptions | None = None
@@ -113,5 +116,19 @@ class TrainingStorage(pulumi.ComponentResource):
             metadata=claim["metadata"],
             spec=claim["spec"],
             opts=child([self.volume, args.namespace]),
+        )
+        checkpoint_volume = manifests.checkpoint_pv(s)
+        self.checkpoint_volume = k8s.core.v1.PersistentVolume(
+            f"{name}-checkpoint-pv",
+            metadata=checkpoint_volume["metadata"],
+            spec=checkpoint_volume["spec"],
+            opts=child([self.bucket]),
+        )
+        checkpoint_claim = manifests.checkpoint_pvc(s)
+        self.checkpoint_claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-checkpoint-pvc",
+            metadata=checkpoint_claim["metadata"],
+            spec=checkpoint_claim["spec"],
+            opts=child([self.checkpoint_volume, args.namespace]),
         )
         self.register_outputs({"bucket": self.bucket.name, "bucketUrl": self.bucket_url})

@@ -19,9 +19,18 @@ DATA_MOUNT = "/data"
 
 # verl's source at the stack's ref; the GRPO job imports verl from here (PYTHONPATH).
 VERL_CHECKOUT = f"{DATA_MOUNT}/verl"
-# One folder per experiment below it (trainer.default_local_dir). Inside the verl checkout as the
-# tutorial has it; the data-prep script keeps this folder when it replaces the checkout.
-CHECKPOINT_ROOT = f"{VERL_CHECKOUT}/checkpoints"
+# Checkpoints live in the bucket under verl/checkpoints (inside the verl checkout as the tutorial
+# has it; the data-prep script keeps this folder when it replaces the checkout), but the Ray pods
+# reach them through their own mount: metadata TTL 0 and no file cache, so verl's resume marker
+# (latest_checkpointed_iteration.txt, rewritten in place) is read fresh on every node, while
+# DATA_MOUNT caches metadata for good (manifests/fuse_mounts.py, issue 13 lever 1).
+CHECKPOINT_PREFIX = "verl/checkpoints"
+CHECKPOINT_MOUNT = "/checkpoints"
+# One folder per experiment below it (trainer.default_local_dir).
+CHECKPOINT_ROOT = CHECKPOINT_MOUNT
+# A node-local copy of VERL_CHECKOUT (an emptyDir the Ray pods fill at start): the jobs import
+# verl from here, not through GCS FUSE.
+VERL_NODE_LOCAL = "/opt/verl-node-local"
 # GSM8K as parquet, written by verl's examples/data_preprocess/gsm8k.py.
 GSM8K_DIR = f"{DATA_MOUNT}/gsm8k"
 GSM8K_TRAIN = f"{GSM8K_DIR}/train.parquet"
@@ -67,12 +76,22 @@ def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
 
 
 def is_shared(path: str) -> bool:
-    """Whether an absolute path lies inside the mount (the only place all pods share)."""
-    return posixpath.normpath(path).startswith(f"{DATA_MOUNT}/")
+    """Whether an absolute path lies inside a bucket mount (the only places all pods share)."""
+    normal = posixpath.normpath(path)
+    return normal.startswith(f"{DATA_MOUNT}/") or _under(normal, CHECKPOINT_MOUNT)
+
+
+def _under(path: str, mount: str) -> bool:
+    return path == mount or path.startswith(f"{mount}/")
 
 
 def bucket_url(bucket: str, mounted_path: str) -> str:
-    """gs:// URL of a path under the mount (the mount is the bucket's root)."""
-    if mounted_path != DATA_MOUNT and not mounted_path.startswith(f"{DATA_MOUNT}/"):
-        raise ValueError(f"{mounted_path!r} is not under the bucket mount {DATA_MOUNT}")
+    """gs:// URL of a path under a mount (DATA_MOUNT is the bucket's root, CHECKPOINT_MOUNT its
+    CHECKPOINT_PREFIX)."""
+    if _under(mounted_path, CHECKPOINT_MOUNT):
+        return f"gs://{bucket}/{CHECKPOINT_PREFIX}{mounted_path[len(CHECKPOINT_MOUNT) :]}"
+    if not _under(mounted_path, DATA_MOUNT):
+        raise ValueError(
+            f"{mounted_path!r} is not under the bucket mounts {DATA_MOUNT} or {CHECKPOINT_MOUNT}"
+        )
     return f"gs://{bucket}{mounted_path[len(DATA_MOUNT) :]}"

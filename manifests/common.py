@@ -15,6 +15,9 @@ Manifest = dict[str, Any]
 BUCKET_PV = "training-bucket-pv"
 BUCKET_PVC = "training-bucket-pvc"
 BUCKET_VOLUME = "training-bucket-vol"
+# The Ray pods' checkpoint mount (CHECKPOINT_MOUNT, manifests/fuse_mounts.py).
+CHECKPOINT_PV = "training-checkpoints-pv"
+CHECKPOINT_PVC = "training-checkpoints-pvc"
 HF_SECRET = "hf-secret"
 # The key the data-prep Job reads (the April page's `hf_api_token` was a defect).
 HF_SECRET_KEY = "hf_token"

@@ -3,7 +3,8 @@
 
 Fixes of the tutorial's manifests: nodeSelector values are strings, unused hostPath volumes
 (`/lib64`, `/sys`, `/proc/sys`) are gone, the x86 Standard init container that `pip install -e`d
-verl into its own (discarded) filesystem is gone (jobs get verl via PYTHONPATH=/data/verl), and
+verl into its own (discarded) filesystem is gone (jobs import verl from a node-local copy of the
+checkout, manifests/fuse_mounts.py), and
 the Autopilot head is not a Spot VM (a preempted head ends the training run).
 """
 
@@ -20,16 +21,14 @@ from manifests import (
     capacity,
     dra_driver,
     dranet,
+    fuse_mounts,
     log_forwarding,
     network_mapping,
     trackers,
 )
 from manifests.common import (
     ACCELERATOR_LABEL,
-    GCSFUSE_VOLUMES,
     Manifest,
-    bucket_mount,
-    bucket_volume,
     cpu_node_selector,
     equal_requests_and_limits,
     metadata,
@@ -214,10 +213,19 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
                     "ephemeral-storage": head.ephemeral_storage,
                 }
             ),
-            "volumeMounts": [{"mountPath": "/tmp/ray", "name": "ray-logs"}, bucket_mount()],
+            "volumeMounts": [
+                {"mountPath": "/tmp/ray", "name": "ray-logs"},
+                *fuse_mounts.ray_pod_mounts(),
+            ],
         }
     ]
-    pod_spec["volumes"] = [{"name": "ray-logs", "emptyDir": {}}, bucket_volume()]
+    # The driver imports verl too: the head gets its node-local copy (it loads no model, so no
+    # file cache and the sidecar's default resources).
+    pod_spec["initContainers"] = [fuse_mounts.verl_copy_container(settings)]
+    pod_spec["volumes"] = [
+        {"name": "ray-logs", "emptyDir": {}},
+        *fuse_mounts.ray_pod_volumes(file_cache=False),
+    ]
     # Ray's logs outlive the pod (manifests/log_forwarding.py); the W&B key from its Secret.
     pod_spec["containers"].append(log_forwarding.sidecar())
     pod_spec["volumes"].append(log_forwarding.config_volume())
@@ -225,7 +233,9 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
     return {
         "rayStartParams": start_params,
         "template": {
-            "metadata": {"annotations": {GCSFUSE_VOLUMES: "true"}},
+            "metadata": {
+                "annotations": fuse_mounts.ray_pod_annotations(settings, sized_sidecar=False)
+            },
             "spec": pod_spec,
         },
     }
@@ -258,7 +268,7 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
             *fabric.mounts,
             {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": "ray-tmp-storage", "mountPath": "/tmp"},
-            bucket_mount(),
+            *fuse_mounts.ray_pod_mounts(),
         ],
     }
     trackers.add_tracker_env(settings, container)
@@ -278,8 +288,10 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
         },
         "tolerations": [t.manifest() for t in profile.gpu_tolerations],
     }
-    if fabric.init_containers:
-        pod_spec["initContainers"] = fabric.init_containers
+    pod_spec["initContainers"] = [
+        *fabric.init_containers,
+        fuse_mounts.verl_copy_container(settings),
+    ]
     pod_spec["containers"] = [container]
     pod_spec["volumes"] = [
         *fabric.volumes,
@@ -288,7 +300,7 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
             "emptyDir": {"medium": "Memory", "sizeLimit": shape.shared_memory},
         },
         {"name": "ray-tmp-storage", "emptyDir": {}},
-        bucket_volume(),
+        *fuse_mounts.ray_pod_volumes(file_cache=True),
     ]
     if fabric.resource_claims:
         pod_spec["resourceClaims"] = fabric.resource_claims
@@ -299,7 +311,12 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
         "maxReplicas": settings.gpu_nodes,
         "rayStartParams": {"num-cpus": shape.ray_num_cpus},
         "template": {
-            "metadata": {"annotations": {GCSFUSE_VOLUMES: "true", **fabric.annotations}},
+            "metadata": {
+                "annotations": {
+                    **fuse_mounts.ray_pod_annotations(settings, sized_sidecar=True),
+                    **fabric.annotations,
+                }
+            },
             "spec": pod_spec,
         },
     }

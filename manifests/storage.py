@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from config.bucket_layout import CHECKPOINT_PREFIX
 from config.settings import StackSettings
 from manifests.common import (
     BUCKET_PV,
     BUCKET_PVC,
+    CHECKPOINT_PV,
+    CHECKPOINT_PVC,
     HF_SECRET,
     Manifest,
     accepted_findings,
@@ -18,17 +21,37 @@ GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 GCSFUSE_STORAGE_CLASS = "gcsfuse-sc"
 # The PV's nominal size; GCS has no capacity, Kubernetes needs a number (tutorial §4.4).
 GCSFUSE_CAPACITY = "768Gi"
-# tutorial-facts §4.4, in the tutorial's order.
-GCSFUSE_MOUNT_OPTIONS = (
+# Two mounts of the one bucket (issue 13 lever 1; two PVs of a bucket in one pod: GKE
+# >= 1.33.0-gke.1932000, gcs-fuse-csi-driver docs/releases.md; this project's floor is 1.34).
+#
+# Read-mostly, at DATA_MOUNT: verl checkout, GSM8K, the model. Metadata cached for good and a file
+# cache with parallel downloads (GKE "Manually optimize Cloud Storage FUSE CSI driver for
+# performance"; Google's model-loading recipe). Negative entries are not cached, so what data prep
+# writes later is still found. Single writers only (data prep, HF_HOME, model export): nothing
+# that another node must see changing in place.
+READ_MOSTLY_MOUNT_OPTIONS = (
     "implicit-dirs",
     "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:0",
+    "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
     "file-cache:max-size-mb:-1",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
+    "write:enable-streaming-writes:true",
+    "write:global-max-blocks:200000",
+)
+# Checkpoints, at CHECKPOINT_MOUNT (only the bucket's CHECKPOINT_PREFIX): verl rewrites
+# latest_checkpointed_iteration.txt in place, so metadata is never cached. The TTL is explicit:
+# from GKE 1.33.2-gke.4655000 high-performance machine types (A3 Ultra, A4, A4X) get
+# ttl-secs:-1 unless the mount says otherwise (same GKE page, "performance defaults"). No file
+# cache: checkpoints are written once and read once on resume.
+CHECKPOINT_MOUNT_OPTIONS = (
+    f"only-dir={CHECKPOINT_PREFIX}",
+    "implicit-dirs",
+    "metadata-cache:negative-ttl-secs:0",
+    "metadata-cache:ttl-secs:0",
     "write:enable-streaming-writes:true",
     "write:global-max-blocks:200000",
 )
@@ -85,11 +108,13 @@ def hf_secret(settings: StackSettings) -> Manifest:
     }
 
 
-def bucket_pv(settings: StackSettings) -> Manifest:
+def _gcsfuse_pv(
+    settings: StackSettings, name: str, claim: str, options: tuple[str, ...]
+) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": metadata(BUCKET_PV, "storage"),
+        "metadata": metadata(name, "storage"),
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "capacity": {"storage": GCSFUSE_CAPACITY},
@@ -98,29 +123,46 @@ def bucket_pv(settings: StackSettings) -> Manifest:
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": GCSFUSE_STORAGE_CLASS,
             # Reserved for our claim, so no other PVC of the class can bind it.
-            "claimRef": {"namespace": settings.namespace, "name": BUCKET_PVC},
-            "mountOptions": list(GCSFUSE_MOUNT_OPTIONS),
+            "claimRef": {"namespace": settings.namespace, "name": claim},
+            "mountOptions": list(options),
             "csi": {
                 "driver": GCSFUSE_DRIVER,
                 "volumeHandle": settings.bucket_name,
-                "volumeAttributes": {
-                    "skipCSIBucketAccessCheck": "true",
-                    "gcsfuseMetadataPrefetchOnMount": "true",
-                },
+                # No metadata prefetch on mount: the Ray pods mount while data prep may still
+                # be writing, and a prefetched listing would be kept for good.
+                "volumeAttributes": {"skipCSIBucketAccessCheck": "true"},
             },
         },
     }
 
 
-def bucket_pvc(settings: StackSettings) -> Manifest:
+def _gcsfuse_pvc(settings: StackSettings, name: str, volume: str) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": metadata(BUCKET_PVC, "storage", settings.namespace),
+        "metadata": metadata(name, "storage", settings.namespace),
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "resources": {"requests": {"storage": GCSFUSE_CAPACITY}},
             "storageClassName": GCSFUSE_STORAGE_CLASS,
-            "volumeName": BUCKET_PV,
+            "volumeName": volume,
         },
     }
+
+
+def bucket_pv(settings: StackSettings) -> Manifest:
+    """The read-mostly mount of the whole bucket (DATA_MOUNT)."""
+    return _gcsfuse_pv(settings, BUCKET_PV, BUCKET_PVC, READ_MOSTLY_MOUNT_OPTIONS)
+
+
+def bucket_pvc(settings: StackSettings) -> Manifest:
+    return _gcsfuse_pvc(settings, BUCKET_PVC, BUCKET_PV)
+
+
+def checkpoint_pv(settings: StackSettings) -> Manifest:
+    """The checkpoint mount (CHECKPOINT_MOUNT): the bucket's CHECKPOINT_PREFIX, never cached."""
+    return _gcsfuse_pv(settings, CHECKPOINT_PV, CHECKPOINT_PVC, CHECKPOINT_MOUNT_OPTIONS)
+
+
+def checkpoint_pvc(settings: StackSettings) -> Manifest:
+    return _gcsfuse_pvc(settings, CHECKPOINT_PVC, CHECKPOINT_PV)

@@ -109,7 +109,7 @@ def _with_departures(tutorial: dict[str, str], experiment: str, *, add_kl: bool)
     (x86 only) KL loss on as in the A4X command."""
     expected = {
         **tutorial,
-        "trainer.default_local_dir": f"/data/verl/checkpoints/{experiment}",
+        "trainer.default_local_dir": f"/checkpoints/{experiment}",
         "trainer.experiment_name": experiment,
     }
     if add_kl:
@@ -242,7 +242,9 @@ def test_entrypoint_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
 @pytest.mark.parametrize(("profile", "mode"), STACKS)
 def test_runtime_env_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
     env = render_runtime_env(_default(profile, mode), PROFILES[profile], mode)
-    assert env == {"env_vars": {**EXPECTED_ENV[(profile, mode)], **VERL_ENV}}
+    # Departure (issue 13 lever 1): verl is imported from the Ray pods' node-local copy.
+    node_local = {"PYTHONPATH": "/opt/verl-node-local", "PYTHONDONTWRITEBYTECODE": "1"}
+    assert env == {"env_vars": {**EXPECTED_ENV[(profile, mode)], **VERL_ENV, **node_local}}
     assert not any("HF_TOKEN" in k or "HUGGING_FACE" in k for k in env["env_vars"])
     assert all(isinstance(v, str) for v in env["env_vars"].values())
 
@@ -363,7 +365,7 @@ def test_bad_value_type_names_the_setting() -> None:
 
 def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
     spec = apply_overrides(_default(), {"experimentName": "lr-sweep-2"})
-    assert spec.default_local_dir == "/data/verl/checkpoints/lr-sweep-2"
+    assert spec.default_local_dir == "/checkpoints/lr-sweep-2"
     explicit = apply_overrides(
         _default(), {"experimentName": "b", "defaultLocalDir": "/data/ckpt/shared"}
     )
@@ -476,19 +478,19 @@ A4_16 = "16 GPUs (2 nodes x 8)"
             "a4",
             {"defaultLocalDir": "checkpoints"},
             "defaultLocalDir = checkpoints",
-            "set it to /data/verl/checkpoints/grpo-qwen2.5-32b-instruct-a4",
+            "set it to /checkpoints/grpo-qwen2.5-32b-instruct-a4",
         ),
         (
             "a4",
             {"defaultLocalDir": "/tmp/ckpt"},
             "defaultLocalDir = /tmp/ckpt",
-            "set it to /data/verl/checkpoints/grpo-qwen2.5-32b-instruct-a4",
+            "set it to /checkpoints/grpo-qwen2.5-32b-instruct-a4",
         ),
         (
             "a4",
             {"defaultLocalDir": "/data/../tmp/ckpt"},
             "defaultLocalDir = /data/../tmp/ckpt",
-            "set it to /data/verl/checkpoints/",
+            "set it to /checkpoints/",
         ),
         (
             "a4",

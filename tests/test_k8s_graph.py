@@ -101,9 +101,20 @@ def test_ray_cluster_waits_for_operator_storage_and_networking(stack: str, mode:
 def test_data_prep_waits_for_storage_only(stack: str, mode: str) -> None:
     result = plan(stack, mode)
     (job,) = by_kind(result, "Job")
-    for kind in ("ServiceAccount", "Secret", "PersistentVolumeClaim", "ConfigMap"):
+    for kind in ("ServiceAccount", "Secret"):
         (needed,) = by_kind(result, kind)
         assert result.depends_on(job, needed), kind
+    # Its script's ConfigMap (the head's log-forwarder ConfigMap is another one).
+    volumes = job.inputs["spec"]["template"]["spec"]["volumes"]
+    (script,) = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+    (config_map,) = [
+        c for c in by_kind(result, "ConfigMap") if c.inputs["metadata"]["name"] == script
+    ]
+    assert result.depends_on(job, config_map)
+    # Data prep mounts the data claim only; the checkpoint claim is the Ray pods'.
+    claims = {c.inputs["metadata"]["name"]: c for c in by_kind(result, "PersistentVolumeClaim")}
+    assert set(claims) == {"training-bucket-pvc", "training-checkpoints-pvc"}
+    assert result.depends_on(job, claims["training-bucket-pvc"])
     # The bucket grant must exist before the pod mounts the bucket as the KSA.
     assert result.depends_on(job, result.one("gcp:storage/bucketIAMMember:BucketIAMMember"))
     for release in result.of_type("kubernetes:helm.sh/v3:Release"):

@@ -413,10 +413,43 @@ def test_custom_namespace_is_created_and_used_everywhere() -> None:
 
 # --- storage (tutorial §4) ----------------------------------------------------------------------
 
+# Every Ray pod: the data mount, the checkpoint mount and verl's node-local copy (issue 13 lever 1).
+RAY_POD_MOUNTS = [
+    {"name": "training-bucket-vol", "mountPath": "/data"},
+    {"name": "training-checkpoints-vol", "mountPath": "/checkpoints"},
+    {"name": "verl-node-local", "mountPath": "/opt/verl-node-local", "readOnly": True},
+]
+RAY_POD_VOLUMES = [
+    {"name": "training-bucket-vol", "persistentVolumeClaim": {"claimName": "training-bucket-pvc"}},
+    {
+        "name": "training-checkpoints-vol",
+        "persistentVolumeClaim": {"claimName": "training-checkpoints-pvc"},
+    },
+    {"name": "verl-node-local", "emptyDir": {}},
+]
+# GPU workers: the FUSE sidecar's resources ("0" = no limit, Standard only; Autopilot GPU nodes
+# cap it at 2 vCPU / 14 GiB).
+SIZED_SIDECAR = {
+    "standard": {
+        "gke-gcsfuse/volumes": "true",
+        "gke-gcsfuse/cpu-limit": "0",
+        "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0",
+    },
+    "autopilot": {
+        "gke-gcsfuse/volumes": "true",
+        "gke-gcsfuse/cpu-limit": "2",
+        "gke-gcsfuse/memory-limit": "14Gi",
+        "gke-gcsfuse/ephemeral-storage-limit": "10Gi",
+    },
+}
+
+# The read-mostly data mount (issue 13 lever 1): the tutorial's options with metadata cached for
+# good; the checkpoint mount (ttl 0) is tested in tests/test_fuse_mounts.py.
 MOUNT_OPTIONS = [
     "implicit-dirs",
     "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:0",
+    "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
     "file-cache:max-size-mb:-1",
@@ -457,7 +490,6 @@ def test_bucket_identity_and_volume(stack: str, mode: str) -> None:
         "volumeHandle": bucket_name,
         "volumeAttributes": {
             "skipCSIBucketAccessCheck": "true",
-            "gcsfuseMetadataPrefetchOnMount": "true",
         },
     }
     pvc = k8s_object(result, "PersistentVolumeClaim", "training-bucket-pvc")["spec"]
@@ -643,16 +675,15 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
     ]
     head_resources = {"cpu": "12", "memory": "32Gi", "ephemeral-storage": "20Gi"}
     assert head_container["resources"] == {"limits": head_resources, "requests": head_resources}
-    assert head_container["volumeMounts"] == [
+    assert head_container["volumeMounts"][:4] == [
         {"mountPath": "/tmp/ray", "name": "ray-logs"},
-        {"name": "training-bucket-vol", "mountPath": "/data"},
+        *RAY_POD_MOUNTS,
     ]
+    # verl's node-local copy, made before Ray starts (tests/test_fuse_mounts.py).
+    assert [c["name"] for c in head_spec["initContainers"]] == ["verl-node-local-copy"]
     assert head_spec["volumes"] == [
         {"name": "ray-logs", "emptyDir": {}},
-        {
-            "name": "training-bucket-vol",
-            "persistentVolumeClaim": {"claimName": "training-bucket-pvc"},
-        },
+        *RAY_POD_VOLUMES,
         # The log forwarder's config (tests/test_after_up.py).
         {"name": "ray-log-forwarder-config", "configMap": {"name": "ray-log-forwarder"}},
     ]
@@ -661,7 +692,7 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (4, 4, 4)
     assert group["groupName"] == "gpu-group"
     assert group["rayStartParams"] == {"num-cpus": "120"}
-    assert group["template"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+    assert group["template"]["metadata"]["annotations"] == SIZED_SIDECAR["standard"]
     spec = group["template"]["spec"]
     assert spec["serviceAccountName"] == "verl-ray"
     assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-gb200"}
@@ -693,6 +724,8 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
         "/dev/shm": "shared-memory",
         "/tmp": "ray-tmp-storage",
         "/data": "training-bucket-vol",
+        "/checkpoints": "training-checkpoints-vol",
+        "/opt/verl-node-local": "verl-node-local",
     }
     assert spec["resourceClaims"] == [
         {"name": f"rdma-nic-{i}", "resourceClaimTemplateName": "verl-rdma-nic"} for i in range(4)
@@ -747,7 +780,8 @@ def test_x86_standard_ray_cluster(stack: str, mode: str) -> None:
     assert spec["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
-    assert "resourceClaims" not in spec and "initContainers" not in spec
+    assert "resourceClaims" not in spec
+    assert [c["name"] for c in spec["initContainers"]] == ["verl-node-local-copy"]
     worker = spec["containers"][0]
     shape = {"cpu": "220", "memory": "2800Gi", "nvidia.com/gpu": "8", "ephemeral-storage": "1000Gi"}
     assert worker["resources"] == {"requests": shape, "limits": shape}
@@ -756,7 +790,8 @@ def test_x86_standard_ray_cluster(stack: str, mode: str) -> None:
     # Only what the worker mounts; the tutorial's unused /lib64, /sys, /proc/sys are gone.
     assert host_paths == {"/home/kubernetes/bin/gib", "/home/kubernetes/bin/nvidia"}
     mounted = {m["name"] for m in worker["volumeMounts"]}
-    assert mounted == {v["name"] for v in spec["volumes"]}
+    # The file cache volume is the FUSE sidecar's (gke-gcsfuse-cache), not the worker's.
+    assert mounted | {"gke-gcsfuse-cache"} == {v["name"] for v in spec["volumes"]}
     shm = next(v for v in spec["volumes"] if v["name"] == "shared-memory")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "250Gi"}
 
@@ -773,7 +808,7 @@ def test_autopilot_dranet_ray_cluster(stack: str, mode: str) -> None:
     }
     (group,) = cluster["spec"]["workerGroupSpecs"]
     assert group["rayStartParams"] == {"num-cpus": "180"}
-    assert group["template"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+    assert group["template"]["metadata"]["annotations"] == SIZED_SIDECAR["autopilot"]
     spec = group["template"]["spec"]
     assert spec["nodeSelector"] == {
         "cloud.google.com/compute-class": f"dranet-{stack}-computeclass"
@@ -792,7 +827,8 @@ def test_autopilot_dranet_ray_cluster(stack: str, mode: str) -> None:
     assert worker["env"] == [
         {"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64:/usr/local/gib/lib64"}
     ]
-    (init,) = spec["initContainers"]
+    init, verl_copy = spec["initContainers"]
+    assert verl_copy["name"] == "verl-node-local-copy"
     assert init["image"] == "verlai/verl:vllm011.latest"
     assert "apt-get install -y nccl-gib-plugins" in init["args"][0]
     assert "gpudirect-gib-apt main" in init["args"][0]

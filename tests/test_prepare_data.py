@@ -435,7 +435,7 @@ def test_the_scripts_folders_are_the_bucket_layouts() -> None:
     )
     assert layout.PREP_MARKERS == under_mount(prepare_data.PREP_DIR)
     # Replacing the verl checkout for a new ref keeps the checkpoints inside it.
-    kept = layout.CHECKPOINT_ROOT.removeprefix(f"{layout.VERL_CHECKOUT}/")
+    kept = layout.CHECKPOINT_PREFIX.removeprefix("verl/")
     assert kept in prepare_data.KEEP_IN_VERL
     assert set(layout.rewritten_by_data_prep("Qwen/Qwen2.5-32B-Instruct")) == {
         *(under_mount(name) for name in prepare_data.RESERVED_DIRS),

@@ -41,16 +41,16 @@ def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
     assert args["data.train_files"] == "/data/gsm8k/train.parquet"
     assert args["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
     # Checkpoints land in the bucket, one folder per experiment, and are actually written.
-    assert args["trainer.default_local_dir"] == (
-        f"/data/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
-    )
+    assert args["trainer.default_local_dir"] == f"/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
     assert int(args["trainer.save_freq"]) > 0
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_runtime_env_per_profile_and_mode(stack: str, mode: str) -> None:
     env = plan(stack, mode).one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
-    assert env["PYTHONPATH"] == "/data/verl"
+    # verl from the Ray pods' node-local copy, not through GCS FUSE (issue 13 lever 1).
+    assert env["PYTHONPATH"] == "/opt/verl-node-local"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["HF_HOME"] == "/data/huggingface_cache"
     assert env["NCCL_DEBUG"] == "INFO"
     expected = {
@@ -246,8 +246,11 @@ def test_a_different_model_moves_both_the_download_and_the_job() -> None:
     assert "--model-dir Qwen2.5-14B-Instruct" in command
 
 
-@pytest.mark.parametrize("folder", ["/data/verl/run1", "/data/gsm8k/ckpt", "/data/verl"])
-def test_checkpoints_never_where_data_prep_rewrites(folder: str) -> None:
+# Not where data prep rewrites, and not on the metadata-cached data mount at all.
+@pytest.mark.parametrize(
+    "folder", ["/data/verl/run1", "/data/gsm8k/ckpt", "/data/verl", "/data/runs/exp1"]
+)
+def test_checkpoints_only_on_the_checkpoint_mount(folder: str) -> None:
     from training.grpo_spec import GrpoPreflightError
 
     with pytest.raises(GrpoPreflightError) as caught:
@@ -255,6 +258,7 @@ def test_checkpoints_never_where_data_prep_rewrites(folder: str) -> None:
     assert f"verl-gke:job.defaultLocalDir = '{folder}'" in str(caught.value)
 
 
-def test_checkpoints_elsewhere_on_the_bucket_are_fine() -> None:
-    result = plan("a4x", **{"verl-gke__job": '{"defaultLocalDir": "/data/runs/exp1"}'})
-    assert result.outputs["checkpointRoot"] == "gs://acme-ml-prod-verl-a4x/runs/exp1"
+def test_checkpoints_in_another_folder_of_the_checkpoint_mount_are_fine() -> None:
+    result = plan("a4x", **{"verl-gke__job": '{"defaultLocalDir": "/checkpoints/exp1"}'})
+    # The checkpoint mount is the bucket's verl/checkpoints folder.
+    assert result.outputs["checkpointRoot"] == "gs://acme-ml-prod-verl-a4x/verl/checkpoints/exp1"

@@ -12,7 +12,6 @@ from config.bucket_layout import (
     DATA_MOUNT,
     bucket_url,
     model_dir,
-    rewritten_by_data_prep,
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
@@ -123,16 +122,16 @@ def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
             "you want"
         )
     checkpoints = spec.default_local_dir.rstrip("/")
-    # prepare_data.py redoes these folders when their inputs change; it keeps only the
-    # checkpoint root inside the verl checkout.
-    rewritten = rewritten_by_data_prep(settings.model)
-    kept = CHECKPOINT_ROOT
-    inside = [d for d in rewritten if checkpoints == d or checkpoints.startswith(f"{d}/")]
-    if inside and not checkpoints.startswith(f"{kept}/"):
+    # Only the checkpoint mount reads metadata fresh (ttl 0): on DATA_MOUNT (cached for good) a
+    # resume on another node could read a stale latest_checkpointed_iteration.txt. The bucket
+    # folder behind it is the one prepare_data.py keeps when it replaces the verl checkout.
+    if not checkpoints.startswith(f"{CHECKPOINT_ROOT}/"):
         problems.append(
-            f"{CONFIG_KEY}.defaultLocalDir = {spec.default_local_dir!r}: the data-prep Job "
-            f"rewrites {inside[0]} when its inputs change and would delete these checkpoints. "
-            f"Fix: use a folder under {kept}/ (the default) or elsewhere under {DATA_MOUNT}"
+            f"{CONFIG_KEY}.defaultLocalDir = {spec.default_local_dir!r}: checkpoints must be in "
+            f"a folder under {CHECKPOINT_ROOT}/, the Ray pods' checkpoint mount, whose metadata "
+            f"is never cached (resume reads verl's marker fresh on every node; {DATA_MOUNT} "
+            f"caches metadata and the data-prep Job rewrites parts of it). Fix: remove "
+            f"{CONFIG_KEY}.defaultLocalDir or set it to {CHECKPOINT_ROOT}/<experiment>"
         )
     return problems
 

@@ -7,8 +7,8 @@ keys, e.g. `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`. Fi
 are not passed to verl, so verl's own default for the pinned ref applies.
 
 Deliberate departures from the tutorial commands (everything else is reproduced verbatim):
-- `trainer.default_local_dir` is one folder per experiment on the GCS FUSE mount
-  (/data/verl/checkpoints/<experiment>): verl resumes from `latest_checkpointed_iteration.txt`
+- `trainer.default_local_dir` is one folder per experiment on the checkpoint GCS FUSE mount
+  (/checkpoints/<experiment>): verl resumes from `latest_checkpointed_iteration.txt`
   in that folder, so two experiments must never share one.
 - `trainer.experiment_name` is passed, so logs carry the same name as the checkpoint folder.
 - A4 / A3 Ultra also pass `actor_rollout_ref.actor.use_kl_loss=True`, as the seed's A4X command
@@ -45,7 +45,7 @@ from config.bucket_layout import (
     GSM8K_TEST,
     GSM8K_TRAIN,
     JOB_HF_HOME,
-    VERL_CHECKOUT,
+    VERL_NODE_LOCAL,
     checkpoint_dir,
     is_shared,
     model_dir,
@@ -437,7 +437,8 @@ def hydra_overrides(spec: GrpoSpec) -> list[str]:
 
 def render_entrypoint(spec: GrpoSpec) -> str:
     """`python3 -m verl.trainer.main_ppo key=value ...`, each argument shell-quoted (Ray runs the
-    entrypoint through a shell). No `cd`: verl is imported from /data/verl via PYTHONPATH."""
+    entrypoint through a shell). No `cd`: verl is imported from the pods' node-local copy via
+    PYTHONPATH."""
     return shlex.join(["python3", "-m", ENTRYPOINT_MODULE, *hydra_overrides(spec)])
 
 
@@ -456,7 +457,10 @@ _VERL_ENV: Mapping[str, str] = MappingProxyType(
 # The tutorial's values common to every profile (seed A4X runtime env, tutorial-facts §6).
 _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
     {
-        "PYTHONPATH": VERL_CHECKOUT,
+        # The Ray pods' node-local copy of the checkout (manifests/fuse_mounts.py): imports
+        # never go through GCS FUSE, and no process tries to write .pyc files next to them.
+        "PYTHONPATH": VERL_NODE_LOCAL,
+        "PYTHONDONTWRITEBYTECODE": "1",
         "HF_HOME": JOB_HF_HOME,
         "NCCL_DEBUG": "INFO",
         # The x86 scripts prefix the command with it; it keeps the driver log (read back on
@@ -469,7 +473,7 @@ _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
 def render_runtime_env(
     spec: GrpoSpec, profile: AcceleratorProfile, mode: Mode
 ) -> dict[str, dict[str, str]]:
-    """The Ray job runtime env. No working_dir (verl lives on /data/verl) and no HF token: the
+    """The Ray job runtime env. No working_dir (verl is in every Ray pod) and no HF token: the
     model is read from the bucket."""
     if mode not in profile.nccl_env:
         raise ValueError(

@@ -1,0 +1,114 @@
+"""What a Ray pod needs for the two GCS FUSE mounts (issue 13 lever 1): the read-mostly data
+mount, the checkpoint mount, the FUSE sidecar's resources, a file-cache volume and a node-local
+copy of verl.
+
+Pure: dicts only. manifests/storage.py owns the two PersistentVolumes and their mount options.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from config.bucket_layout import (
+    CHECKPOINT_MOUNT,
+    CHECKPOINT_PREFIX,
+    PREP_MARKERS,
+    VERL_CHECKOUT,
+    VERL_NODE_LOCAL,
+)
+from config.profiles import Mode
+from config.settings import StackSettings
+from manifests.common import CHECKPOINT_PVC, GCSFUSE_VOLUMES, bucket_mount, bucket_volume
+
+CHECKPOINT_VOLUME = "training-checkpoints-vol"
+VERL_LOCAL_VOLUME = "verl-node-local"
+VERL_COPY_CONTAINER = "verl-node-local-copy"
+# A pod volume of this name replaces the sidecar's own emptyDir as the file cache
+# (gcs-fuse-csi-driver pkg/webhook/sidecar_spec.go SidecarContainerCacheVolumeName).
+FILE_CACHE_VOLUME = "gke-gcsfuse-cache"
+# On the node's ephemeral storage (local SSD on the Standard GPU pools,
+# components/gpu_node_pool.py): one pass over a 66 GB model plus GSM8K, with room for a model
+# twice that size. The webhook's default cache is bounded by the sidecar's 5Gi ephemeral limit
+# (cmd/webhook/main.go), smaller than the model.
+FILE_CACHE_SIZE = "200Gi"
+# The data-prep script's marker for the verl checkout (payloads/prepare_data.py marker_path).
+VERL_PREP_MARKER = f"{PREP_MARKERS}/verl.done"
+
+# The FUSE sidecar's resources on the GPU workers ("In most cases, unsatisfactory performance is
+# caused by insufficient CPU or memory allocated to the sidecar": gcs-fuse-csi-driver
+# docs/troubleshooting.md). "0" means no limit, allowed on Standard only; on Autopilot GPU nodes
+# the sidecar may not exceed 2 vCPU and 14 GiB (same page, known issue). The cache has its own
+# volume, so the sidecar's ephemeral storage only holds its logs and buffers.
+SIDECAR_RESOURCES: dict[Mode, dict[str, str]] = {
+    Mode.STANDARD: {
+        "gke-gcsfuse/cpu-limit": "0",
+        "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0",
+    },
+    Mode.AUTOPILOT: {
+        "gke-gcsfuse/cpu-limit": "2",
+        "gke-gcsfuse/memory-limit": "14Gi",
+        "gke-gcsfuse/ephemeral-storage-limit": "10Gi",
+    },
+}
+
+
+def checkpoint_volume() -> dict[str, Any]:
+    return {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_PVC}}
+
+
+def checkpoint_mount() -> dict[str, Any]:
+    return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT}
+
+
+def verl_copy_script() -> str:
+    """Wait for data prep's verl marker, then copy the checkout minus checkpoints and git history
+    into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through FUSE per pod)."""
+    skip = CHECKPOINT_PREFIX.removeprefix("verl/")
+    return (
+        "set -euo pipefail\n"
+        f"until [ -f {shlex.quote(VERL_PREP_MARKER)} ]; do\n"
+        f"  echo 'waiting for data prep: {VERL_PREP_MARKER}'; sleep 10\n"
+        "done\n"
+        f"tar -C {shlex.quote(VERL_CHECKOUT)} --exclude=./{skip} --exclude=./.git -cf - ."
+        f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} -xf -\n"
+        f"echo 'verl copied to {VERL_NODE_LOCAL}'\n"
+    )
+
+
+def verl_copy_container(settings: StackSettings) -> dict[str, Any]:
+    # The worker image: already on the node for the main container, and it has bash and tar.
+    return {
+        "name": VERL_COPY_CONTAINER,
+        "image": settings.verl_image,
+        "command": ["/bin/bash", "-c"],
+        "args": [verl_copy_script()],
+        "volumeMounts": [
+            {**bucket_mount(), "readOnly": True},
+            {"name": VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL},
+        ],
+    }
+
+
+def ray_pod_mounts() -> list[dict[str, Any]]:
+    """The main Ray container's mounts: data, checkpoints and verl's node-local copy."""
+    return [
+        bucket_mount(),
+        checkpoint_mount(),
+        {"name": VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL, "readOnly": True},
+    ]
+
+
+def ray_pod_volumes(*, file_cache: bool) -> list[dict[str, Any]]:
+    volumes = [bucket_volume(), checkpoint_volume(), {"name": VERL_LOCAL_VOLUME, "emptyDir": {}}]
+    if file_cache:
+        volumes.append({"name": FILE_CACHE_VOLUME, "emptyDir": {"sizeLimit": FILE_CACHE_SIZE}})
+    return volumes
+
+
+def ray_pod_annotations(settings: StackSettings, *, sized_sidecar: bool) -> dict[str, str]:
+    annotations = {GCSFUSE_VOLUMES: "true"}
+    if sized_sidecar:
+        annotations.update(SIDECAR_RESOURCES[settings.mode])
+    return annotations
