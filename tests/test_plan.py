@@ -100,3 +100,42 @@ def test_every_key_property_is_set_by_some_stack() -> None:
         assert of_type, type_
         for path in paths:
             assert any(plan_cli.lookup(r.inputs, path) is not None for r in of_type), (type_, path)
+
+
+TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+PLAIN_WARNING = "WARNING: verl-gke:hfToken is not a Pulumi secret"
+
+
+@pytest.mark.parametrize("flag", ["--set", "--set-secret"])
+@pytest.mark.parametrize("stack", ["a4x", "a4", "a3u"])
+def test_plan_never_prints_or_writes_the_token(
+    stack: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plan_cli.main([stack, flag, f"verl-gke:hfToken={TOKEN}", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    files = {p.name: p.read_text() for p in (tmp_path / stack).iterdir()}
+    assert TOKEN not in printed.out + printed.err
+    leaks = [name for name, text in files.items() if TOKEN in text]
+    assert not leaks
+    secret = yaml.safe_load(files["secret-storage-hf-secret.yaml"])
+    assert secret["stringData"] == {"hf_token": "<redacted: verl-gke:hfToken>"}
+    # The offline engine marks the token secret only when it was given as one.
+    assert (PLAIN_WARNING in printed.out) is (flag == "--set")
+
+
+def test_plan_error_never_echoes_the_token(capsys: pytest.CaptureFixture[str]) -> None:
+    job = '{"extraOverrides": ["+x.y=' + TOKEN + '"]}'
+    argv = ["a4", "--set", f"verl-gke:hfToken={TOKEN}", "--set", f"verl-gke:job={job}"]
+    assert plan_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "verl-gke:job.extraOverrides[0] = '+x.y=<redacted: verl-gke:hfToken>'" in err
+    assert TOKEN not in err
+
+
+@pytest.mark.parametrize("typo", ["verl_gke", "verlgke", "Verl-Gke"])
+def test_namespace_typo_exits_2_naming_the_right_key(typo: str) -> None:
+    done = run_cli("a4", "--set", f"{typo}:gpuNodes=3")
+    assert done.returncode == 2, done.stdout
+    assert f"{typo}:gpuNodes: the namespace" in done.stderr
+    assert "pulumi config set verl-gke:gpuNodes VALUE" in done.stderr
+    assert "Traceback" not in done.stderr and "Plan for stack" not in done.stdout

@@ -37,7 +37,9 @@ from config.settings import NAMESPACE, OFFLINE_PLAN_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "verl-gke"
-# Config keys that are secrets when given on the command line (never committed to stack files).
+# Config keys a real deploy sets with --secret (the README's commands). The plan treats a key as
+# secret only when its caller says so (run_stack's secret_keys, the plan's --set-secret), so a
+# token given in plain text gets the same plain-text warning as in `pulumi up`.
 SECRET_KEYS = frozenset({f"{NAMESPACE}:hfToken"})
 
 # Values the mocked cloud returns for outputs the program reads (RFC 5737 documentation address).
@@ -296,19 +298,22 @@ def run_stack(
     strict: bool = False,
     unknown_outputs: bool = False,
     project_dir: Path = REPO_ROOT,
+    secret_keys: Iterable[str] = (),
 ) -> PlanResult:
     """Evaluate __main__.py for `stack` under mocks (always as a preview: dry_run=True).
 
     strict=False is the offline plan: committed placeholders are planned with example values.
     strict=True behaves like a real `pulumi up`: placeholders and a missing hfToken are errors.
     `unset` removes keys, like `pulumi config rm`. unknown_outputs=True: the preview of a first
-    `pulumi up` (or of a replaced cluster), see OfflineMocks.
+    `pulumi up` (or of a replaced cluster), see OfflineMocks. secret_keys: the keys given as
+    secrets (`pulumi config set --secret`); every other value is plain text, as in a stack file.
     """
     _forget_previous_run()
     config = {**stack_config(stack, project_dir), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
-    set_all_config(config, [key for key in config if key in SECRET_KEYS])
+    secret = set(secret_keys)
+    set_all_config(config, [key for key in config if key in secret])
     engine_mocks = OfflineMocks(unknown_outputs)
     monitor = RecordingMonitor(engine_mocks)
     logs = _LogCollector()

@@ -24,6 +24,7 @@ import yaml
 from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
 from tools.offline_engine import PlanResult, RecordedResource, run_stack, stack_config
+from tools.plan_redaction import redacted, secret_markers
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -117,17 +118,22 @@ def kubernetes_objects(result: PlanResult) -> list[tuple[RecordedResource, dict[
     return objects
 
 
-def write_manifests(result: PlanResult, out_dir: Path) -> list[Path]:
+def write_manifests(
+    result: PlanResult, out_dir: Path, markers: dict[str, str] | None = None
+) -> list[Path]:
+    """Every secret value (tools/plan_redaction.py) is written as its redaction marker."""
+    markers = secret_markers({}, result) if markers is None else markers
     target = out_dir / result.stack
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for resource, body in kubernetes_objects(result):
         path = target / f"{body['kind'].lower()}-{resource.name}.yaml"
-        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        path.write_text(yaml.safe_dump(redacted(body, markers), sort_keys=False))
         written.append(path)
     for release in result.of_type("kubernetes:helm.sh/v3:Release"):
         path = target / f"helm-{release.name}-values.yaml"
-        path.write_text(yaml.safe_dump(release.inputs.get("values") or {}, sort_keys=False))
+        values = redacted(release.inputs.get("values") or {}, markers)
+        path.write_text(yaml.safe_dump(values, sort_keys=False))
         written.append(path)
     return written
 
@@ -151,6 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="override a config value, e.g. --set verl-gke:gpuNodes=8 (repeatable)",
     )
     parser.add_argument(
+        "--set-secret",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config value given as a secret, like `pulumi config set --secret` (repeatable)",
+    )
+    parser.add_argument(
         "--strict", action="store_true", help="reject placeholders like `pulumi up`"
     )
     parser.add_argument(
@@ -158,36 +171,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or ":" not in key:
-            parser.error(f"--set {item!r}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8")
-        overrides[key] = value
+    overrides, secret_keys = {}, set()
+    for flag, items in (("--set", args.set), ("--set-secret", args.set_secret)):
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or ":" not in key:
+                shown = "<redacted>" if flag == "--set-secret" else repr(item)
+                parser.error(
+                    f"{flag} {shown}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8"
+                )
+            overrides[key] = value
+            if flag == "--set-secret":
+                secret_keys.add(key)
+    # Nothing printed or written below holds a secret (tools/plan_redaction.py).
+    markers = secret_markers(overrides)
     try:
-        result = run_stack(args.stack, overrides, strict=args.strict)
+        markers = secret_markers({**stack_config(args.stack), **overrides})
+        result = run_stack(args.stack, overrides, strict=args.strict, secret_keys=secret_keys)
     except (pulumi.RunError, FileNotFoundError) as error:
         # RunError: settings or job preflight problems, each with its fix.
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
         return 2
+    markers = {**secret_markers({}, result), **markers}
 
-    print(
+    def say(text: str) -> None:
+        print(redacted(text, markers))
+
+    say(
         f"Plan for stack {args.stack!r}: {len(result.resources)} resources (offline, mocked engine)"
     )
     for notice in result.notices:
-        print(f"  note: {notice}")
-    print(render_tree(result))
+        say(f"  note: {notice}")
+    say(render_tree(result))
     for message in result.messages:
-        print(message)
+        say(message)
     for line in what_you_pay_for(result, planned_settings(args.stack, overrides, args.strict)):
-        print(line)
-    print("Outputs:")
+        say(line)
+    say("Outputs:")
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
-        print(f"  {key}: {shown}")
+        say(f"  {key}: {shown}")
     if args.out:
-        written = write_manifests(result, args.out)
-        print(f"Wrote {len(written)} files under {args.out / args.stack}")
+        written = write_manifests(result, args.out, markers)
+        say(f"Wrote {len(written)} files under {args.out / args.stack}")
     return 0
 
 
