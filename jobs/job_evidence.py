@@ -157,14 +157,17 @@ def _timeout(deadline: float) -> tuple[float, float]:
     return (min(_CONNECT_TIMEOUT_S, left), min(_READ_TIMEOUT_S, left))
 
 
+_KUBERNETES = "Kubernetes API"
+
+
 def _ask_kubernetes(
     spec: dashboard_access.KubeServiceProxy,
     make_args: Callable[[], dashboard_access.ClientArgs],
     deadline: float,
 ) -> Finding:
+    """Evidence from the API server: the head Service is gone, or no head pod runs."""
     import requests
 
-    source = "Kubernetes API"
     service_path = f"/api/v1/namespaces/{spec.namespace}/services/{spec.service}"
     try:
         args = make_args()
@@ -175,25 +178,39 @@ def _ask_kubernetes(
             timeout=_timeout(deadline),
         )
     except Exception as exc:  # a failure to ask proves nothing
-        return Finding(source, False, f"GET {service_path} failed: {_short(exc)}")
+        return Finding(_KUBERNETES, False, f"GET {service_path} failed: {_short(exc)}")
     if response.status_code == 404 and _is_k8s_not_found(response, "services", spec.service):
         return Finding(
-            source,
+            _KUBERNETES,
             True,
             f"the head Service {spec.namespace}/{spec.service} does not exist "
             f"(GET {service_path}: 404 NotFound)",
         )
     if response.status_code != 200:
         return Finding(
-            source,
+            _KUBERNETES,
             False,
             f"GET {service_path} answered {response.status_code} ({_status_message(response)})",
         )
     selector = _head_selector(_json(response))
     if not selector:
         return Finding(
-            source, False, f"the head Service {spec.service} exists; its selector names no head"
+            _KUBERNETES,
+            False,
+            f"the head Service {spec.service} exists; its selector names no head",
         )
+    return _ask_for_head_pods(spec, args, selector, deadline)
+
+
+def _ask_for_head_pods(
+    spec: dashboard_access.KubeServiceProxy,
+    args: dashboard_access.ClientArgs,
+    selector: Mapping[str, str],
+    deadline: float,
+) -> Finding:
+    """The head Service exists: evidence only if none of the pods it selects is running."""
+    import requests
+
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods_path = f"/api/v1/namespaces/{spec.namespace}/pods"
     try:
@@ -206,27 +223,26 @@ def _ask_kubernetes(
         )
     except Exception as exc:
         return Finding(
-            source, False, f"the head Service exists; listing its pods failed: {_short(exc)}"
+            _KUBERNETES, False, f"the head Service exists; listing its pods failed: {_short(exc)}"
         )
     body = _json(pods)
     if pods.status_code != 200 or body.get("kind") != "PodList":
         return Finding(
-            source,
+            _KUBERNETES,
             False,
             f"the head Service exists; GET {pods_path}?labelSelector={label_selector} answered "
             f"{pods.status_code} ({_status_message(pods)})",
         )
-    items = body.get("items") or []
-    states = [_pod_state(pod) for pod in items]
+    states = [_pod_state(pod) for pod in body.get("items") or []]
     if any(running for _, running in states):
         described = ", ".join(text for text, _ in states)
-        return Finding(source, False, f"the head pod is running ({described})")
+        return Finding(_KUBERNETES, False, f"the head pod is running ({described})")
     if not states:
         return Finding(
-            source, True, f"no head pod exists (pods with labels {label_selector}: none)"
+            _KUBERNETES, True, f"no head pod exists (pods with labels {label_selector}: none)"
         )
     described = ", ".join(text for text, _ in states)
-    return Finding(source, True, f"no head pod is running ({described})")
+    return Finding(_KUBERNETES, True, f"no head pod is running ({described})")
 
 
 def _ask_gke(gke: GkeClusterRef, token: Callable[[], str], deadline: float) -> Finding:
