@@ -326,11 +326,27 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
     allow_unknown (check, preview): values not known yet (is_unknown), top-level or nested, are
     skipped and the known rest is still checked.
     """
-    problems: list[tuple[str, str]] = []
 
     def unknown(value: Any) -> bool:
         return allow_unknown and is_unknown(value)
 
+    checks = (
+        _spec_problems,
+        _location_problems,
+        _wait_mode_problems,
+        _gke_cluster_problems,
+        _deadline_problems,
+        _secret_input_problems,
+    )
+    return [problem for check in checks for problem in check(props, unknown)]
+
+
+_UnknownTest = Callable[[Any], bool]
+
+
+def _spec_problems(props: Mapping[str, Any], unknown: _UnknownTest) -> list[tuple[str, str]]:
+    """What runs: the entrypoint, its runtime env and the submission id prefix."""
+    problems: list[tuple[str, str]] = []
     entrypoint = props.get("entrypoint")
     if not unknown(entrypoint) and (not isinstance(entrypoint, str) or not entrypoint.strip()):
         problems.append(
@@ -350,6 +366,12 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
                 "e.g. the stack name 'a4x'",
             )
         )
+    return problems
+
+
+def _location_problems(props: Mapping[str, Any], unknown: _UnknownTest) -> list[tuple[str, str]]:
+    """Where the job is: the dashboard that leads to its Ray head, and its checkpoint root."""
+    problems: list[tuple[str, str]] = []
     try:
         dashboard_access.check_dashboard(props.get("dashboard"), unknown)
     except ValueError as exc:
@@ -360,6 +382,12 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
             parse_gcs_url(root)
         except (ValueError, TypeError) as exc:
             problems.append(("checkpoint_root", str(exc)))
+    return problems
+
+
+def _wait_mode_problems(props: Mapping[str, Any], unknown: _UnknownTest) -> list[tuple[str, str]]:
+    """When create returns: wait_for, or the legacy `wait` flag of older states."""
+    problems: list[tuple[str, str]] = []
     mode = props.get("wait_for")
     if mode is not None and not unknown(mode) and mode not in WAIT_MODES:
         problems.append(
@@ -372,10 +400,19 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
     legacy = props.get("wait")
     if legacy is not None and not unknown(legacy) and not isinstance(legacy, bool):
         problems.append(("wait", f"wait must be true or false, got {legacy!r}; prefer wait_for"))
+    return problems
+
+
+def _gke_cluster_problems(props: Mapping[str, Any], unknown: _UnknownTest) -> list[tuple[str, str]]:
     try:
         job_evidence.check_gke_cluster(props.get("gke_cluster"), unknown)
     except ValueError as exc:
-        problems.append(("gke_cluster", str(exc)))
+        return [("gke_cluster", str(exc))]
+    return []
+
+
+def _deadline_problems(props: Mapping[str, Any], unknown: _UnknownTest) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
     for deadline in fields(JobDeadlines):
         key = f"deadline_{deadline.name}"
         value = props.get(key)
@@ -385,10 +422,18 @@ def input_problems(props: Mapping[str, Any], allow_unknown: bool = False) -> lis
             problems.append(
                 (key, f"{key} must be a number of seconds >= 0, got {value!r}; e.g. 600")
             )
-    for key in ("entrypoint", "runtime_env"):
-        # Unknown parts cannot hold a secret we could see; the known parts are still checked.
-        problems.extend((key, reason) for reason in secret_problems(key, props.get(key)))
     return problems
+
+
+def _secret_input_problems(
+    props: Mapping[str, Any], _unknown: _UnknownTest
+) -> list[tuple[str, str]]:
+    # Unknown parts cannot hold a secret we could see; the known parts are still checked.
+    return [
+        (key, reason)
+        for key in ("entrypoint", "runtime_env")
+        for reason in secret_problems(key, props.get(key))
+    ]
 
 
 def secret_problems(path: str, value: Any) -> list[str]:
@@ -654,89 +699,37 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         self, dashboard: _Dashboard, job: JobInputs, sid: str
     ) -> tuple[JobDetails, dict[str, Any] | None]:
         """Poll until the wait_for point or a terminal status; (details, first_step output)."""
-        deadlines, mode = job.deadlines, job.wait_for
-        started = time.monotonic()
-        running_since: float | None = None
-        last_status = last_phase = ""
-        last_progress = started
-        scan = _LogScan()
+        watch = _Watch(started=time.monotonic())
         _progress(
             sid,
-            f"waiting until {_MODE_POINT[mode]} (wait_for={mode}); to watch it: "
+            f"waiting until {_MODE_POINT[job.wait_for]} (wait_for={job.wait_for}); to watch it: "
             f"{dashboard_access.dashboard_hint(job.dashboard, sid)}",
         )
         while True:
-            try:
-                # The job exists: a dashboard blip during a long wait is waited out
-                # (deadline_submit_s, the patience of create).
-                info = dashboard.job_info(sid)
-            except DashboardUnreachableError as exc:
-                raise DashboardUnreachableError(
-                    f"{exc} Ray job {sid} was submitted and may still be running: the next "
-                    "`pulumi up` adopts it, `pulumi refresh` records its status.",
-                    exc.address,
-                    exc.waited_s,
-                    exc.last_error,
-                ) from exc
-            if info is None:
-                raise RuntimeError(
-                    f"Ray job {sid} disappeared from the cluster at {dashboard.address} while "
-                    "starting (was the head restarted?)"
-                )
+            info = _job_info_while_waiting(dashboard, sid)
             status = info.status.value
             now = time.monotonic()
-            if status != last_status:
+            if status != watch.last_status:
                 _progress(sid, f"{status}: {_short_message(info.message)}")
-                last_status, last_progress = status, now
+                watch.last_status, watch.last_progress = status, now
             if status in _TERMINAL:
-                finished_ok = status == "SUCCEEDED" and mode == "first_step"
-                step = scan.poll(dashboard, sid, info) if finished_ok else None
+                finished_ok = status == "SUCCEEDED" and job.wait_for == "first_step"
+                step = watch.scan.poll(dashboard, sid, info) if finished_ok else None
                 return info, _first_step_output(step) if step else None
-            phase = "pending (runtime env, or waiting for resources)"
             if status == "RUNNING":
-                running_since = running_since if running_since is not None else now
-                ran = now - running_since
-                if mode == "running" and ran >= deadlines.startup_grace_s:
-                    return info, None
-                if mode == "first_step":
-                    step = scan.poll(dashboard, sid, info)
-                    if step is not None:
-                        _progress(
-                            sid,
-                            f"first training step logged (step {step.step}) "
-                            f"{_duration(now - started)} after submission",
-                        )
-                        return info, _first_step_output(step)
-                    phase = scan.phase
-                    if ran > deadlines.first_step_s:
-                        raise TimeoutError(
-                            f"Ray job {sid} has run for {_duration(ran)} without logging a "
-                            f"training step (deadline_first_step_s={deadlines.first_step_s:.0f}; "
-                            f"last phase: {phase}). It keeps running; the next `pulumi up` "
-                            f"adopts it. Look at its log: "
-                            f"{dashboard_access.dashboard_hint(job.dashboard, sid)}"
-                        )
-                else:
-                    phase = "running"
-                if mode == "finished" and ran > deadlines.wait_s:
-                    raise TimeoutError(
-                        f"Ray job {sid} still RUNNING after the wait deadline "
-                        f"({deadlines.wait_s:.0f}s); it keeps running and the next `pulumi up` "
-                        "adopts it"
-                    )
-            elif now - started > deadlines.start_s:
-                raise TimeoutError(
-                    f"Ray job {sid} still {status} after {deadlines.start_s:.0f}s "
-                    f"({_short_message(info.message)}); it stays submitted and the next "
-                    f"`pulumi up` adopts it; stop it with {_stop_command(job.dashboard, sid)} "
-                    "if it is stuck"
-                )
-            if phase != last_phase or now - last_progress >= PROGRESS_EVERY_S:
+                phase = _running_phase(dashboard, job, sid, info, watch, now)
+                if phase is None:
+                    return info, watch.first_step
+            else:
+                phase = "pending (runtime env, or waiting for resources)"
+                _check_start_deadline(job, sid, info, now - watch.started)
+            if phase != watch.last_phase or now - watch.last_progress >= PROGRESS_EVERY_S:
                 _progress(
-                    sid, self._progress_line(dashboard, job, sid, status, phase, now - started)
+                    sid,
+                    self._progress_line(dashboard, job, sid, status, phase, now - watch.started),
                 )
-                last_phase, last_progress = phase, now
-            time.sleep(deadlines.poll_interval_s)
+                watch.last_phase, watch.last_progress = phase, now
+            time.sleep(job.deadlines.poll_interval_s)
 
     def _progress_line(
         self,
@@ -799,6 +792,102 @@ class _LogScan:
         if verl_log.PHASES.index(phase) > verl_log.PHASES.index(self.phase):
             self.phase = phase
         return verl_log.first_training_step(text)
+
+
+@dataclass
+class _Watch:
+    """What one wait for a submitted job (RayJobProvider._await) has seen so far."""
+
+    started: float
+    running_since: float | None = None
+    last_status: str = ""
+    last_phase: str = ""
+    last_progress: float = field(init=False)
+    scan: _LogScan = field(default_factory=_LogScan)
+    first_step: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.last_progress = self.started
+
+
+def _job_info_while_waiting(dashboard: _Dashboard, sid: str) -> JobDetails:
+    """The job's details; it was submitted, so an unreachable dashboard or a missing job is an
+    error that says so."""
+    try:
+        # The job exists: a dashboard blip during a long wait is waited out
+        # (deadline_submit_s, the patience of create).
+        info = dashboard.job_info(sid)
+    except DashboardUnreachableError as exc:
+        raise DashboardUnreachableError(
+            f"{exc} Ray job {sid} was submitted and may still be running: the next "
+            "`pulumi up` adopts it, `pulumi refresh` records its status.",
+            exc.address,
+            exc.waited_s,
+            exc.last_error,
+        ) from exc
+    if info is None:
+        raise RuntimeError(
+            f"Ray job {sid} disappeared from the cluster at {dashboard.address} while "
+            "starting (was the head restarted?)"
+        )
+    return info
+
+
+def _running_phase(
+    dashboard: _Dashboard,
+    job: JobInputs,
+    sid: str,
+    info: JobDetails,
+    watch: _Watch,
+    now: float,
+) -> str | None:
+    """The phase of a RUNNING job, or None once the wait_for point is reached (then the first
+    step's output, in "first_step" mode, is in watch.first_step). Raises TimeoutError when the
+    mode's deadline has passed; the job keeps running."""
+    deadlines, mode = job.deadlines, job.wait_for
+    if watch.running_since is None:
+        watch.running_since = now
+    ran = now - watch.running_since
+    if mode == "running" and ran >= deadlines.startup_grace_s:
+        return None
+    phase = "running"
+    if mode == "first_step":
+        step = watch.scan.poll(dashboard, sid, info)
+        if step is not None:
+            _progress(
+                sid,
+                f"first training step logged (step {step.step}) "
+                f"{_duration(now - watch.started)} after submission",
+            )
+            watch.first_step = _first_step_output(step)
+            return None
+        phase = watch.scan.phase
+        if ran > deadlines.first_step_s:
+            raise TimeoutError(
+                f"Ray job {sid} has run for {_duration(ran)} without logging a "
+                f"training step (deadline_first_step_s={deadlines.first_step_s:.0f}; "
+                f"last phase: {phase}). It keeps running; the next `pulumi up` "
+                f"adopts it. Look at its log: "
+                f"{dashboard_access.dashboard_hint(job.dashboard, sid)}"
+            )
+    if mode == "finished" and ran > deadlines.wait_s:
+        raise TimeoutError(
+            f"Ray job {sid} still RUNNING after the wait deadline "
+            f"({deadlines.wait_s:.0f}s); it keeps running and the next `pulumi up` "
+            "adopts it"
+        )
+    return phase
+
+
+def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: float) -> None:
+    """A job not RUNNING yet after deadline_start_s fails the wait; it stays submitted."""
+    if waited > job.deadlines.start_s:
+        raise TimeoutError(
+            f"Ray job {sid} still {info.status.value} after {job.deadlines.start_s:.0f}s "
+            f"({_short_message(info.message)}); it stays submitted and the next "
+            f"`pulumi up` adopts it; stop it with {_stop_command(job.dashboard, sid)} "
+            "if it is stuck"
+        )
 
 
 class DashboardUnreachableError(RuntimeError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def planned_settings(stack: str, overrides: dict[str, str], strict: bool) -> Sta
     return load_settings(stack, config, offline=not strict).settings
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.plan", description=__doc__.split("\n")[0]
     )
@@ -169,9 +169,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, help="write Kubernetes objects as YAML under DIR/<stack>"
     )
-    args = parser.parse_args(argv)
+    return parser
 
-    overrides, secret_keys = {}, set()
+
+def config_overrides(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[dict[str, str], set[str]]:
+    """(--set and --set-secret values by key, the keys given as secrets); a malformed item exits
+    through parser.error without echoing a secret's value."""
+    overrides: dict[str, str] = {}
+    secret_keys: set[str] = set()
     for flag, items in (("--set", args.set), ("--set-secret", args.set_secret)):
         for item in items:
             key, sep, value = item.partition("=")
@@ -183,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides[key] = value
             if flag == "--set-secret":
                 secret_keys.add(key)
+    return overrides, secret_keys
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argument_parser()
+    args = parser.parse_args(argv)
+    overrides, secret_keys = config_overrides(parser, args)
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
     markers = secret_markers(overrides)
     try:
@@ -193,28 +207,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
-
-    def say(text: str) -> None:
-        print(redacted(text, markers))
-
-    say(
-        f"Plan for stack {args.stack!r}: {len(result.resources)} resources (offline, mocked engine)"
-    )
-    for notice in result.notices:
-        say(f"  note: {notice}")
-    say(render_tree(result))
-    for message in result.messages:
-        say(message)
-    for line in what_you_pay_for(result, planned_settings(args.stack, overrides, args.strict)):
-        say(line)
-    say("Outputs:")
-    for key in sorted(result.outputs):
-        shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
-        say(f"  {key}: {shown}")
+    for line in plan_report(result, overrides, args.strict):
+        print(redacted(line, markers))
     if args.out:
         written = write_manifests(result, args.out, markers)
-        say(f"Wrote {len(written)} files under {args.out / args.stack}")
+        print(redacted(f"Wrote {len(written)} files under {args.out / args.stack}", markers))
     return 0
+
+
+def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> Iterator[str]:
+    """What the plan prints, line by line and before redaction: the resource tree, the program's
+    messages, what you pay for, the outputs."""
+    count = len(result.resources)
+    yield f"Plan for stack {result.stack!r}: {count} resources (offline, mocked engine)"
+    for notice in result.notices:
+        yield f"  note: {notice}"
+    yield render_tree(result)
+    yield from result.messages
+    yield from what_you_pay_for(result, planned_settings(result.stack, overrides, strict))
+    yield "Outputs:"
+    for key in sorted(result.outputs):
+        shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
+        yield f"  {key}: {shown}"
 
 
 if __name__ == "__main__":
