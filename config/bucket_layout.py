@@ -49,8 +49,9 @@ def model_folder_name(model_id: str) -> str:
     return model_id.rstrip("/").rsplit("/", 1)[-1]
 
 
-def model_dir(model_id: str) -> str:
-    """Where the data-prep Job puts the model and the GRPO job loads it from."""
+def model_path(model_id: str) -> str:
+    """The model's mounted path: where the data-prep Job puts the model and the GRPO job loads
+    it from (its last part is model_folder_name)."""
     return f"{DATA_MOUNT}/{model_folder_name(model_id)}"
 
 
@@ -72,7 +73,7 @@ def model_export_dir(experiment: str) -> str:
 
 def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
     """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
-    return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_dir(model_id))
+    return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_path(model_id))
 
 
 def is_shared(path: str) -> bool:

@@ -11,7 +11,7 @@ from config.bucket_layout import (
     CHECKPOINT_ROOT,
     DATA_MOUNT,
     bucket_url,
-    model_dir,
+    model_path,
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
@@ -62,7 +62,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         settings.profile,
         settings.mode,
         settings.gpu_nodes,
-        model_dir=model_dir(settings.model),
+        model_path=model_path(settings.model),
     )
     spec = apply_overrides(spec, settings.job)
     stack_problems = [
@@ -113,11 +113,11 @@ def training_job(settings: StackSettings) -> TrainingJob:
 def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     """The job must read what the data-prep Job writes, and must not write where it rewrites."""
     problems = []
-    model_folder = model_dir(settings.model)
-    if spec.model_path.rstrip("/") != model_folder:
+    expected = model_path(settings.model)
+    if spec.model_path.rstrip("/") != expected:
         problems.append(
             f"{CONFIG_KEY}.modelPath = {spec.model_path!r}: the data-prep Job downloads "
-            f"verl-gke:model ({settings.model}) to {model_folder}, so the job would not find its "
+            f"verl-gke:model ({settings.model}) to {expected}, so the job would not find its "
             f"model. Fix: remove {CONFIG_KEY}.modelPath and set verl-gke:model to the model "
             "you want"
         )

@@ -48,7 +48,7 @@ from config.bucket_layout import (
     VERL_NODE_LOCAL,
     checkpoint_dir,
     is_shared,
-    model_dir,
+    model_path,
 )
 from config.profiles import AcceleratorProfile, Mode
 from config.settings import DEFAULT_MODEL
@@ -56,7 +56,7 @@ from training.memory_fit import KNOWN_MODELS, known_model
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
-DEFAULT_MODEL_DIR = model_dir(DEFAULT_MODEL)
+DEFAULT_MODEL_PATH = model_path(DEFAULT_MODEL)
 ENTRYPOINT_MODULE = "verl.trainer.main_ppo"
 
 # Characters Hydra's override grammar accepts in an unquoted value. Anything else (spaces, quotes,
@@ -292,8 +292,8 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
         )
 
 
-def default_experiment_name(profile: AcceleratorProfile, model_dir: str) -> str:
-    model = posixpath.basename(model_dir.rstrip("/")).lower()
+def default_experiment_name(profile: AcceleratorProfile, model_path: str) -> str:
+    model = posixpath.basename(model_path.rstrip("/")).lower()
     return f"grpo-{_sanitize(model, 'a-z0-9._-')}-{profile.name}"
 
 
@@ -301,7 +301,7 @@ def default_grpo_spec(
     profile: AcceleratorProfile,
     mode: Mode,
     gpu_nodes: int,
-    model_dir: str = DEFAULT_MODEL_DIR,
+    model_path: str = DEFAULT_MODEL_PATH,
     experiment: str | None = None,
 ) -> GrpoSpec:
     """The tutorial's job for this profile and mode, on `gpu_nodes` nodes of the profile."""
@@ -311,10 +311,10 @@ def default_grpo_spec(
             f"mode {str(mode)!r}: profile {profile.name} has GRPO job defaults only for "
             f"{[str(m) for m in per_mode]}"
         )
-    name = experiment if experiment is not None else default_experiment_name(profile, model_dir)
+    name = experiment if experiment is not None else default_experiment_name(profile, model_path)
     values = {
         **per_mode[mode],
-        "modelPath": model_dir,
+        "modelPath": model_path,
         "nGpusPerNode": profile.gpus_per_node,
         "nnodes": gpu_nodes,
         "experimentName": name,
@@ -791,7 +791,7 @@ def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
         _path_problem(
             "model_path",
             spec.model_path,
-            model_dir(model_name),
+            model_path(model_name),
             "the data-prep Job downloads the model once into the bucket so that workers do not "
             "each pull it from the Hub",
         ),
