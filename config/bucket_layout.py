@@ -37,10 +37,10 @@ GSM8K_TRAIN = f"{GSM8K_DIR}/train.parquet"
 GSM8K_TEST = f"{GSM8K_DIR}/test.parquet"
 # The data-prep script's completion markers (one per step).
 PREP_MARKERS = f"{DATA_MOUNT}/.prep"
-# Hugging Face caches: the data-prep Job's download cache, and the GRPO job's HF_HOME (the
-# tutorial's value; the job reads the model from the bucket, so it stays nearly empty).
+# Hugging Face caches: the data-prep (Kubernetes) Job's download cache, and the HF_HOME of the
+# GRPO Ray job (the tutorial's value; it reads the model from the bucket, so it stays nearly empty).
 DATA_PREP_HF_HOME = f"{DATA_MOUNT}/.cache/huggingface"
-JOB_HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
+GRPO_HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 
 
 def model_folder_name(model_id: str) -> str:

@@ -27,7 +27,7 @@ from training.grpo_spec import (
     render_entrypoint,
     render_runtime_env,
 )
-from training.job_secrets import job_secret_problems, rendered_secret_problems
+from training.job_secrets import job_settings_secret_problems, rendered_secret_problems
 from training.memory_fit import (
     GrpoMemoryInputs,
     MemoryBreakdown,
@@ -66,7 +66,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
     )
     spec = apply_overrides(spec, settings.job)
     stack_problems = [
-        *job_secret_problems(spec, settings),
+        *job_settings_secret_problems(spec, settings),
         *model_setting_problems(spec, settings),
         *_data_layout_problems(spec, settings),
         *tracker_problems(spec, settings),

@@ -42,9 +42,9 @@ from pydantic.alias_generators import to_camel
 
 from config.bucket_layout import (
     DATA_MOUNT,
+    GRPO_HF_HOME,
     GSM8K_TEST,
     GSM8K_TRAIN,
-    JOB_HF_HOME,
     VERL_NODE_LOCAL,
     checkpoint_dir,
     is_shared,
@@ -461,7 +461,7 @@ _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
         # never go through GCS FUSE, and no process tries to write .pyc files next to them.
         "PYTHONPATH": VERL_NODE_LOCAL,
         "PYTHONDONTWRITEBYTECODE": "1",
-        "HF_HOME": JOB_HF_HOME,
+        "HF_HOME": GRPO_HF_HOME,
         "NCCL_DEBUG": "INFO",
         # The x86 scripts prefix the command with it; it keeps the driver log (read back on
         # failure) in step with the run.

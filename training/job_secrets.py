@@ -31,7 +31,7 @@ def known_secrets(settings: StackSettings) -> dict[str, str]:
     return known
 
 
-def job_secret_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+def job_settings_secret_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     """One problem per job setting that carries a secret, naming the key, the value redacted and
     the fix (remove it)."""
     known = known_secrets(settings)
