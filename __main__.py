@@ -10,6 +10,8 @@ from components.gpu_networking import GpuFabric, GpuFabricArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.grpo_training import GrpoTraining, GrpoTrainingArgs
 from components.host_network import HostNetwork, HostNetworkArgs
+from components.image_prepull import ImagePrepull, ImagePrepullArgs
+from components.image_registry import ImageRegistry, ImageRegistryArgs
 from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -36,11 +38,14 @@ if grpo.memory_warning:
 
 host_network = HostNetwork("host", HostNetworkArgs(settings))
 rdma_networks = (
-    RdmaNetworks("gpu-net", RdmaNetworksArgs(settings))
-    if settings.networking.rdma_vpcs
-    else None
+    RdmaNetworks("gpu-net", RdmaNetworksArgs(settings)) if settings.networking.rdma_vpcs else None
 )
-gke = GkeCluster("gke", GkeClusterArgs(settings, host_network))
+# Image streaming (issue 13 lever 2): the APIs and the remote repository need no cluster, so they
+# are created alongside the network; the cluster waits only for the streaming API.
+images = (
+    ImageRegistry("images", ImageRegistryArgs(settings)) if settings.image_pull.streaming else None
+)
+gke = GkeCluster("gke", GkeClusterArgs(settings, host_network, images))
 gpu_pool = (
     GpuNodePool("gpu", GpuNodePoolArgs(settings, gke, rdma_networks))
     if settings.mode is Mode.STANDARD
@@ -51,6 +56,12 @@ gpu_pool = (
 # is built while the GPU nodes are still being created. Only the RayCluster's readiness waits
 # for GPU nodes.
 namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
+# Without streaming (Standard): pulls the worker image on each GPU node as it registers.
+prepull = (
+    ImagePrepull("image-prepull", ImagePrepullArgs(settings, gke))
+    if settings.image_pull.prepull
+    else None
+)
 capacity_request = (
     GpuCapacityRequest("gpu-capacity", GpuCapacityRequestArgs(settings, gke, namespace, gpu_pool))
     if gpu_pool is not None and settings.capacity_plan.queued_provisioning
@@ -64,11 +75,24 @@ dra_driver = (
 )
 kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
 storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
-data_prep = DataPreparation("data-prep", DataPreparationArgs(settings, gke, namespace, storage))
+data_prep = DataPreparation(
+    "data-prep", DataPreparationArgs(settings, gke, namespace, storage, image_registry=images)
+)
 telemetry = RunTelemetry("run-telemetry", RunTelemetryArgs(settings, gke, namespace))
 ray_cluster = RayCluster(
     "ray",
-    RayClusterArgs(settings, gke, namespace, kuberay, storage, fabric, dra_driver, rdma_networks),
+    RayClusterArgs(
+        settings,
+        gke,
+        namespace,
+        kuberay,
+        storage,
+        fabric,
+        dra_driver,
+        rdma_networks,
+        image_registry=images,
+        prepull=prepull,
+    ),
 )
 training = GrpoTraining(
     "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, gpu_pool)

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gke_cluster import GkeCluster
+from components.image_registry import ImageRegistry
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
@@ -26,6 +27,8 @@ class DataPreparationArgs:
     storage: TrainingStorage
     # The script's text; read from payloads/prepare_data.py when not given.
     script: str | None = None
+    # The image repository and its reader role, where the pod pulls through it (lever 2).
+    image_registry: ImageRegistry | None = None
 
 
 class DataPreparation(pulumi.ComponentResource):
@@ -67,7 +70,11 @@ class DataPreparation(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=provider,
-                depends_on=[config_map, args.storage],
+                depends_on=[
+                    config_map,
+                    args.storage,
+                    *(args.image_registry.ready if args.image_registry else []),
+                ],
                 custom_timeouts=JOB_TIMEOUTS,
                 delete_before_replace=True,
             ),

@@ -10,6 +10,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
+from components.image_registry import ImageRegistry
 from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
@@ -74,6 +75,14 @@ def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
             disk_type=s.cpu_boot_disk_type,
             disk_size_gb=CPU_POOL_DISK_GB,
             image_type="COS_CONTAINERD",
+            # Streams the data-prep (and x86 head) image through the stack's Artifact Registry
+            # remote repository (config/image_streaming.py); that first pull also fills the
+            # repository's streaming cache before the GPU nodes pull (bench/startup_links.py).
+            # Create-only like the whole pool: a cluster created before imageStreaming keeps
+            # its CPU pool as it was.
+            gcfs_config=gcp.container.ClusterNodePoolNodeConfigGcfsConfigArgs(
+                enabled=s.image_pull.pool_streaming
+            ),
             workload_metadata_config=gcp.container.ClusterNodePoolNodeConfigWorkloadMetadataConfigArgs(
                 mode="GKE_METADATA"
             ),
@@ -154,6 +163,9 @@ def get_credentials_command(settings: StackSettings) -> str:
 class GkeClusterArgs:
     settings: StackSettings
     host_network: HostNetwork
+    # With image streaming: the cluster waits for the Container File System API, which a pool
+    # with gcfsConfig needs when it is created (the CPU pool is created inside the cluster).
+    image_registry: ImageRegistry | None = None
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -198,6 +210,7 @@ class GkeCluster(pulumi.ComponentResource):
                 parent=self,
                 custom_timeouts=CLUSTER_TIMEOUTS,
                 ignore_changes=[] if autopilot else CLUSTER_IGNORED_CHANGES,
+                depends_on=[args.image_registry.streaming_api] if args.image_registry else [],
             ),
         )
 

@@ -167,6 +167,12 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
                 # GPUDirect RDMA needs Container-Optimized OS.
                 image_type="COS_CONTAINERD",
+                # GKE Image streaming of the worker image (verl-gke:imageStreaming,
+                # config/image_streaming.py); needs COS with containerd, as above. Explicit
+                # when off too, so that turning the setting off turns streaming off.
+                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(
+                    enabled=s.image_pull.pool_streaming
+                ),
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),

@@ -9,6 +9,8 @@ import pulumi_kubernetes as k8s
 
 from components.gke_cluster import GkeCluster
 from components.gpu_networking import GpuFabric
+from components.image_prepull import ImagePrepull
+from components.image_registry import ImageRegistry
 from components.kuberay_operator import KubeRayOperator
 from components.nvidia_dra_driver import NvidiaDraDriver
 from components.rdma_networks import RdmaNetworks
@@ -44,6 +46,11 @@ class RayClusterArgs:
     dra_driver: NvidiaDraDriver | None
     # A4/A3 Ultra Standard only: the networks the workers' interface annotations name.
     rdma_networks: RdmaNetworks | None
+    # The image repository and its reader role, where the pods pull through it (lever 2).
+    image_registry: ImageRegistry | None = None
+    # The worker-image pre-puller (lever 2 without streaming): it must exist before the workers
+    # are created, since on an autoscaled pool the workers are what brings the GPU nodes.
+    prepull: ImagePrepull | None = None
 
 
 class RayCluster(pulumi.ComponentResource):
@@ -67,6 +74,10 @@ class RayCluster(pulumi.ComponentResource):
         ]
         if args.dra_driver is not None:
             depends_on.append(args.dra_driver)
+        if args.image_registry is not None:
+            depends_on.extend(args.image_registry.ready)
+        if args.prepull is not None:
+            depends_on.append(args.prepull)
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-cluster",
             api_version=body["apiVersion"],

@@ -220,6 +220,20 @@ AUTOPILOT_DRANET_REFUSED_CHANNELS: Mapping[str, str] = MappingProxyType(
 )
 
 
+# GKE Image streaming per node architecture (verl-gke:imageStreaming). GKE "Use Image streaming
+# to pull container images" (docs.cloud.google.com/kubernetes-engine/docs/how-to/image-streaming):
+# requirements are the Container File System API, COS with containerd, and an image in an
+# Artifact Registry standard or remote repository; "Autopilot clusters automatically use Image
+# streaming to pull eligible images"; Standard pools turn it on with gcfsConfig. Neither the
+# requirements nor the limitations name an architecture, and no GKE page found documents it on
+# Arm nodes (r2-ttfs-facts §3), so arm64 (A4X) is refused and pre-pulls instead.
+IMAGE_STREAMING_UNSUPPORTED_ARCHES: Mapping[str, str] = MappingProxyType(
+    {
+        "arm64": "GKE does not document Image streaming on Arm nodes (the 'Use Image streaming' "
+        "page names no architecture)",
+    }
+)
+
 _GPU_TAINT = Toleration(key="nvidia.com/gpu")
 _ARM64_TAINT = Toleration(key="kubernetes.io/arch")
 

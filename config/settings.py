@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from config import input_rules
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
+from config.image_streaming import ImagePullPlan, pull_plan, streaming_refusal
 from config.job_wait import JobWait
 from config.networking import NetworkingPlan, networking_plan
 from config.profiles import (
@@ -159,6 +160,9 @@ class StackSettings(BaseModel):
     # of bus bandwidth (default: the profile's, see payloads/fabric/fabric_check.py).
     fabric_check: bool = True
     fabric_min_busbw_gbps: float | None = Field(default=None, gt=0)
+    # GKE Image streaming of the worker image through an Artifact Registry remote repository
+    # (config/image_streaming.py); default: on where GKE documents it for the profile's nodes.
+    image_streaming: bool | None = None
     host_subnet_cidr: str = "10.128.0.0/20"
     pods_cidr: str = "10.4.0.0/14"
     services_cidr: str = "10.0.32.0/20"
@@ -236,6 +240,18 @@ class StackSettings(BaseModel):
     def capacity_plan(self) -> CapacityPlan:
         """What the capacity mode means for the nodes and workers (config/capacity.py)."""
         return capacity_plan(self.capacity, self.mode)
+
+    @property
+    def image_pull(self) -> ImagePullPlan:
+        """Streaming, pre-pull and the remote repository (config/image_streaming.py)."""
+        return pull_plan(
+            self.profile,
+            self.mode,
+            self.image_streaming,
+            region=self.region,
+            project=self.project,
+            cluster_name=self.cluster_name,
+        )
 
     @property
     def total_gpus(self) -> int:
@@ -657,6 +673,7 @@ def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list
             )
         )
     problems.append(_check_dranet_channel(s))
+    problems.append(_check_image_streaming(s))
     return problems
 
 
@@ -668,6 +685,17 @@ def _reason(
     if why is None:
         return None
     return f"{config_key(field_name)} = {value!r}: {why}. Fix: {s.fix(field_name, fix_value)}"
+
+
+def _check_image_streaming(s: StackSettings) -> str | None:
+    why = streaming_refusal(s.profile)
+    if not s.image_streaming or why is None:
+        return None
+    return (
+        f"{config_key('image_streaming')} = true: {why}, so {s.profile.name} cannot stream the "
+        f"worker image; with streaming off a DaemonSet pre-pulls it on every GPU node as soon "
+        f"as the node registers. Fix: {s.fix('image_streaming', 'false')} (or remove the key)"
+    )
 
 
 def _check_dranet_channel(s: StackSettings) -> str | None:

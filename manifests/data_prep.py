@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from config.bucket_layout import DATA_MOUNT, DATA_PREP_HF_HOME, model_folder_name
+from config.image_streaming import through_registry
 from config.profiles import Mode
 from config.settings import StackSettings
 from manifests.common import (
@@ -148,6 +150,18 @@ def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | Non
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
         ],
     }
+    # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
+    job = _job(settings, container, pod_annotations, script, cpu_pool_name)
+    return through_registry(job, settings.image_pull)
+
+
+def _job(
+    settings: StackSettings,
+    container: dict[str, Any],
+    pod_annotations: dict[str, str],
+    script: str,
+    cpu_pool_name: str | None,
+) -> Manifest:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
+from config.image_streaming import through_registry
 from config.networking import PodNics
 from config.profiles import Mode
 from config.settings import StackSettings
@@ -326,6 +327,13 @@ def ray_cluster(
     settings: StackSettings, cpu_pool_name: str | None, layout: RdmaLayout | None
 ) -> Manifest:
     fabric = worker_fabric(settings, layout)
+    # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
+    return through_registry(_ray_cluster_body(settings, cpu_pool_name, fabric), settings.image_pull)
+
+
+def _ray_cluster_body(
+    settings: StackSettings, cpu_pool_name: str | None, fabric: WorkerFabric
+) -> Manifest:
     return {
         "apiVersion": API_VERSION,
         "kind": "RayCluster",

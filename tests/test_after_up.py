@@ -142,7 +142,11 @@ def test_head_runs_the_log_forwarder_on_the_ray_log_volume(stack: str, mode: str
     assert ray["name"] == "ray-head"
     assert {"mountPath": "/tmp/ray", "name": "ray-logs"} in ray["volumeMounts"]
     assert forwarder["name"] == "ray-log-forwarder"
-    assert forwarder["image"] == "fluent/fluent-bit:5.1.1"
+    # A Docker Hub image like the worker's: through the stack's Artifact Registry remote
+    # repository where image streaming is on (the x86 stacks), as configured on A4X.
+    hub = "fluent/fluent-bit:5.1.1"
+    repository = f"us-central1-docker.pkg.dev/acme-ml-prod/verl-{stack}-dockerhub/"
+    assert forwarder["image"] == (hub if stack == "a4x" else repository + hub)
     assert forwarder["volumeMounts"] == [
         {"name": "ray-logs", "mountPath": "/tmp/ray", "readOnly": True},
         {

@@ -274,22 +274,28 @@ def test_levers_in_graph_recognises_each_lever() -> None:
         Lever.PREPULL in levers_in_graph(with_inputs(recorded, daemon_set, preload), "amd64") - base
     )
 
-    # image_streaming: Artifact Registry image and (Standard) gcfsConfig on the GPU pool.
-    ar_image = "us-central1-docker.pkg.dev/acme-ml-prod/dockerhub/" + worker_image
+    # image_streaming: Artifact Registry image and (Standard) gcfsConfig on the GPU pool - the
+    # x86 program has both (issue 13 lever 2); either one alone is not the lever.
+    assert Lever.IMAGE_STREAMING in base
+    assert worker_image.startswith("us-central1-docker.pkg.dev/acme-ml-prod/")
 
-    def ar(inputs: dict[str, Any]) -> None:
-        _worker_template(inputs)["spec"]["containers"][0]["image"] = ar_image
+    def docker_hub(inputs: dict[str, Any]) -> None:
+        _worker_template(inputs)["spec"]["containers"][0]["image"] = "verlai/verl:vllm011.latest"
 
-    def gcfs(inputs: dict[str, Any]) -> None:
-        inputs["nodeConfig"]["gcfsConfig"] = {"enabled": True}
+    def no_gcfs(inputs: dict[str, Any]) -> None:
+        inputs["nodeConfig"].pop("gcfsConfig")
 
-    ar_only = with_inputs(recorded, RAY_CLUSTER, ar)
-    assert Lever.IMAGE_STREAMING not in levers_in_graph(ar_only, "amd64")
     pool = "gcp:container/nodePool:NodePool"
-    streamed = with_inputs(ar_only, pool, gcfs, "gpu-pool")
-    assert Lever.IMAGE_STREAMING in levers_in_graph(streamed, "amd64")
-    autopilot = with_inputs(plan("a3u", "autopilot"), RAY_CLUSTER, ar)
+    unstreamed = with_inputs(recorded, pool, no_gcfs, "gpu-pool")
+    assert Lever.IMAGE_STREAMING not in levers_in_graph(unstreamed, "amd64")
+    hub = with_inputs(recorded, RAY_CLUSTER, docker_hub)
+    assert Lever.IMAGE_STREAMING not in levers_in_graph(hub, "amd64")
+    autopilot = plan("a3u", "autopilot")
     assert Lever.IMAGE_STREAMING in levers_in_graph(autopilot, "amd64")
+    autopilot_hub = with_inputs(autopilot, RAY_CLUSTER, docker_hub)
+    assert Lever.IMAGE_STREAMING not in levers_in_graph(autopilot_hub, "amd64")
+    # A4X (no streaming on arm64): the program pre-pulls instead.
+    assert Lever.PREPULL in levers_in_graph(plan("a4x", "standard"), "arm64")
 
     # fuse_tuned: node-local verl, sized sidecar, read-mostly cached mount - the program has all
     # three (issue 13 lever 1); undoing any one of them loses the lever.

@@ -16,6 +16,15 @@ from tools import offline_engine
 from tools.offline_engine import PlanResult, RecordedResource
 from tools.plan import kubernetes_objects
 
+
+def pulled(stack: str, image: str) -> str:
+    """A Docker Hub image as the pods pull it: on the x86 stacks (image streaming on by default)
+    through the stack's Artifact Registry remote repository; A4X pulls from Docker Hub."""
+    if stack == "a4x":
+        return image
+    return f"us-central1-docker.pkg.dev/acme-ml-prod/verl-{stack}-dockerhub/{image}"
+
+
 STANDARD = [c for c in COMBINATIONS if c[1] == "standard"]
 AUTOPILOT = [c for c in COMBINATIONS if c[1] == "autopilot"]
 X86_STANDARD = [("a4", "standard"), ("a3u", "standard")]
@@ -556,7 +565,7 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     assert "tolerations" not in spec  # never on GPU nodes
     container = spec["containers"][0]
     # x86 even for A4X: it runs on the (x86) CPU nodes.
-    assert container["image"] == "verlai/verl:vllm011.latest"
+    assert container["image"] == pulled(stack, "verlai/verl:vllm011.latest")
     ref = {"a4x": "ddbcdb7", "a4": "v0.6.1", "a3u": "v0.6.1"}[stack]
     assert container["command"] == [
         "python3",
@@ -760,7 +769,7 @@ def test_x86_standard_ray_cluster(stack: str, mode: str) -> None:
     assert "tolerations" not in head_spec
     head_resources = {"cpu": "12", "memory": "32G", "ephemeral-storage": "9Gi"}
     assert head_spec["containers"][0]["resources"]["requests"] == head_resources
-    assert head_spec["containers"][0]["image"] == "verlai/verl:vllm011.latest"
+    assert head_spec["containers"][0]["image"] == pulled(stack, "verlai/verl:vllm011.latest")
     assert "lifecycle" not in head_spec["containers"][0]
 
     (group,) = cluster["spec"]["workerGroupSpecs"]
@@ -829,7 +838,7 @@ def test_autopilot_dranet_ray_cluster(stack: str, mode: str) -> None:
     ]
     init, verl_copy = spec["initContainers"]
     assert verl_copy["name"] == "verl-node-local-copy"
-    assert init["image"] == "verlai/verl:vllm011.latest"
+    assert init["image"] == pulled(stack, "verlai/verl:vllm011.latest")
     assert "apt-get install -y nccl-gib-plugins" in init["args"][0]
     assert "gpudirect-gib-apt main" in init["args"][0]
     assert init["volumeMounts"] == [{"name": "gib", "mountPath": "/usr/local/gib"}]

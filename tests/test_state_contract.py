@@ -31,6 +31,9 @@ COMPONENT_TYPES = {
     "verl-gke:gpu_node_pool:GpuNodePool",
     "verl-gke:grpo_training:GrpoTraining",
     "verl-gke:host_network:HostNetwork",
+    # Image streaming (x86 stacks by default) or, without it on Standard, the pre-puller.
+    "verl-gke:image_prepull:ImagePrepull",
+    "verl-gke:image_registry:ImageRegistry",
     "verl-gke:kuberay_operator:KubeRayOperator",
     "verl-gke:nvidia_dra_driver:NvidiaDraDriver",
     "verl-gke:ray_cluster:RayCluster",

@@ -1,22 +1,62 @@
 """The plan's "What you pay for" block: the GPU capacity a stack bills, on every stack and mode
-(on Autopilot the machine type hides inside the ComputeClass, so it is spelled out here), and the
-modelled minutes to the first training step (bench/startup_links.py's model, scheduled over the
-plan's own recorded graph: no second run of the program).
+(on Autopilot the machine type hides inside the ComputeClass, so it is spelled out here), how the
+worker image reaches the GPU nodes and what its pull still costs, and the modelled minutes to the
+first training step (bench/startup_links.py's model, scheduled over the plan's own recorded graph:
+no second run of the program).
 """
 
 from __future__ import annotations
 
-from bench.startup_links import levers_in_graph, schedule
+from bench.startup_links import Schedule, levers_in_graph, schedule
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
+from config.image_streaming import streaming_refusal
 from config.profiles import Capacity, Mode
 from config.settings import StackSettings
+from manifests.prepull import PREPULL_NAME
 from tools.offline_engine import PlanResult
+
+
+def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
+    """The start-up schedule with the levers the program implements."""
+    arch = settings.profile.arch
+    return schedule(result, arch, levers_in_graph(result, arch))
 
 
 def modelled_first_step_minutes(result: PlanResult, settings: StackSettings) -> float:
     """Minutes from `pulumi up` to verl's first step with the levers the program implements."""
-    arch = settings.profile.arch
-    return schedule(result, arch, levers_in_graph(result, arch)).overlapped
+    return modelled_schedule(result, settings).overlapped
+
+
+def _image_line(timed: Schedule, settings: StackSettings) -> str:
+    """How the worker image reaches the GPU nodes, and the modelled minutes of its pull there."""
+    plan = settings.image_pull
+    cold = timed.links.cold_pull
+    pull = next(link for link in timed.worker_start if link.key == cold.key)
+    if plan.streaming:
+        first = timed.first_pull
+        head = f"streamed through {plan.registry} (GKE Image streaming, {config('imageStreaming')})"
+        if first is not None and first.warm:
+            return (
+                f"{head}: ~{pull.minutes:g} min per GPU node from a warm cache; the repository "
+                f"is new, so the first pull through it is cold (~{cold.minutes:g} min): "
+                f"{first.by} makes it ~{first.gpu_pull_starts - first.finished:.0f} min before "
+                f"the GPU nodes pull (modelled)"
+            )
+        return (
+            f"{head}: the repository is new and nothing pulls the image through it before the "
+            f"GPU nodes, so their first pull is cold: ~{pull.minutes:g} min per node (modelled)"
+        )
+    why = streaming_refusal(settings.profile) or f"{config('imageStreaming')} is false"
+    if plan.prepull:
+        return (
+            f"pulled from Docker Hub by the DaemonSet {PREPULL_NAME} as each GPU node registers: "
+            f"~{pull.minutes:g} min per node after the driver install (modelled); not streamed: "
+            f"{why}"
+        )
+    return (
+        f"pulled from Docker Hub when each Ray worker lands: ~{pull.minutes:g} min per node "
+        f"(modelled); not streamed: {why}"
+    )
 
 
 def _capacity_line(settings: StackSettings) -> str:
@@ -60,7 +100,8 @@ def config(key: str) -> str:
 
 def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
     profile = settings.profile
-    minutes = modelled_first_step_minutes(result, settings)
+    timed = modelled_schedule(result, settings)
+    minutes = timed.overlapped
     return [
         "What you pay for:",
         f"  GPU machine: {profile.machine_type} ({profile.gpus_per_node} x {profile.gpu_type})"
@@ -69,6 +110,7 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         f"  capacity: {_capacity_line(settings)}",
         f"  waiting for capacity: {_wait_line(settings)}",
         f"  GPUs released when the run ends: {_release_line(settings)}",
+        f"  worker image: {_image_line(timed, settings)}",
         f"  modelled time to the first training step: {minutes:.0f} min once capacity is there "
         f"(bench/critical_path.py's model)",
     ]
