@@ -57,8 +57,10 @@ class ImageRegistry(pulumi.ComponentResource):
                 f"{name}-{role}-api",
                 project=s.project,
                 service=service,
-                # Enabling is idempotent; disabling on destroy would break whatever else in the
-                # project streams images or reads Artifact Registry.
+                # An API already on is only recorded (terraform-provider-google's
+                # google_project_service create lists the enabled services first); disabling on
+                # destroy would break whatever else in the project streams images or reads
+                # Artifact Registry.
                 disable_on_destroy=False,
                 opts=pulumi.ResourceOptions(parent=self),
             )
