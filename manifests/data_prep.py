@@ -108,7 +108,7 @@ def command(settings: StackSettings) -> list[str]:
         "--model",
         settings.model,
         # The script cannot import the program: the bucket layout's owner names the folder.
-        "--model-dir",
+        "--model-folder",
         model_folder_name(settings.model),
     ]
 

@@ -3,15 +3,15 @@
 Runs in the data-preparation Job's pod (the verl image; the script arrives through a ConfigMap)::
 
     python3 /scripts/prepare_data.py --data-root /data --verl-ref v0.6.1 \\
-        --model Qwen/Qwen2.5-32B-Instruct --model-dir Qwen2.5-32B-Instruct
+        --model Qwen/Qwen2.5-32B-Instruct --model-folder Qwen2.5-32B-Instruct
 
 Three steps, cheapest first so that a broken ref or dataset fails before a long download:
 
     verl   <data-root>/verl                       verl checked out at --verl-ref
     gsm8k  <data-root>/gsm8k/{train,test}.parquet  by verl's examples/data_preprocess/gsm8k.py
-    model  <data-root>/<model-dir>                 the model, staged in <model-dir>.partial
+    model  <data-root>/<model-folder>              the model, staged in <model-folder>.partial
 
-Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-dir>}.done, a JSON
+Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-folder>}.done, a JSON
 object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
 produced. A step is skipped only when its marker's inputs equal the requested
 ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder renames are only
@@ -412,12 +412,14 @@ def verify_model(folder: Path) -> int:
     return len(shards)
 
 
-def prepare_model(root: Path, model: str, model_dir: str, source: str, token: str | None) -> None:
+def prepare_model(
+    root: Path, model: str, model_folder: str, source: str, token: str | None
+) -> None:
     step = "model"
-    name = f"model-{model_dir}"
-    final = root / model_dir
-    staging = root / f"{model_dir}.partial"
-    inputs = {"model": model, "model_dir": model_dir, "source": source}
+    name = f"model-{model_folder}"
+    final = root / model_folder
+    staging = root / f"{model_folder}.partial"
+    inputs = {"model": model, "model_folder": model_folder, "source": source}
     if is_done(root, name, inputs) and (final / "config.json").is_file():
         log(step, f"skipped: {final} already holds {model} ({marker_path(root, name)})")
         return
@@ -449,10 +451,10 @@ def prepare_model(root: Path, model: str, model_dir: str, source: str, token: st
 # --- command line -------------------------------------------------------------------------------
 
 
-def model_dir_name(value: str) -> str:
+def model_folder_arg(value: str) -> str:
     if not value or value in RESERVED_DIRS or Path(value).name != value or value in {".", ".."}:
         raise argparse.ArgumentTypeError(
-            f"--model-dir must be one folder name other than {sorted(RESERVED_DIRS)}, got "
+            f"--model-folder must be one folder name other than {sorted(RESERVED_DIRS)}, got "
             f"{value!r}; for example 'Qwen2.5-32B-Instruct'"
         )
     return value
@@ -482,8 +484,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
     )
     parser.add_argument(
-        "--model-dir",
-        type=model_dir_name,
+        "--model-folder",
+        type=model_folder_arg,
         required=True,
         help="folder under --data-root for the model, e.g. Qwen2.5-32B-Instruct",
     )
@@ -514,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: list[tuple[str, Callable[[], None]]] = [
         ("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)),
         ("gsm8k", lambda: prepare_gsm8k(root)),
-        ("model", lambda: prepare_model(root, args.model, args.model_dir, source, token)),
+        ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token)),
     ]
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)

@@ -578,7 +578,7 @@ def test_data_prep_job(stack: str, mode: str) -> None:
         ref,
         "--model",
         "Qwen/Qwen2.5-32B-Instruct",
-        "--model-dir",
+        "--model-folder",
         "Qwen2.5-32B-Instruct",
     ]
     assert container["env"] == [
@@ -626,7 +626,7 @@ def test_model_setting_drives_download_and_folder() -> None:
     assert command[-4:] == [
         "--model",
         "Qwen/Qwen2.5-14B-Instruct",
-        "--model-dir",
+        "--model-folder",
         "Qwen2.5-14B-Instruct",
     ]
 

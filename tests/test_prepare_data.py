@@ -18,7 +18,7 @@ SCRIPT = ROOT / "payloads" / "prepare_data.py"
 FIXTURES = Path(__file__).resolve().parent / "data_prep_fixtures"
 STANDIN = FIXTURES / "gsm8k_standin.py"
 FAKE_HUB = FIXTURES / "fake_hub"  # a huggingface_hub module that serves a local folder
-MODEL_DIR = "Tiny-Model"
+MODEL_FOLDER = "Tiny-Model"
 SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
 GIT_IDENTITY = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
 FAILING_GSM8K = (
@@ -104,7 +104,7 @@ def run_prep(
     env = {**os.environ, "HF_TOKEN": "hf_dummy", "HF_HOME": str(data.parent / "hf-home")}
     env.update(env_extra or {})
     cmd = [python3, str(SCRIPT), "--data-root", str(data), "--verl-repo", str(repo)]
-    cmd += ["--verl-ref", ref, "--model", model, "--model-dir", MODEL_DIR]
+    cmd += ["--verl-ref", ref, "--model", model, "--model-folder", MODEL_FOLDER]
     cmd += ["--model-source", str(source), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
 
@@ -138,7 +138,7 @@ def test_help_documents_the_substitution_seams() -> None:
     result = subprocess.run(
         ["python3", str(SCRIPT), "--help"], capture_output=True, text=True, check=True
     )
-    for option in ("--data-root", "--verl-repo", "--verl-ref", "--model-dir", "--model-source"):
+    for option in ("--data-root", "--verl-repo", "--verl-ref", "--model-folder", "--model-source"):
         assert option in result.stdout
 
 
@@ -156,19 +156,19 @@ def test_first_run_prepares_everything_and_second_run_skips(
         assert content.startswith(b"PAR1") and content.endswith(b"PAR1")
         payload = json.loads(content[4:-4])
         assert payload == {"split": split, "verl": "0.2.0", "argv_flag": "--local_save_dir"}
-    assert model_files(data / MODEL_DIR) == model_files(model_source)
-    assert not (data / f"{MODEL_DIR}.partial").exists()
-    assert not (data / ".prep" / f"model-{MODEL_DIR}.staging.json").exists()
+    assert model_files(data / MODEL_FOLDER) == model_files(model_source)
+    assert not (data / f"{MODEL_FOLDER}.partial").exists()
+    assert not (data / ".prep" / f"model-{MODEL_FOLDER}.staging.json").exists()
 
     verl_marker = marker(data, "verl")
     assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0"}
     assert verl_marker["outputs"]["commit"] == verl_repo.new_tag_sha  # type: ignore[index]
     gsm8k_marker = marker(data, "gsm8k")
     assert set(gsm8k_marker["outputs"]["bytes"]) == {"train.parquet", "test.parquet"}  # type: ignore[index]
-    model_marker = marker(data, f"model-{MODEL_DIR}")
+    model_marker = marker(data, f"model-{MODEL_FOLDER}")
     assert model_marker["inputs"] == {
         "model": "org/tiny-model",
-        "model_dir": MODEL_DIR,
+        "model_folder": MODEL_FOLDER,
         "source": str(model_source),
     }
     assert model_marker["outputs"]["weight_files"] == 2  # type: ignore[index]
@@ -218,8 +218,8 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     checkpoint.write_bytes(b"weights")
     stale = data / "verl" / "stale-file-from-v0.2.0"
     stale.write_text("x")
-    others = {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_DIR)}
-    gsm8k_marker, model_marker = marker(data, "gsm8k"), marker(data, f"model-{MODEL_DIR}")
+    others = {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_FOLDER)}
+    gsm8k_marker, model_marker = marker(data, "gsm8k"), marker(data, f"model-{MODEL_FOLDER}")
 
     out = ok(run_prep(data, verl_repo.path, verl_repo.old_tag_sha[:7], model_source))
 
@@ -229,9 +229,9 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
     assert checkpoint.read_bytes() == b"weights"
     assert not stale.exists()
-    assert {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_DIR)} == others
+    assert {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_FOLDER)} == others
     assert marker(data, "gsm8k") == gsm8k_marker
-    assert marker(data, f"model-{MODEL_DIR}") == model_marker
+    assert marker(data, f"model-{MODEL_FOLDER}") == model_marker
     assert marker(data, "verl")["inputs"]["ref"] == verl_repo.old_tag_sha[:7]  # type: ignore[index]
 
 
@@ -240,15 +240,15 @@ def test_changed_model_redoes_only_model(
 ) -> None:
     data = tmp_path / "data"
     ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
-    (data / MODEL_DIR / "left-over-from-old-model.bin").write_bytes(b"old")
+    (data / MODEL_FOLDER / "left-over-from-old-model.bin").write_bytes(b"old")
 
     out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source, "org/other-model"))
 
     assert "skipped" in step_lines(out, "verl")[0]
     assert "skipped" in step_lines(out, "gsm8k")[0]
     assert " done in " in step_lines(out, "model")[-1]
-    assert model_files(data / MODEL_DIR) == model_files(model_source)
-    assert marker(data, f"model-{MODEL_DIR}")["inputs"]["model"] == "org/other-model"  # type: ignore[index]
+    assert model_files(data / MODEL_FOLDER) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_FOLDER}")["inputs"]["model"] == "org/other-model"  # type: ignore[index]
 
 
 def test_interrupted_download_is_resumed(
@@ -265,9 +265,9 @@ def test_interrupted_download_is_resumed(
     reason = failed.stderr.strip().splitlines()[-1]
     assert reason.startswith("prepare_data failed at step 'model': ")
     assert SHARDS[1] in reason and "model.safetensors.index.json" in reason
-    assert not (data / ".prep" / f"model-{MODEL_DIR}.done").exists()
-    assert not (data / MODEL_DIR).exists()
-    staging = data / f"{MODEL_DIR}.partial"
+    assert not (data / ".prep" / f"model-{MODEL_FOLDER}.done").exists()
+    assert not (data / MODEL_FOLDER).exists()
+    staging = data / f"{MODEL_FOLDER}.partial"
     assert (staging / SHARDS[0]).is_file()
 
     # A kill in the middle of copying the first shard leaves it truncated.
@@ -277,8 +277,8 @@ def test_interrupted_download_is_resumed(
 
     assert "resuming from" in out
     assert "copied 2 file(s)" in out  # the truncated shard and the missing one, nothing else
-    assert model_files(data / MODEL_DIR) == model_files(model_source)
-    assert marker(data, f"model-{MODEL_DIR}")["outputs"]["weight_files"] == 2  # type: ignore[index]
+    assert model_files(data / MODEL_FOLDER) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_FOLDER}")["outputs"]["weight_files"] == 2  # type: ignore[index]
     assert not staging.exists()
 
 
@@ -291,7 +291,7 @@ def test_interrupted_move_into_place_is_finished(
     missing.unlink()
     assert run_prep(data, verl_repo.path, "v0.2.0", model_source).returncode == 1
     # As if a file-by-file move had been cut short: some files already in the final folder.
-    staging, final = data / f"{MODEL_DIR}.partial", data / MODEL_DIR
+    staging, final = data / f"{MODEL_FOLDER}.partial", data / MODEL_FOLDER
     final.mkdir()
     for name in ("config.json", SHARDS[0]):
         (staging / name).rename(final / name)
@@ -308,7 +308,7 @@ def test_final_dir_without_marker_is_not_done(
     tmp_path: Path, verl_repo: VerlRepo, model_source: Path
 ) -> None:
     data = tmp_path / "data"
-    final = data / MODEL_DIR
+    final = data / MODEL_FOLDER
     shutil.copytree(model_source, final)
     (final / SHARDS[1]).write_bytes(b"truncated")
     (final / "unrelated.bin").write_bytes(b"junk")
@@ -317,7 +317,7 @@ def test_final_dir_without_marker_is_not_done(
 
     assert f"removing {final}: no completion marker" in out
     assert model_files(final) == model_files(model_source)
-    assert (data / ".prep" / f"model-{MODEL_DIR}.done").is_file()
+    assert (data / ".prep" / f"model-{MODEL_FOLDER}.done").is_file()
 
 
 def test_gsm8k_failure_names_the_step(
@@ -339,7 +339,7 @@ def test_gsm8k_failure_names_the_step(
     assert termination_log.read_text() == reason + "\n"
     assert (data / ".prep" / "verl.done").is_file()
     assert not (data / ".prep" / "gsm8k.done").exists()
-    assert not (data / MODEL_DIR).exists()  # later steps do not run
+    assert not (data / MODEL_FOLDER).exists()  # later steps do not run
 
 
 def test_unknown_ref_fails_in_verl_step(
@@ -386,14 +386,14 @@ def test_failed_redo_leaves_no_marker(
 ) -> None:
     data = tmp_path / "data"
     ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
-    (data / MODEL_DIR / "config.json").unlink()
+    (data / MODEL_FOLDER / "config.json").unlink()
     (model_source / SHARDS[1]).unlink()
 
     result = run_prep(data, verl_repo.path, "v0.2.0", model_source)
 
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("prepare_data failed at step 'model'")
-    assert not (data / ".prep" / f"model-{MODEL_DIR}.done").exists()
+    assert not (data / ".prep" / f"model-{MODEL_FOLDER}.done").exists()
 
 
 def test_hub_source_goes_through_snapshot_download(
@@ -413,15 +413,15 @@ def test_hub_source_goes_through_snapshot_download(
     out = ok(run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env))
 
     assert "HF_TOKEN set" in out
-    assert model_files(data / MODEL_DIR) == model_files(model_source)
-    assert marker(data, f"model-{MODEL_DIR}")["inputs"]["source"] == "hub"  # type: ignore[index]
+    assert model_files(data / MODEL_FOLDER) == model_files(model_source)
+    assert marker(data, f"model-{MODEL_FOLDER}")["inputs"]["source"] == "hub"  # type: ignore[index]
     expected = {"repo_id": "org/tiny-model", "token": "hf_dummy", "progress_bars_disabled": "1"}
     assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
 
 
 def test_the_scripts_folders_are_the_bucket_layouts() -> None:
     # The script runs alone in the pod and cannot import config/bucket_layout.py; the folders it
-    # writes must still be the ones the GRPO job reads (the model folder arrives as --model-dir).
+    # writes must still be the ones the GRPO job reads (the model folder arrives as --model-folder).
     from config import bucket_layout as layout
     from payloads import prepare_data
 

@@ -243,7 +243,7 @@ def test_a_different_model_moves_both_the_download_and_the_job() -> None:
     container = prep["spec"]["template"]["spec"]["containers"][0]
     command = " ".join([*container.get("command", []), *container.get("args", [])])
     assert "--model Qwen/Qwen2.5-14B-Instruct" in command
-    assert "--model-dir Qwen2.5-14B-Instruct" in command
+    assert "--model-folder Qwen2.5-14B-Instruct" in command
 
 
 # Not where data prep rewrites, and not on the metadata-cached data mount at all.
