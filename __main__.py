@@ -6,7 +6,7 @@ import pulumi
 from components.capacity import GpuCapacityRequest, GpuCapacityRequestArgs
 from components.data_preparation import DataPreparation, DataPreparationArgs
 from components.gke_cluster import GkeCluster, GkeClusterArgs, get_credentials_command
-from components.gpu_networking import GpuFabric, GpuFabricArgs
+from components.gpu_networking import GpuNetworking, GpuNetworkingArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.grpo_training import GrpoTraining, GrpoTrainingArgs
 from components.host_network import HostNetwork, HostNetworkArgs
@@ -67,7 +67,9 @@ capacity_request = (
     if gpu_pool is not None and settings.capacity_plan.queued_provisioning
     else None
 )
-fabric = GpuFabric("gpu-fabric", GpuFabricArgs(settings, gke, namespace, rdma_networks))
+gpu_networking = GpuNetworking(
+    "gpu-networking", GpuNetworkingArgs(settings, gke, namespace, rdma_networks)
+)
 dra_driver = (
     NvidiaDraDriver("dra", NvidiaDraDriverArgs(settings, gke, namespace))
     if settings.profile.multi_node_nvlink
@@ -87,7 +89,7 @@ ray_cluster = RayCluster(
         namespace,
         kuberay,
         storage,
-        fabric,
+        gpu_networking,
         dra_driver,
         rdma_networks,
         image_registry=images,

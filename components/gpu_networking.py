@@ -1,4 +1,4 @@
-"""The pod side of the GPU fabric: the NCCL gIB installer (Standard) and the objects that give
+"""The pod side of GPU networking: the NCCL gIB installer (Standard) and the objects that give
 Ray workers their RDMA NICs (multi-NIC mapping, DRANET ComputeClass or NIC claim templates)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from manifests.common import Manifest
 
 
 @dataclass(frozen=True)
-class GpuFabricArgs:
+class GpuNetworkingArgs:
     settings: StackSettings
     cluster: GkeCluster
     namespace: WorkloadNamespace
@@ -27,13 +27,13 @@ class GpuFabricArgs:
     rdma_networks: RdmaNetworks | None
 
 
-class GpuFabric(pulumi.ComponentResource):
+class GpuNetworking(pulumi.ComponentResource):
     installer: k8s.apps.v1.DaemonSet | None
 
     def __init__(
-        self, name: str, args: GpuFabricArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: GpuNetworkingArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("verl-gke:gpu_networking:GpuFabric", name, None, opts)
+        super().__init__("verl-gke:gpu_networking:GpuNetworking", name, None, opts)
         s = args.settings
         self._provider = args.cluster.provider
 

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gke_cluster import GkeCluster
-from components.gpu_networking import GpuFabric
+from components.gpu_networking import GpuNetworking
 from components.image_prepull import ImagePrepull
 from components.image_registry import ImageRegistry
 from components.kuberay_operator import KubeRayOperator
@@ -41,7 +41,7 @@ class RayClusterArgs:
     namespace: WorkloadNamespace
     operator: KubeRayOperator
     storage: TrainingStorage
-    fabric: GpuFabric
+    gpu_networking: GpuNetworking
     # A4X only: the ComputeDomain whose IMEX channel the workers claim.
     dra_driver: NvidiaDraDriver | None
     # A4/A3 Ultra Standard only: the networks the workers' interface annotations name.
@@ -70,7 +70,7 @@ class RayCluster(pulumi.ComponentResource):
             args.namespace,
             args.operator,
             args.storage,
-            args.fabric,
+            args.gpu_networking,
         ]
         if args.dra_driver is not None:
             depends_on.append(args.dra_driver)

@@ -75,7 +75,7 @@ def dashboard_port_forward_command(settings: StackSettings) -> str:
 
 
 @dataclass
-class WorkerFabric:
+class WorkerNetworking:
     """What a GPU worker pod needs to reach its RDMA NICs and the gIB NCCL plugin."""
 
     node_selector: dict[str, str]
@@ -100,11 +100,11 @@ def _host_gib_and_nvidia() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return volumes, mounts
 
 
-def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabric:
+def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerNetworking:
     if layout is None:
         raise ValueError("multi-NIC GPU networking needs the RDMA network layout")
     volumes, mounts = _host_gib_and_nvidia()
-    return WorkerFabric(
+    return WorkerNetworking(
         node_selector={ACCELERATOR_LABEL: settings.profile.gpu_type},
         ld_library_path=NVIDIA_LIB_DIR,
         annotations=network_mapping.pod_interface_annotations(layout),
@@ -113,8 +113,8 @@ def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabr
     )
 
 
-def _dranet_compute_class(settings: StackSettings) -> WorkerFabric:
-    return WorkerFabric(
+def _dranet_compute_class(settings: StackSettings) -> WorkerNetworking:
+    return WorkerNetworking(
         node_selector={"cloud.google.com/compute-class": dranet.compute_class_name(settings)},
         ld_library_path=f"{NVIDIA_LIB_DIR}:{GIB_DIR}/lib64",
         volumes=[{"name": "gib", "emptyDir": {}}],
@@ -134,14 +134,14 @@ def _dranet_compute_class(settings: StackSettings) -> WorkerFabric:
     )
 
 
-def _dranet_node_pool(settings: StackSettings) -> WorkerFabric:
+def _dranet_node_pool(settings: StackSettings) -> WorkerNetworking:
     volumes, mounts = _host_gib_and_nvidia()
     # One claim per NIC of the node (seed: rdma-nic-0..3 for the four A4X NICs).
     claims = [
         {"name": f"rdma-nic-{index}", "resourceClaimTemplateName": dranet.RDMA_NIC_CLAIM_TEMPLATE}
         for index in range(settings.profile.rdma_nics_per_node)
     ]
-    return WorkerFabric(
+    return WorkerNetworking(
         node_selector={ACCELERATOR_LABEL: settings.profile.gpu_type},
         ld_library_path=NVIDIA_LIB_DIR,
         volumes=volumes,
@@ -150,22 +150,22 @@ def _dranet_node_pool(settings: StackSettings) -> WorkerFabric:
     )
 
 
-def worker_fabric(settings: StackSettings, layout: RdmaLayout | None) -> WorkerFabric:
+def worker_networking(settings: StackSettings, layout: RdmaLayout | None) -> WorkerNetworking:
     match settings.networking.pod_nics:
         case PodNics.NETWORK_MAPPING:
-            fabric = _multi_nic(settings, layout)
+            networking = _multi_nic(settings, layout)
         case PodNics.ALL_NICS_CLAIM:
-            fabric = _dranet_compute_class(settings)
+            networking = _dranet_compute_class(settings)
         case PodNics.PER_NIC_CLAIMS:
-            fabric = _dranet_node_pool(settings)
+            networking = _dranet_node_pool(settings)
         case unknown:
             assert_never(unknown)
     if settings.profile.multi_node_nvlink:
         # The IMEX channel of the ComputeDomain: NVLink between nodes.
-        fabric.resource_claims.append(
+        networking.resource_claims.append(
             {"name": IMEX_CLAIM, "resourceClaimTemplateName": dra_driver.COMPUTE_DOMAIN_CHANNEL}
         )
-    return fabric
+    return networking
 
 
 def _post_start(settings: StackSettings) -> dict[str, Any]:
@@ -242,11 +242,11 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
     }
 
 
-def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, Any]:
+def _worker_group(settings: StackSettings, networking: WorkerNetworking) -> dict[str, Any]:
     """The GPU worker group of the RayCluster.
 
     Long because it is one declarative pod template; the per-variant parts come from
-    worker_fabric."""
+    worker_networking."""
     profile = settings.profile
     shape = profile.ray_workers[settings.mode]
     resources = equal_requests_and_limits(
@@ -257,16 +257,16 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
             "ephemeral-storage": shape.ephemeral_storage,
         }
     )
-    if fabric.resource_claims:
-        resources["claims"] = [{"name": claim["name"]} for claim in fabric.resource_claims]
+    if networking.resource_claims:
+        resources["claims"] = [{"name": claim["name"]} for claim in networking.resource_claims]
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
         "image": settings.verl_image,
         **_post_start(settings),
-        "env": [{"name": "LD_LIBRARY_PATH", "value": fabric.ld_library_path}],
+        "env": [{"name": "LD_LIBRARY_PATH", "value": networking.ld_library_path}],
         "resources": resources,
         "volumeMounts": [
-            *fabric.mounts,
+            *networking.mounts,
             {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": "ray-tmp-storage", "mountPath": "/tmp"},
             *fuse_mounts.ray_pod_mounts(),
@@ -275,7 +275,7 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
     trackers.add_tracker_env(settings, container)
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.ksa_name,
-        "nodeSelector": fabric.node_selector,
+        "nodeSelector": networking.node_selector,
         # One worker per GPU node.
         "affinity": {
             "podAntiAffinity": {
@@ -290,12 +290,12 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
         "tolerations": [t.manifest() for t in profile.gpu_tolerations],
     }
     pod_spec["initContainers"] = [
-        *fabric.init_containers,
+        *networking.init_containers,
         fuse_mounts.verl_copy_container(settings),
     ]
     pod_spec["containers"] = [container]
     pod_spec["volumes"] = [
-        *fabric.volumes,
+        *networking.volumes,
         {
             "name": "shared-memory",
             "emptyDir": {"medium": "Memory", "sizeLimit": shape.shared_memory},
@@ -303,8 +303,8 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
         {"name": "ray-tmp-storage", "emptyDir": {}},
         *fuse_mounts.ray_pod_volumes(file_cache=True),
     ]
-    if fabric.resource_claims:
-        pod_spec["resourceClaims"] = fabric.resource_claims
+    if networking.resource_claims:
+        pod_spec["resourceClaims"] = networking.resource_claims
     return {
         "groupName": WORKER_GROUP,
         "replicas": settings.gpu_nodes,
@@ -315,7 +315,7 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
             "metadata": {
                 "annotations": {
                     **fuse_mounts.ray_pod_annotations(settings, sized_sidecar=True),
-                    **fabric.annotations,
+                    **networking.annotations,
                 }
             },
             "spec": pod_spec,
@@ -326,13 +326,15 @@ def _worker_group(settings: StackSettings, fabric: WorkerFabric) -> dict[str, An
 def ray_cluster(
     settings: StackSettings, cpu_pool_name: str | None, layout: RdmaLayout | None
 ) -> Manifest:
-    fabric = worker_fabric(settings, layout)
+    networking = worker_networking(settings, layout)
     # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
-    return through_registry(_ray_cluster_body(settings, cpu_pool_name, fabric), settings.image_pull)
+    return through_registry(
+        _ray_cluster_body(settings, cpu_pool_name, networking), settings.image_pull
+    )
 
 
 def _ray_cluster_body(
-    settings: StackSettings, cpu_pool_name: str | None, fabric: WorkerFabric
+    settings: StackSettings, cpu_pool_name: str | None, networking: WorkerNetworking
 ) -> Manifest:
     return {
         "apiVersion": API_VERSION,
@@ -349,7 +351,7 @@ def _ray_cluster_body(
             {
                 "rayVersion": settings.ray_version,
                 "headGroupSpec": _head_group(settings, cpu_pool_name),
-                "workerGroupSpecs": [_worker_group(settings, fabric)],
+                "workerGroupSpecs": [_worker_group(settings, networking)],
             },
             WORKER_GROUP,
         ),

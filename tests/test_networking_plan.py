@@ -10,7 +10,7 @@ import pytest
 from config.networking import NetworkingPlan, NodeNics, PodNics, networking_plan
 from config.profiles import PROFILES, GpuNetworking
 from config.settings import StackSettings, load_settings
-from manifests.ray_cluster import worker_fabric
+from manifests.ray_cluster import worker_networking
 from tests.program import COMBINATIONS, REAL
 
 
@@ -54,4 +54,4 @@ def test_an_unknown_pod_wiring_fails_in_the_manifests(monkeypatch: pytest.Monkey
     monkeypatch.setattr(StackSettings, "networking", property(lambda _: unknown))
     assert isinstance(settings.networking, NetworkingPlan)
     with pytest.raises(AssertionError, match="carrier-pigeon"):
-        worker_fabric(settings, None)
+        worker_networking(settings, None)

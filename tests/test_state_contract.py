@@ -27,7 +27,7 @@ COMPONENT_TYPES = {
     "verl-gke:capacity:GpuCapacityRequest",
     "verl-gke:data_preparation:DataPreparation",
     "verl-gke:gke_cluster:GkeCluster",
-    "verl-gke:gpu_networking:GpuFabric",
+    "verl-gke:gpu_networking:GpuNetworking",
     "verl-gke:gpu_node_pool:GpuNodePool",
     "verl-gke:grpo_training:GrpoTraining",
     "verl-gke:host_network:HostNetwork",
