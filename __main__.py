@@ -92,6 +92,7 @@ ray_cluster = RayCluster(
         gpu_networking,
         dra_driver,
         rdma_networks,
+        telemetry,
         image_registry=images,
         prepull=prepull,
     ),

@@ -14,6 +14,7 @@ from components.image_registry import ImageRegistry
 from components.kuberay_operator import KubeRayOperator
 from components.nvidia_dra_driver import NvidiaDraDriver
 from components.rdma_networks import RdmaNetworks
+from components.run_telemetry import RunTelemetry
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.capacity import ready_timeout_minutes
@@ -46,6 +47,8 @@ class RayClusterArgs:
     dra_driver: NvidiaDraDriver | None
     # A4/A3 Ultra Standard only: the networks the workers' interface annotations name.
     rdma_networks: RdmaNetworks | None
+    # The head's log-forwarder config and, with a W&B key, the Secret the Ray pods read.
+    telemetry: RunTelemetry
     # The image repository and its reader role, where the pods pull through it (lever 2).
     image_registry: ImageRegistry | None = None
     # The worker-image pre-puller (lever 2 without streaming): it must exist before the workers
@@ -71,6 +74,7 @@ class RayCluster(pulumi.ComponentResource):
             args.operator,
             args.storage,
             args.gpu_networking,
+            args.telemetry,
         ]
         if args.dra_driver is not None:
             depends_on.append(args.dra_driver)

@@ -75,6 +75,8 @@ def test_ray_cluster_waits_for_operator_storage_and_networking(stack: str, mode:
         result.one("gcp:storage/bucketIAMMember:BucketIAMMember"),
         *by_kind(result, "ServiceAccount"),
         *by_kind(result, "Secret"),
+        # The head's log forwarder mounts its config (RunTelemetry).
+        result.one("kubernetes:core/v1:ConfigMap", "run-telemetry-log-forwarder"),
         *by_kind(result, "PersistentVolume"),
         *by_kind(result, "PersistentVolumeClaim"),
         *by_kind(result, "DaemonSet"),
