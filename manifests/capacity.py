@@ -23,6 +23,7 @@ import copy
 from typing import Any
 
 from config.capacity import IDLE_TIMEOUT_SECONDS, MAX_RUN_DURATION_SECONDS
+from config.image_streaming import registry_image
 from config.settings import StackSettings
 from manifests.common import ACCELERATOR_LABEL, Manifest, equal_requests_and_limits, metadata
 
@@ -67,7 +68,8 @@ def pod_template(settings: StackSettings) -> Manifest:
                 "containers": [
                     {
                         "name": "gpu-worker",
-                        "image": settings.verl_image,
+                        # The worker image as the workers pull it (streamed: the repository).
+                        "image": registry_image(settings.verl_image, settings.image_pull),
                         "resources": equal_requests_and_limits(
                             {
                                 "cpu": shape.cpu,

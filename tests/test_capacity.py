@@ -119,6 +119,8 @@ def test_flex_start_standard_asks_for_all_nodes_at_once(stack: str) -> None:
     assert counted["containers"][0]["resources"]["requests"] == {
         key: worker[key] for key in ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")
     }
+    # ... and names the image the workers pull (through the stream repository on x86).
+    assert counted["containers"][0]["image"] == pod["containers"][0]["image"]
     schemas.validate_core(template.inputs, "1.34")
 
 
