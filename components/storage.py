@@ -1,8 +1,10 @@
 """Training storage: the GCS bucket, the workload's identity and access to the bucket, the Hugging
-Face secret and the GCS FUSE volume every pod mounts at /data (tutorial §4)."""
+Face secret and the two GCS FUSE volumes of the bucket, /data and /checkpoints (tutorial §4;
+issue 13 lever 1)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulumi
@@ -13,7 +15,7 @@ from components.gke_cluster import GkeCluster
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from manifests import storage as manifests
-from manifests.common import HF_SECRET_KEY
+from manifests.common import HF_SECRET_KEY, Manifest
 
 
 def existing_bucket(settings: StackSettings) -> str | None:
@@ -103,32 +105,38 @@ class TrainingStorage(pulumi.ComponentResource):
             string_data=pulumi.Output.secret({HF_SECRET_KEY: s.hf_token.get_secret_value()}),
             opts=child([args.namespace]),
         )
-        volume = manifests.bucket_pv(s)
-        self.volume = k8s.core.v1.PersistentVolume(
-            f"{name}-pv",
+        # Two mounts of the bucket: /data read-mostly, /checkpoints uncached (manifests/storage.py).
+        self.volume, self.claim = self._fuse_mount(
+            name, manifests.bucket_pv(s), manifests.bucket_pvc(s), child, args.namespace
+        )
+        self.checkpoint_volume, self.checkpoint_claim = self._fuse_mount(
+            f"{name}-checkpoint",
+            manifests.checkpoint_pv(s),
+            manifests.checkpoint_pvc(s),
+            child,
+            args.namespace,
+        )
+        self.register_outputs({"bucket": self.bucket.name, "bucketUrl": self.bucket_url})
+
+    def _fuse_mount(
+        self,
+        prefix: str,
+        volume: Manifest,
+        claim: Manifest,
+        child: Callable[[list[pulumi.Resource]], pulumi.ResourceOptions],
+        namespace: WorkloadNamespace,
+    ) -> tuple[k8s.core.v1.PersistentVolume, k8s.core.v1.PersistentVolumeClaim]:
+        """A GCS FUSE PersistentVolume of the bucket and the claim bound to it."""
+        pv = k8s.core.v1.PersistentVolume(
+            f"{prefix}-pv",
             metadata=volume["metadata"],
             spec=volume["spec"],
             opts=child([self.bucket]),
         )
-        claim = manifests.bucket_pvc(s)
-        self.claim = k8s.core.v1.PersistentVolumeClaim(
-            f"{name}-pvc",
+        pvc = k8s.core.v1.PersistentVolumeClaim(
+            f"{prefix}-pvc",
             metadata=claim["metadata"],
             spec=claim["spec"],
-            opts=child([self.volume, args.namespace]),
+            opts=child([pv, namespace]),
         )
-        checkpoint_volume = manifests.checkpoint_pv(s)
-        self.checkpoint_volume = k8s.core.v1.PersistentVolume(
-            f"{name}-checkpoint-pv",
-            metadata=checkpoint_volume["metadata"],
-            spec=checkpoint_volume["spec"],
-            opts=child([self.bucket]),
-        )
-        checkpoint_claim = manifests.checkpoint_pvc(s)
-        self.checkpoint_claim = k8s.core.v1.PersistentVolumeClaim(
-            f"{name}-checkpoint-pvc",
-            metadata=checkpoint_claim["metadata"],
-            spec=checkpoint_claim["spec"],
-            opts=child([self.checkpoint_volume, args.namespace]),
-        )
-        self.register_outputs({"bucket": self.bucket.name, "bucketUrl": self.bucket_url})
+        return pv, pvc

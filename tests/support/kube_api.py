@@ -25,7 +25,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 TOKEN = "sesame"
@@ -37,6 +37,35 @@ def stand_in_token() -> str:
     return TOKEN
 
 
+class _LocalServer:
+    """Start, stop and address of a stand-in served on 127.0.0.1 by its ``_handle``."""
+
+    _server: ThreadingHTTPServer | None
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> Self:
+        self._server = _serve(self._handle)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
 @dataclass
 class HeadPod:
     name: str
@@ -45,7 +74,7 @@ class HeadPod:
 
 
 @dataclass
-class KubeApi:
+class KubeApi(_LocalServer):
     namespace: str
     service: str
     cluster: str  # the RayCluster name (ray.io/cluster label)
@@ -57,11 +86,6 @@ class KubeApi:
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
 
     @property
-    def endpoint(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
     def head_selector(self) -> dict[str, str]:
         # KubeRay's HeadServiceLabels (ray-operator/controllers/ray/common/service.go, v1.5.1).
         return {
@@ -71,21 +95,6 @@ class KubeApi:
             "app.kubernetes.io/name": "kuberay",
             "app.kubernetes.io/created-by": "kuberay-operator",
         }
-
-    def start(self) -> KubeApi:
-        self._server = _serve(self._handle)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> KubeApi:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
     # -- request handling --------------------------------------------------------------------
 
@@ -179,33 +188,13 @@ class KubeApi:
 
 
 @dataclass
-class GkeApi:
+class GkeApi(_LocalServer):
     project: str
     location: str
     name: str
     cluster_exists: bool = True
     requests: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> GkeApi:
-        self._server = _serve(self._handle)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> GkeApi:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         path = urlsplit(handler.path).path
