@@ -61,13 +61,30 @@ class ImagePullPlan:
     registry: str | None
 
 
-def streaming_refusal(profile: AcceleratorProfile) -> str | None:
-    """Why `verl-gke:imageStreaming true` cannot be honoured on this profile, or None."""
-    return IMAGE_STREAMING_UNSUPPORTED_ARCHES.get(profile.arch)
+def streaming_refusal(profile: AcceleratorProfile, worker_image: str) -> str | None:
+    """Why `verl-gke:imageStreaming true` cannot be honoured for this profile and worker image,
+    or None. GKE streams only images in Artifact Registry: a Docker Hub image goes through the
+    stack's remote repository, an Artifact Registry image streams as it is, any other registry's
+    image (ghcr.io, nvcr.io, ...) cannot stream."""
+    arch = IMAGE_STREAMING_UNSUPPORTED_ARCHES.get(profile.arch)
+    if arch is not None:
+        return arch
+    if docker_hub_path(worker_image) is None and not in_artifact_registry(worker_image):
+        return (
+            f"the worker image {worker_image} is neither on Docker Hub (streamed through the "
+            f"stack's remote repository) nor in Artifact Registry, the only images GKE streams"
+        )
+    return None
 
 
-def default_streaming(profile: AcceleratorProfile) -> bool:
-    return streaming_refusal(profile) is None
+def default_streaming(profile: AcceleratorProfile, worker_image: str) -> bool:
+    return streaming_refusal(profile, worker_image) is None
+
+
+def in_artifact_registry(image: str) -> bool:
+    """An image in an Artifact Registry Docker repository (LOCATION-docker.pkg.dev/...)."""
+    host, _, rest = image.partition("/")
+    return bool(rest) and host.endswith("-docker.pkg.dev")
 
 
 def repository_id(cluster_name: str) -> str:
@@ -80,13 +97,14 @@ def pull_plan(
     mode: Mode,
     asked: bool | None,
     *,
+    worker_image: str,
     region: str,
     project: str,
     cluster_name: str,
 ) -> ImagePullPlan:
     """`asked` is verl-gke:imageStreaming (None: the profile's default). A refused `True` is
     reported by the settings (config/settings.py) before this is called."""
-    streaming = default_streaming(profile) if asked is None else asked
+    streaming = default_streaming(profile, worker_image) if asked is None else asked
     standard = mode is Mode.STANDARD
     repo = repository_id(cluster_name) if streaming else None
     return ImagePullPlan(

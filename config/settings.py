@@ -248,6 +248,7 @@ class StackSettings(BaseModel):
             self.profile,
             self.mode,
             self.image_streaming,
+            worker_image=self.verl_image,
             region=self.region,
             project=self.project,
             cluster_name=self.cluster_name,
@@ -545,12 +546,15 @@ def _cidr_overlap_problem(
                 continue
             # Blame a range the user set (not at its default), so the fix names the changed key.
             changed = [
-                k for k in _CIDR_FIELDS
+                k
+                for k in _CIDR_FIELDS
                 if config_key(k) in (first_key, second_key)
                 and getattr(s, k) != StackSettings.model_fields[k].default
             ]
-            name = changed[0] if changed else next(
-                k for k in _CIDR_FIELDS if config_key(k) in (first_key, second_key)
+            name = (
+                changed[0]
+                if changed
+                else next(k for k in _CIDR_FIELDS if config_key(k) in (first_key, second_key))
             )
             value = networks[name]
             other_key, other = (
@@ -688,13 +692,14 @@ def _reason(
 
 
 def _check_image_streaming(s: StackSettings) -> str | None:
-    why = streaming_refusal(s.profile)
+    why = streaming_refusal(s.profile, s.verl_image)
     if not s.image_streaming or why is None:
         return None
     return (
-        f"{config_key('image_streaming')} = true: {why}, so {s.profile.name} cannot stream the "
-        f"worker image; with streaming off a DaemonSet pre-pulls it on every GPU node as soon "
-        f"as the node registers. Fix: {s.fix('image_streaming', 'false')} (or remove the key)"
+        f"{config_key('image_streaming')} = true: {why}, so this stack cannot stream the "
+        f"worker image; with streaming off a DaemonSet pre-pulls it on every GPU node of a "
+        f"Standard cluster as soon as the node registers. Fix: "
+        f"{s.fix('image_streaming', 'false')} (or remove the key)"
     )
 
 
@@ -893,9 +898,7 @@ def settings_from_pulumi() -> LoadedSettings:
 _SECRET_KEY_NAME = re.compile(r"(token|secret|password|apikey|api_key)$", re.IGNORECASE)
 
 
-def plain_secret_notices(
-    config: Mapping[str, str], secret_keys: set[str], stack: str
-) -> list[str]:
+def plain_secret_notices(config: Mapping[str, str], secret_keys: set[str], stack: str) -> list[str]:
     """A loud warning per secret-named key that was not set with --secret: its value sits in
     plain text in Pulumi.<stack>.yaml (and in any copy of it)."""
     return [

@@ -262,6 +262,38 @@ def test_streaming_true_on_a4x_is_refused_with_a_fix_that_validates() -> None:
     assert load_settings("a4x", REAL, offline=False).settings.image_pull.prepull
 
 
+def test_a_worker_image_that_cannot_stream_is_pre_pulled_and_said_so() -> None:
+    # GKE streams Artifact Registry images only: a ghcr.io worker image is neither rewritten
+    # nor streamed, so a Standard stack pre-pulls it, and the plan does not claim streaming.
+    image = "ghcr.io/example/verl:1"
+    result = plan("a3u", "standard", **{"verl-gke__verlImage": image})
+    settings = settings_of("a3u", "standard", **{"verl-gke__verlImage": image})
+    assert (settings.image_pull.streaming, settings.image_pull.prepull) == (False, True)
+    worker = result.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["containers"][0]["image"] == image
+    (daemon_set,) = prepullers(result)
+    assert daemon_set.inputs["spec"]["template"]["spec"]["initContainers"][0]["image"] == image
+    (line,) = [x for x in what_you_pay_for(result, settings) if "worker image:" in x]
+    assert line.startswith("  worker image: pulled from ghcr.io by the DaemonSet verl-image-")
+    assert "not streamed: the worker image ghcr.io/example/verl:1 is neither" in line
+    # Asking for streaming anyway is refused with a fix that is itself accepted.
+    config = {**REAL, "verl-gke:mode": "standard", "verl-gke:verlImage": image}
+    with pytest.raises(SettingsError) as caught:
+        load_settings("a3u", {**config, "verl-gke:imageStreaming": "true"}, offline=False)
+    assert "neither on Docker Hub" in str(caught.value)
+    assert "Fix: pulumi config set verl-gke:imageStreaming false -s a3u" in str(caught.value)
+    load_settings("a3u", {**config, "verl-gke:imageStreaming": "false"}, offline=False)
+
+
+def test_an_artifact_registry_worker_image_streams_as_it_is() -> None:
+    image = "us-central1-docker.pkg.dev/acme-ml-prod/images/verl:1"
+    result = plan("a3u", "standard", **{"verl-gke__verlImage": image})
+    worker = result.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["containers"][0]["image"] == image
+    assert not prepullers(result)
+    assert gcfs(result.one(NODE_POOL).inputs["nodeConfig"]) is True
+
+
 def test_streaming_true_on_a4x_stops_the_program_before_any_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bench.startup_links import Schedule, levers_in_graph, schedule
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
-from config.image_streaming import streaming_refusal
+from config.image_streaming import docker_hub_path, streaming_refusal
 from config.profiles import Capacity, Mode
 from config.settings import StackSettings
 from manifests.prepull import PREPULL_NAME
@@ -34,7 +34,8 @@ def _image_line(timed: Schedule, settings: StackSettings) -> str:
     pull = next(link for link in timed.worker_start if link.key == cold.key)
     if plan.streaming:
         first = timed.first_pull
-        head = f"streamed through {plan.registry} (GKE Image streaming, {config('imageStreaming')})"
+        source = plan.registry if docker_hub_path(settings.verl_image) else "its repository"
+        head = f"streamed through {source} (GKE Image streaming, {config('imageStreaming')})"
         if first is not None and first.warm:
             return (
                 f"{head}: ~{pull.minutes:g} min per GPU node from a warm cache; the repository "
@@ -46,17 +47,25 @@ def _image_line(timed: Schedule, settings: StackSettings) -> str:
             f"{head}: the repository is new and nothing pulls the image through it before the "
             f"GPU nodes, so their first pull is cold: ~{pull.minutes:g} min per node (modelled)"
         )
-    why = streaming_refusal(settings.profile) or f"{config('imageStreaming')} is false"
+    why = streaming_refusal(settings.profile, settings.verl_image) or (
+        f"{config('imageStreaming')} is false"
+    )
     if plan.prepull:
         return (
-            f"pulled from Docker Hub by the DaemonSet {PREPULL_NAME} as each GPU node registers: "
+            f"pulled from {_registry_name(settings.verl_image)} by the DaemonSet {PREPULL_NAME} as "
+            f"each GPU node registers: "
             f"~{pull.minutes:g} min per node after the driver install (modelled); not streamed: "
             f"{why}"
         )
     return (
-        f"pulled from Docker Hub when each Ray worker lands: ~{pull.minutes:g} min per node "
+        f"pulled from {_registry_name(settings.verl_image)} when each Ray worker lands: "
+        f"~{pull.minutes:g} min per node "
         f"(modelled); not streamed: {why}"
     )
+
+
+def _registry_name(image: str) -> str:
+    return "Docker Hub" if docker_hub_path(image) is not None else image.partition("/")[0]
 
 
 def _capacity_line(settings: StackSettings) -> str:
