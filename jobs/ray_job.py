@@ -495,7 +495,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             sid = self._submit_or_adopt(dashboard, job)
             info, first_step = self._await(dashboard, job, sid)
             if info.status.value in ("FAILED", "STOPPED"):
-                raise RuntimeError(_failure_report(dashboard, sid, info, job.wait_for))
+                raise RuntimeError(_failure_report(dashboard, sid, info, job.wait_for, first_step))
             result = _tagged_result(dashboard, job, sid, info)
             outs = _outputs(job, sid, info, _discover(job.checkpoint_root, None), result, dashboard)
         outs["first_step"] = first_step
@@ -713,8 +713,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 _progress(sid, f"{status}: {_short_message(info.message)}")
                 watch.last_status, watch.last_progress = status, now
             if status in _TERMINAL:
-                finished_ok = status == "SUCCEEDED" and job.wait_for == "first_step"
-                step = watch.scan.poll(dashboard, sid, info) if finished_ok else None
+                # A run may log its first step and end between two polls: look for it, so that
+                # success and failure reports say which side of the first step the run ended.
+                wants_step = job.wait_for == "first_step"
+                step = watch.scan.poll(dashboard, sid, info) if wants_step else None
                 return info, _first_step_output(step) if step else None
             if status == "RUNNING":
                 phase = _running_phase(dashboard, job, sid, info, watch, now)
@@ -1182,12 +1184,24 @@ def _capped_tail(dashboard: _Dashboard, sid: str, info: JobDetails) -> str:
     return redact("\n".join(lines))
 
 
-def _failure_report(dashboard: _Dashboard, sid: str, info: JobDetails, mode: str) -> str:
+def _failure_report(
+    dashboard: _Dashboard,
+    sid: str,
+    info: JobDetails,
+    mode: str,
+    first_step: Mapping[str, Any] | None = None,
+) -> str:
     tail = _capped_tail(dashboard, sid, info)
     count = len(tail.splitlines())
+    when = (
+        f"after verl logged its first training step (step {first_step['step']}), before "
+        f"pulumi up returned"
+        if first_step is not None
+        else f"before {_MODE_POINT[mode]}"
+    )
     return (
         f"Ray job {sid} {info.status.value}: {_short_message(info.message)}\n"
-        f"(before {_MODE_POINT[mode]}, wait_for={mode})\n"
+        f"({when}, wait_for={mode})\n"
         f"--- driver log, last {count} lines (at most {job_logs.TAIL_LINES}, each cut at "
         f"{job_logs.TAIL_LINE_MAX_CHARS} characters) ---\n{tail}"
     )

@@ -15,6 +15,7 @@ a few seconds; one Ray head, one GCS emulator and one host serve the module.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -152,6 +153,32 @@ def test_a_run_that_dies_before_its_first_step_fails_up_with_rays_message_and_it
     assert "last available logs" not in details  # Ray's own 10-line excerpt is replaced
 
 
+def test_a_run_that_ends_right_after_its_first_step_is_reported_as_such(
+    host: DynamicHost, head: RayHead, jobs: JobSubmissionClient
+) -> None:
+    # The wait polls every 15 s; the run logs step 1 and fails within a few seconds, so the wait
+    # next sees it FAILED: the report must say it failed after its first step, not before.
+    slow_poll = dataclasses.replace(FAST, poll_interval_s=15.0)
+    command = [sys.executable, str(STARTUP_JOB), "--run", "ends-after-step", "--fail-after-steps"]
+    props = RayJobArgs(
+        entrypoint=shlex.join(command),
+        runtime_env={},
+        dashboard=dashboard_access.url_dashboard(head.dashboard_url),
+        checkpoint_root=None,
+        submission_id_prefix="waits",
+        wait_for="first_step",
+        deadlines=slow_poll,
+    ).to_props()
+    with pytest.raises(grpc.RpcError) as failure:
+        up(host, props)
+    details = failure.value.details()
+    assert "FAILED: Job entrypoint command failed with exit code 9\n" in details
+    assert (
+        "(after verl logged its first training step (step 1), before pulumi up returned, "
+        "wait_for=first_step)"
+    ) in details
+
+
 def test_running_mode_returns_before_the_first_step(
     host: DynamicHost, head: RayHead, jobs: JobSubmissionClient
 ) -> None:
@@ -180,7 +207,8 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
     host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
 ) -> None:
     run = "fails-later"
-    props = job_props(head, run, "first_step", "--hold-seconds", "2", "--fail-after-steps")
+    # Holds 8 s after its first step: long enough for the wait to see that step under load.
+    props = job_props(head, run, "first_step", "--hold-seconds", "8", "--fail-after-steps")
     checked, created = up(host, props)
     sid = created.id
     assert from_wire(created.properties)["status"] == "RUNNING"

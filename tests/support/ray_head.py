@@ -89,9 +89,24 @@ class RayHead:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on right now: all sockets are
+    held open until every port is chosen, so the kernel cannot hand out one twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class RayStartExitedError(RuntimeError):
+    """`ray start` exited before its dashboard answered (e.g. a port taken meanwhile)."""
 
 
 def start_ray_head(
@@ -99,13 +114,33 @@ def start_ray_head(
     num_cpus: int = 2,
     ready_timeout_s: float = 90.0,
     extra_env: dict[str, str] | None = None,
+    attempts: int = 3,
 ) -> RayHead:
     """Start a head on 127.0.0.1 with free ports; return once the dashboard answers.
 
     temp_dir: an absolute, short (<= 40 chars, e.g. tempfile.mkdtemp(dir="/tmp")) folder owned by
     the caller; Ray writes its session and logs there. extra_env: added to the head's environment
-    (jobs and workers inherit it).
+    (jobs and workers inherit it). A port is free when chosen, but another process on the machine
+    may take it before Ray binds it: a head whose `ray start` exits early is started again with
+    new ports, up to `attempts` times.
     """
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_ray_head_once(temp_dir, num_cpus, ready_timeout_s, extra_env)
+        except RayStartExitedError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_ray_head_once(
+    temp_dir: Path,
+    num_cpus: int,
+    ready_timeout_s: float,
+    extra_env: dict[str, str] | None,
+) -> RayHead:
+    """Long because it is one `ray start` command line with its eleven ports and flags, then the
+    wait for its dashboard."""
     temp_dir = temp_dir.resolve()
     if len(str(temp_dir)) > MAX_TEMP_DIR_CHARS:
         raise ValueError(
@@ -114,7 +149,8 @@ def start_ray_head(
             "e.g. tempfile.mkdtemp(prefix='rh', dir='/tmp')"
         )
     temp_dir.mkdir(parents=True, exist_ok=True)
-    gcs_port, dashboard_port = free_port(), free_port()
+    # Nine distinct ports (two of Ray's components on one port make `ray start` fail).
+    gcs_port, dashboard_port, *ports = free_ports(9)
     ray_bin = Path(sys.executable).with_name("ray")
     command = [
         str(ray_bin), "start", "--head", "--block",
@@ -123,13 +159,13 @@ def start_ray_head(
         "--include-dashboard=true",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--ray-client-server-port={free_port()}",
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={ports[0]}",
+        f"--dashboard-agent-grpc-port={ports[1]}",
+        f"--runtime-env-agent-port={ports[2]}",
+        f"--metrics-export-port={ports[3]}",
+        f"--ray-client-server-port={ports[4]}",
+        f"--node-manager-port={ports[5]}",
+        f"--object-manager-port={ports[6]}",
         # 0/0: workers take OS-assigned ports instead of the shared 10002-19999 default range.
         "--min-worker-port=0", "--max-worker-port=0",
         f"--num-cpus={num_cpus}",
@@ -160,7 +196,7 @@ def start_ray_head(
     while True:
         if root.poll() is not None:
             head.stop(grace_s=1.0)
-            raise RuntimeError(
+            raise RayStartExitedError(
                 f"`ray start` exited with code {root.returncode} before the dashboard at "
                 f"{dashboard_url} answered; its log ({log_path}):\n{_tail(log_path)}"
             )
