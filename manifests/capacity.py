@@ -45,7 +45,8 @@ def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
     return {ACCELERATOR_LABEL: settings.profile.gpu_type, FLEX_START_LABEL: "true"}
 
 
-def _queued_toleration() -> dict[str, str]:
+def queued_toleration() -> dict[str, str]:
+    """Tolerates the taint GKE puts on nodes of a ProvisioningRequest."""
     return {"key": QUEUED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -63,7 +64,7 @@ def pod_template(settings: StackSettings) -> Manifest:
                 "nodeSelector": _worker_node_selector(settings),
                 "tolerations": [
                     *(t.manifest() for t in profile.gpu_tolerations),
-                    _queued_toleration(),
+                    queued_toleration(),
                 ],
                 "containers": [
                     {
@@ -130,7 +131,7 @@ def with_capacity(settings: StackSettings, spec: dict[str, Any], group_name: str
                 **template["spec"].get("nodeSelector", {}),
                 **_worker_node_selector(settings),
             }
-            template["spec"].setdefault("tolerations", []).append(_queued_toleration())
+            template["spec"].setdefault("tolerations", []).append(queued_toleration())
     return spec
 
 

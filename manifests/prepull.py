@@ -10,9 +10,8 @@ memory after the pull.
 
 from __future__ import annotations
 
-from config.profiles import Mode
 from config.settings import StackSettings
-from manifests.capacity import QUEUED_TAINT
+from manifests.capacity import queued_toleration
 from manifests.common import ACCELERATOR_LABEL, Manifest, accepted_findings, labels
 from manifests.nccl_installer import PAUSE_IMAGE
 
@@ -34,10 +33,6 @@ FINDINGS = {
 # Pulumi's await logic would wait for a pod on every GPU node, i.e. for each node's whole pull,
 # on every later `pulumi up`: the pre-puller only saves time, nothing waits for its pods.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
-
-
-def needs_prepull(settings: StackSettings) -> bool:
-    return settings.image_pull.prepull
 
 
 def _container(name: str, image: str, command: list[str] | None) -> dict:
@@ -65,13 +60,14 @@ def _tolerations(settings: StackSettings) -> list[dict[str, str]]:
     if settings.capacity_plan.queued_provisioning:
         # Nodes of a ProvisioningRequest carry the queued-provisioning taint (manifests/
         # capacity.py); without this the pre-puller would never run on them.
-        tolerations.append({"key": QUEUED_TAINT, "operator": "Exists", "effect": "NoSchedule"})
+        tolerations.append(queued_toleration())
     return tolerations
 
 
 def prepull_daemon_set(settings: StackSettings) -> Manifest:
     """The pre-puller of a Standard stack whose GPU nodes do not stream the worker image."""
-    if settings.mode is not Mode.STANDARD or not needs_prepull(settings):
+    # The image-pull plan pre-pulls on Standard only (config/image_streaming.pull_plan).
+    if not settings.image_pull.prepull:
         raise ValueError(
             "the pre-puller is for Standard stacks without image streaming "
             f"({settings.profile.name} {settings.mode.value}, imageStreaming "

@@ -22,11 +22,6 @@ def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
     return schedule(result, arch, levers_in_graph(result, arch))
 
 
-def modelled_first_step_minutes(result: PlanResult, settings: StackSettings) -> float:
-    """Minutes from `pulumi up` to verl's first step with the levers the program implements."""
-    return modelled_schedule(result, settings).overlapped
-
-
 def _image_line(timed: Schedule, settings: StackSettings) -> str:
     """How the worker image reaches the GPU nodes, and the modelled minutes of its pull there."""
     plan = settings.image_pull
