@@ -259,7 +259,8 @@ def test_engine_sequence_from_first_up_to_destroy(
 
     # What the provider printed reached the host's stdout (the CLI shows it as diagnostics).
     assert host.alive()
-    assert any(f"[ray-job {sid}] RUNNING: stopping" in line for line in host.output), host.output
+    stopping = f"[ray-job {sid}] RUNNING: stopping"
+    assert any(stopping in line for line in host.output_once(stopping)), host.output
 
 
 def _unknown_paths(value: Any, path: str = "") -> list[str]:

@@ -172,18 +172,15 @@ def test_changed_spec_while_the_dashboard_is_unreachable_never_submits_the_repla
         for key in ("submission_id", "start_time", "dashboard_hint", "entrypoint"):
             assert state[key] == before[key], key
         assert "nothing proved the job gone" in state["message"]
-        assert any(
-            f"[ray-job {sid}] WARNING: status unknown, kept in the state as UNREACHABLE" in line
-            for line in host.output
-        ), host.output
+        warning = f"[ray-job {sid}] WARNING: status unknown, kept in the state as UNREACHABLE"
+        assert any(warning in line for line in host.output_once(warning)), host.output
 
         # Evidence: KubeRay removed the head Service with the RayCluster. Now delete goes ahead.
         kube.service_exists = False
         host.delete(URN, sid, created.properties)
+        evidence = f"head Service {NAMESPACE}/{SERVICE} does not exist"
         assert any(
-            f"head Service {NAMESPACE}/{SERVICE} does not exist" in line
-            and "Nothing to stop" in line
-            for line in host.output
+            evidence in line and "Nothing to stop" in line for line in host.output_once(evidence)
         ), host.output
     finally:
         stop(jobs, sid)

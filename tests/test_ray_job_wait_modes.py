@@ -92,8 +92,11 @@ def up(host: DynamicHost, props: dict[str, Any]) -> tuple[Any, provider_pb2.Crea
     return checked, host.create(URN, checked.inputs)
 
 
-def printed(host: DynamicHost, sid: str) -> list[str]:
-    return [line.rstrip("\n") for line in host.output if line.startswith(f"[ray-job {sid}]")]
+def printed(host: DynamicHost, sid: str, awaited: str = "") -> list[str]:
+    """The job's progress lines, once one containing `awaited` has arrived."""
+    prefix = f"[ray-job {sid}]"
+    lines = host.output_once(f"{prefix} {awaited}")
+    return [line.rstrip("\n") for line in lines if line.startswith(prefix)]
 
 
 def test_first_step_mode_returns_once_verl_logged_its_first_training_step(
@@ -118,7 +121,7 @@ def test_first_step_mode_returns_once_verl_logged_its_first_training_step(
         }
         assert first["seen_at"] >= state["start_time"]
         assert "timing_s/step:42.5" in jobs.get_job_logs(sid)
-        lines = printed(host, sid)
+        lines = printed(host, sid, "first training step logged")
         assert any("until verl logs its first training step (wait_for=first_step)" in line
                    for line in lines)  # fmt: skip
         assert any("first training step logged (step 1)" in line for line in lines), lines
@@ -238,7 +241,7 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
         f"[ray-job {sid}] the last refresh saw it FAILED (Job entrypoint command failed with "
         f"exit code 9): resubmitting {sid} as {sid}-r2; verl resumes from {checkpoint}"
     )
-    assert said in printed(host, sid), printed(host, sid)
+    assert said in printed(host, sid, "the last refresh saw it FAILED"), printed(host, sid)
     # The engine's replacement: delete (nothing to stop), then create the next attempt.
     host.delete(URN, sid, read.properties)
     resubmitted = host.create(URN, again.inputs)
@@ -247,7 +250,7 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
         assert (
             f"[ray-job {sid}-r2] resubmitting {sid} (it ended FAILED) as {sid}-r2; verl resumes "
             f"from {checkpoint}"
-        ) in printed(host, f"{sid}-r2")
+        ) in printed(host, f"{sid}-r2", "resubmitting")
         assert from_wire(resubmitted.properties)["first_step"]["step"] == 1
     finally:
         jobs.stop_job(resubmitted.id)

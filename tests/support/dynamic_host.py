@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,15 @@ class DynamicHost:
     _process: subprocess.Popen[str] = field(repr=False)
     _channel: grpc.Channel = field(repr=False)
     _drain: threading.Thread = field(repr=False)
+
+    def output_once(self, text: str, timeout_s: float = 10.0) -> list[str]:
+        """The lines printed so far, once one containing `text` has arrived (after timeout_s:
+        whatever is there). A thread reads the host's stdout, so a line the provider printed
+        during a call can arrive just after the call's response."""
+        deadline = time.monotonic() + timeout_s
+        while not any(text in line for line in self.output) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return list(self.output)
 
     # -- the engine's calls -------------------------------------------------------------------
 
