@@ -20,8 +20,12 @@ CPU_POOL_DISK_GB = 200
 # separately managed GPU pool in nodePools too, which would otherwise read as a change that
 # replaces the cluster (terraform-provider-google#408). The CPU pool is therefore create-only.
 CLUSTER_IGNORED_CHANGES = ["nodePools"]
-# Cluster operations on GKE regularly exceed the provider's 40-minute default.
-CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
+# The provider's own default for every cluster operation: 90 min (terraform-provider-google-beta
+# v7.45.0, the floor pulumi-gcp 10.2.0 bridges, resource_container_cluster.go Timeouts). A custom
+# timeout replaces that default rather than adding to it, so a shorter one would end `pulumi up`
+# while GKE goes on creating a cluster that is then outside the state; stated here so the plan
+# shows how long `pulumi up` waits for the cluster.
+CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="90m", delete="90m")
 
 # No automatic minor upgrades and no node upgrades until the cluster's minor version reaches end
 # of support (GKE's scope for AI workloads; Cluster Toolkit's A4X, A4 and A3 Ultra blueprints set

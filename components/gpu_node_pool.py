@@ -19,8 +19,11 @@ GPU_POOL_NAME = "gpu-pool"
 # devices; an "auto" accelerator network profile alone does not (GKE DRANET docs; Cluster
 # Toolkit's enable_dranet sets the same label).
 DRANET_DRIVER_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
-# Creating reserved GPU nodes routinely takes longer than the provider defaults.
-GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="60m", delete="60m")
+# The provider's own default for every node-pool operation: 2 h (terraform-provider-google-beta
+# v7.45.0, resource_container_node_pool.go Timeouts). A custom timeout replaces that default, so
+# a shorter one would end `pulumi up` while GKE goes on creating the GPU nodes of a pool that is
+# then outside the state; stated here so the plan shows how long `pulumi up` waits for the pool.
+GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="120m")
 # GKE reports the local-SSD config of machines whose SSD count is fixed by the machine type in its
 # own terms; Cluster Toolkit's gke-node-pool ignores changes to it for that reason. Any change
 # to node_config replaces the pool, so a spurious diff here would recreate the GPU nodes.
