@@ -116,7 +116,7 @@ class StackSettings(BaseModel):
     mode: Mode
     reservation: str | None = None
     # How the GPU nodes are obtained (config/capacity.py); default: `reservation` when
-    # verl-gke:reservation is set, else `onDemand`.
+    # verl-gke:reservation is set, else `flexStart` where the profile offers it (_default_capacity).
     capacity: Capacity
     # How long `pulumi up` waits for the GPU nodes outside a reservation (the RayCluster's
     # readiness timeout is this plus the start-up margin, config/capacity.py).
@@ -363,11 +363,13 @@ def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | N
 
 
 def _default_capacity(profile: AcceleratorProfile, mode: str, reservation: object) -> str:
+    """`reservation` with a reservation; without one flex-start, where GKE offers it for the
+    profile (on-demand is not offered for these machines, config/profiles.py)."""
     if reservation:
         return Capacity.RESERVATION.value
     supported = profile.capacity.get(Mode(mode)) if mode in set(Mode) else None
-    if supported is None or Capacity.ON_DEMAND in supported.supported:
-        return Capacity.ON_DEMAND.value
+    if supported is None or Capacity.FLEX_START in supported.supported:
+        return Capacity.FLEX_START.value  # (no support entry: _check_mode reports the mode)
     # Reservation-only profiles (A4X): _check_reservation says the reservation is missing.
     return supported.supported[0].value
 
@@ -387,7 +389,8 @@ def _check_capacity(s: StackSettings, profile: AcceleratorProfile) -> str | None
         return (
             f"{key} = {s.capacity.value!r}: {profile.name} on GKE {s.mode.value} supports only "
             f"{allowed} ({support.refused_reason}). Fix: "
-            f"{s.fix('capacity', support.supported[0].value)}{elsewhere}"
+            f"{s.fix('capacity', _default_capacity(profile, s.mode.value, s.reservation))}"
+            f"{elsewhere}"
         )
     if s.capacity is Capacity.RESERVATION and s.reservation is None:
         if profile.reservation_required:
@@ -738,7 +741,7 @@ _OFFLINE_EXAMPLES = {
 
 def _drop_unused_reservation_placeholder(values: dict[str, str], notices: list[str]) -> None:
     """The committed stack files carry a reservation placeholder; a stack that asks for capacity
-    outside a reservation (verl-gke:capacity flexStart, spot, onDemand) has no use for it."""
+    outside a reservation (verl-gke:capacity flexStart, spot) has no use for it."""
     key = f"{NAMESPACE}:reservation"
     capacity = values.get(f"{NAMESPACE}:capacity")
     if capacity in (None, "", Capacity.RESERVATION.value) or not is_placeholder(values.get(key)):
