@@ -23,8 +23,11 @@ import yaml
 
 from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import PlanResult, RecordedResource, run_stack, stack_config
+from tools.offline_engine import REPO_ROOT, PlanResult, RecordedResource, run_stack, stack_config
 from tools.plan_redaction import redacted, secret_markers
+
+# The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
+PROJECT_DIR = REPO_ROOT
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -140,7 +143,7 @@ def write_manifests(
 
 def planned_settings(stack: str, overrides: dict[str, str], strict: bool) -> StackSettings:
     """The settings the planned run used (the same config run_stack read)."""
-    config = {**stack_config(stack), **overrides}
+    config = {**stack_config(stack, PROJECT_DIR), **overrides}
     return load_settings(stack, config, offline=not strict).settings
 
 
@@ -200,8 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
     markers = secret_markers(overrides)
     try:
-        markers = secret_markers({**stack_config(args.stack), **overrides})
-        result = run_stack(args.stack, overrides, strict=args.strict, secret_keys=secret_keys)
+        markers = secret_markers({**stack_config(args.stack, PROJECT_DIR), **overrides})
+        result = run_stack(
+            args.stack,
+            overrides,
+            strict=args.strict,
+            secret_keys=secret_keys,
+            project_dir=PROJECT_DIR,
+        )
     except (pulumi.RunError, FileNotFoundError) as error:
         # RunError: settings or job preflight problems, each with its fix.
         print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
