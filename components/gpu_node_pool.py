@@ -116,7 +116,13 @@ class GpuNodePool(pulumi.ComponentResource):
 
         self.placement_policy = None
         placement = None
-        if profile.placement is not None:
+        if profile.placement is not None and s.placement_policy_name is not None:
+            # An existing workload policy (verl-gke:placementPolicy), e.g. the one the
+            # reservation's sub-blocks are already bound to; GKE takes it by name.
+            placement = gcp.container.NodePoolPlacementPolicyArgs(
+                type="COMPACT", policy_name=s.placement_policy_name
+            )
+        elif profile.placement is not None:
             self.placement_policy = gcp.compute.ResourcePolicy(
                 f"{name}-workload-policy",
                 name=f"{s.cluster_name}-workload-policy",

@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from config import input_rules
+from config import input_rules, placement
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan, streaming_refusal
@@ -56,10 +56,15 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 _ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+# [projects/P/reservations/]NAME[/reservationBlocks/B[/reservationSubBlocks/S]]: the forms GKE's
+# `--reservation` takes as the reservation affinity's value (AI Hypercomputer "Create a custom
+# AI-optimized GKE cluster which uses A4X": a sub-block places the nodes in one NVL72 domain).
+_RESERVATION_PART = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _RESERVATION = re.compile(
-    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
-    r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
+    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+    rf"(/reservationBlocks/{_RESERVATION_PART}(/reservationSubBlocks/{_RESERVATION_PART})?)?$"
 )
+_RESERVATION_FORM = "RESERVATION_NAME[/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]]"
 _BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_]{1,61}[a-z0-9]$")
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 # The first nvidia-dra-driver-gpu chart whose DeviceClasses use resource.k8s.io/v1 when the
@@ -115,6 +120,9 @@ class StackSettings(BaseModel):
     zone: str = Field(description="Zone of the GPU reservation (RoCE profiles are zonal)")
     mode: Mode
     reservation: str | None = None
+    # An existing workload policy for the GPU pool's placement (A4X), by name or self-link; unset,
+    # the stack creates its own 1x72 policy (components/gpu_node_pool.py).
+    placement_policy: str | None = None
     # How the GPU nodes are obtained (config/capacity.py); default: `reservation` when
     # verl-gke:reservation is set, else `flexStart` where the profile offers it (_default_capacity).
     capacity: Capacity
@@ -255,6 +263,13 @@ class StackSettings(BaseModel):
         )
 
     @property
+    def placement_policy_name(self) -> str | None:
+        """verl-gke:placementPolicy as GKE takes it: the policy's name."""
+        if self.placement_policy is None:
+            return None
+        return placement.policy_name(self.placement_policy)
+
+    @property
     def total_gpus(self) -> int:
         return self.gpu_nodes * self.profile.gpus_per_node
 
@@ -276,6 +291,7 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_zone(s),
         _check_mode(s, profile),
         _check_reservation(s, profile),
+        _check_placement_policy(s, profile),
         _check_capacity(s, profile),
         _check_gpu_nodes(s, profile),
         _check_cluster_name(s),
@@ -350,15 +366,38 @@ def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | N
             return (
                 f"{config_key('reservation')} is not set: {profile.name} machines "
                 f"({profile.machine_type}) are only available through a reservation. Fix: "
-                f"{s.fix('reservation', 'RESERVATION_NAME[/reservationBlocks/BLOCK]')}"
+                f"{s.fix('reservation', _RESERVATION_FORM)}"
             )
         return None
     if _RESERVATION.match(s.reservation):
         return None
     return (
         f"{config_key('reservation')} = {s.reservation!r}: expected NAME, "
-        f"NAME/reservationBlocks/BLOCK or projects/PROJECT/reservations/NAME (lowercase "
+        f"NAME/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK] or "
+        f"projects/PROJECT/reservations/NAME[/...] (lowercase "
         f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
+    )
+
+
+def _check_placement_policy(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    """An existing workload policy instead of the stack's own (config/placement.py)."""
+    if s.placement_policy is None:
+        return None
+    key = config_key("placement_policy")
+    drop = f"pulumi config rm {key} -s {s.stack}"
+    if profile.placement is None:
+        return (
+            f"{key} = {s.placement_policy!r}: {profile.name} GPU pools use no workload policy "
+            f"(only A4X's 1x72 NVL72 placement does). Fix: {drop}"
+        )
+    why = placement.policy_problem(s.placement_policy, s.project, s.region)
+    if why is None:
+        return None
+    return (
+        f"{key} = {s.placement_policy!r}: {why}. Fix: {drop} (the stack then creates its own "
+        f"policy), or create one in {s.region}: gcloud beta compute resource-policies create "
+        f"workload-policy NAME --type {profile.placement.type} --accelerator-topology "
+        f"{profile.placement.accelerator_topology} --project {s.project} --region {s.region}"
     )
 
 

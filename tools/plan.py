@@ -57,6 +57,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "networkConfig.acceleratorNetworkProfile",
         "networkConfig.additionalNodeNetworkConfigs",
         "placementPolicy.type",
+        "placementPolicy.policyName",
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
