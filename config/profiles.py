@@ -344,8 +344,8 @@ _X86_CAPACITY = _frozen(
         mode: CapacitySupport(
             supported=(Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT),
             refused_reason="AI Hypercomputer offers A4 and A3 Ultra as reservations, flex-start "
-            "and Spot only, not on-demand (docs.cloud.google.com/ai-hypercomputer/docs/"
-            "consumption-models)",
+            "and Spot only, not on-demand: docs.cloud.google.com/ai-hypercomputer/docs/"
+            "consumption-models",
         )
         for mode in (Mode.STANDARD, Mode.AUTOPILOT)
     }
