@@ -22,6 +22,7 @@ from tests.program import COMBINATIONS, plan
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
 
 PV = "kubernetes:core/v1:PersistentVolume"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 # verl v0.6.1 ray_trainer.py: the tracker file verl rewrites in place after every save and reads
 # on resume.
@@ -31,6 +32,40 @@ VERL_MARKER = "latest_checkpointed_iteration.txt"
 def _pv(result: Any, name: str) -> dict[str, Any]:
     (pv,) = [r for r in result.of_type(PV) if r.inputs["metadata"]["name"] == name]
     return dict(pv.inputs["spec"])
+
+
+def pod_specs(value: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every pod spec (a dict with `containers`) anywhere in a resource's inputs."""
+    if isinstance(value, dict):
+        if "containers" in value:
+            yield where, value
+        for key, item in value.items():
+            yield from pod_specs(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from pod_specs(item, f"{where}[{index}]")
+
+
+def parse_volume_id(handle: str) -> str:
+    """The bucket the GCS FUSE driver mounts for a handle: everything before the first ':'
+    (gcs-fuse-csi-driver pkg/util/util.go ParseVolumeID, regexp `:.*$` removed)."""
+    return handle.split(":", 1)[0]
+
+
+def _csi_volume_names(result: Any, pod: dict[str, Any]) -> list[str]:
+    """kubelet's unique name of each CSI persistent volume the pod mounts: `driver^volumeHandle`
+    (kubernetes pkg/volume/csi/csi_plugin.go GetVolumeName), through PVC -> PV."""
+    claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
+    volumes = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PV)}
+    names = []
+    for volume in pod.get("volumes", []):
+        if "persistentVolumeClaim" not in volume:
+            continue
+        claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+        csi = volumes[claim["volumeName"]].get("csi")
+        if csi:
+            names.append(f"{csi['driver']}^{csi['volumeHandle']}")
+    return names
 
 
 def _overrides(entrypoint: str) -> dict[str, str]:
@@ -52,7 +87,8 @@ def test_checkpoint_mount_never_caches_metadata(stack: str, mode: str) -> None:
     assert "only-dir=verl/checkpoints" in options
     assert spec["accessModes"] == ["ReadWriteMany"]
     assert spec["claimRef"]["name"] == "training-checkpoints-pvc"
-    assert spec["csi"]["volumeHandle"] == f"acme-ml-prod-verl-{stack}"
+    # Its own handle of the bucket (the rule is test_no_pod_mounts_one_csi_volume_twice).
+    assert spec["csi"]["volumeHandle"] == f"acme-ml-prod-verl-{stack}:checkpoints"
     assert "gcsfuseMetadataPrefetchOnMount" not in spec["csi"]["volumeAttributes"]
 
 
@@ -123,6 +159,44 @@ def test_workers_size_the_sidecar_and_give_it_a_file_cache(stack: str, mode: str
     else:
         assert annotations["gke-gcsfuse/cpu-limit"] == "0"
         assert annotations["gke-gcsfuse/memory-limit"] == "0"
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_no_pod_mounts_one_csi_volume_twice(stack: str, mode: str) -> None:
+    """kubelet mounts a CSI persistent volume once per pod under `driver^volumeHandle`
+    (pkg/volume/csi GetVolumeName): two PVs with one handle in a pod are one mount, with one PV's
+    options behind both paths, or a pod stuck in ContainerCreating (gcs-fuse-csi-driver 2ed24c70)."""
+    result = plan(stack, mode)
+    checked = 0
+    for resource in result.resources:
+        for where, pod in pod_specs(dict(resource.inputs)):
+            names = _csi_volume_names(result, pod)
+            assert len(names) == len(set(names)), f"{resource.name}{where}: {sorted(names)}"
+            checked += len(names)
+    # The Ray head, the workers and the data-prep Job mount the bucket.
+    assert checked >= 5
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_every_fuse_handle_names_the_training_bucket(stack: str, mode: str) -> None:
+    """What the driver mounts is ParseVolumeID(handle) (gcs-fuse-csi-driver pkg/util/util.go)."""
+    result = plan(stack, mode)
+    fuse = [r.inputs["spec"]["csi"] for r in result.of_type(PV)]
+    assert len(fuse) == 2
+    for csi in fuse:
+        assert csi["driver"] == "gcsfuse.csi.storage.gke.io"
+        assert parse_volume_id(csi["volumeHandle"]) == result.outputs["bucketName"]
+
+
+def test_shared_handle_is_caught() -> None:
+    """The rule above fails on the shape GKE documents as one mount: two PVs, one handle."""
+    result = plan("a4", "standard")
+    for pv in result.of_type(PV):
+        pv.inputs["spec"]["csi"]["volumeHandle"] = result.outputs["bucketName"]
+    (ray,) = result.of_type(RAY_CLUSTER)
+    head = ray.inputs["spec"]["headGroupSpec"]["template"]["spec"]
+    names = _csi_volume_names(result, head)
+    assert len(set(names)) < len(names)
 
 
 def test_bucket_urls_of_both_mounts() -> None:

@@ -496,7 +496,8 @@ def test_bucket_identity_and_volume(stack: str, mode: str) -> None:
     assert pv["mountOptions"] == MOUNT_OPTIONS
     assert pv["csi"] == {
         "driver": "gcsfuse.csi.storage.gke.io",
-        "volumeHandle": bucket_name,
+        # bucket:suffix, one handle per PV (rule: tests/test_fuse_mounts.py).
+        "volumeHandle": f"{bucket_name}:data",
         "volumeAttributes": {
             "skipCSIBucketAccessCheck": "true",
         },
