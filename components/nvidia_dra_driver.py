@@ -69,6 +69,15 @@ class NvidiaDraDriver(pulumi.ComponentResource):
             kind=domain["kind"],
             metadata=domain["metadata"],
             spec=domain["spec"],
-            opts=child([self.release, args.namespace]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                depends_on=[self.release, args.namespace],
+                # The CRD declares the whole spec immutable (x-kubernetes-validations
+                # `self == oldSelf`) and pulumi-kubernetes updates a custom resource in place, so
+                # a new numNodes is a new ComputeDomain; its name is fixed, so delete first.
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+            ),
         )
         self.register_outputs({"release": self.release.name})

@@ -165,7 +165,8 @@ def test_workers_size_the_sidecar_and_give_it_a_file_cache(stack: str, mode: str
 def test_no_pod_mounts_one_csi_volume_twice(stack: str, mode: str) -> None:
     """kubelet mounts a CSI persistent volume once per pod under `driver^volumeHandle`
     (pkg/volume/csi GetVolumeName): two PVs with one handle in a pod are one mount, with one PV's
-    options behind both paths, or a pod stuck in ContainerCreating (gcs-fuse-csi-driver 2ed24c70)."""
+    options behind both paths, or a pod stuck in ContainerCreating (gcs-fuse-csi-driver
+    2ed24c70)."""
     result = plan(stack, mode)
     checked = 0
     for resource in result.resources:
