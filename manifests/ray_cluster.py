@@ -229,7 +229,7 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
     ]
     # Ray's logs outlive the pod (manifests/log_forwarding.py); the W&B key from its Secret.
     pod_spec["containers"].append(log_forwarding.sidecar())
-    pod_spec["volumes"].append(log_forwarding.config_volume())
+    pod_spec["volumes"].extend(log_forwarding.volumes())
     trackers.add_tracker_env(settings, pod_spec["containers"][0])
     return {
         "rayStartParams": start_params,
