@@ -15,6 +15,7 @@ from manifests.common import (
     default_namespace_findings,
     metadata,
 )
+from manifests.fuse_mounts import FILE_CACHE_MAX_SIZE_MIB
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # Static binding by class name; no StorageClass object of that name exists (tutorial §4.4).
@@ -41,7 +42,8 @@ READ_MOSTLY_MOUNT_OPTIONS = (
     "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
+    # Bounded below the workers' cache volume (manifests/fuse_mounts.py).
+    f"file-cache:max-size-mb:{FILE_CACHE_MAX_SIZE_MIB}",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",

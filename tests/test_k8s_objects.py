@@ -461,7 +461,7 @@ MOUNT_OPTIONS = [
     "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
+    "file-cache:max-size-mb:184320",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
