@@ -12,7 +12,7 @@ from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from manifests import dra_driver as manifests
 
-# Helm waits for the driver's pods; image pulls on fresh nodes take minutes.
+# Helm's limit for each Kubernetes operation of the install (not a readiness wait: see below).
 HELM_TIMEOUT_S = 900
 
 
@@ -56,7 +56,13 @@ class NvidiaDraDriver(pulumi.ComponentResource):
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=manifests.CHART_REPO),
             namespace=manifests.NAMESPACE,
             values=manifests.driver_values(s),
-            atomic=True,
+            # No readiness wait: the kubelet-plugin DaemonSet rolls out over every A4X node, and
+            # nothing here needs it ready. The ComputeDomain needs only the CRD (installed first
+            # from the chart's crds/), and the workers' claims wait in the scheduler until the
+            # plugin on their node publishes its devices. `atomic` would force the wait
+            # (pulumi-kubernetes helm_release.go: "The wait flag will be set automatically if
+            # atomic is used") and roll the release back on its timeout.
+            skip_await=True,
             cleanup_on_fail=True,
             timeout=HELM_TIMEOUT_S,
             opts=child([quota]),
@@ -69,6 +75,15 @@ class NvidiaDraDriver(pulumi.ComponentResource):
             kind=domain["kind"],
             metadata=domain["metadata"],
             spec=domain["spec"],
-            opts=child([self.release, args.namespace]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                depends_on=[self.release, args.namespace],
+                # The CRD declares the whole spec immutable (x-kubernetes-validations
+                # `self == oldSelf`) and pulumi-kubernetes updates a custom resource in place, so
+                # a new numNodes is a new ComputeDomain; its name is fixed, so delete first.
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+            ),
         )
         self.register_outputs({"release": self.release.name})

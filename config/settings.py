@@ -154,7 +154,8 @@ class StackSettings(BaseModel):
     # NVIDIA DRA driver chart (A4X only). Not the seed's 25.3.1: it hard-codes
     # resource.k8s.io/v1beta1 DeviceClasses, which GKE 1.34 does not serve unless enabled;
     # 25.3.2 picks resource.k8s.io/v1 from the cluster (README, "NVIDIA DRA driver chart").
-    dra_driver_chart_version: str = DRA_DRIVER_MIN_CHART
+    # Default 25.12.0: docs/real-systems.md, "NVIDIA DRA driver version".
+    dra_driver_chart_version: str = "25.12.0"
     # Overrides of the GRPO job spec (training/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
     job: dict[str, Any] = Field(default_factory=dict)

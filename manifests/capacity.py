@@ -4,12 +4,16 @@
   `queued-provisioning.gke.io` for the N GPU workers, with the PodTemplate it counts in; the
   workers consume it through two annotations and tolerate the `cloud.google.com/gke-queued` taint
   GKE puts on queued-provisioning nodes. Shape from GKE "Run a large-scale workload with
-  flex-start with queued provisioning" (PodTemplate label `cloud.google.com/apply-warden-policies`,
-  nodeSelector `cloud.google.com/gke-flex-start`, `spec.provisioningClassName`,
-  `spec.parameters.maxRunDurationSeconds` as a string, `spec.podSets[].{count, podTemplateRef}`);
-  the pod annotations are the cluster autoscaler's
-  (k8s.io/autoscaler cluster-autoscaler/provisioningrequest/pods:
-  `cluster-autoscaler.kubernetes.io/consume-provisioning-request`, `.../provisioning-class-name`);
+  flex-start with queued provisioning" (the PodTemplate's own metadata label
+  `cloud.google.com/apply-warden-policies: "true"`, which GKE needs to compute the nodes'
+  resources from the template; nodeSelector `cloud.google.com/gke-flex-start`,
+  `spec.provisioningClassName`, `spec.parameters.maxRunDurationSeconds` as a string,
+  `spec.podSets[].{count, podTemplateRef}`); the pod annotations are the ones that page and the
+  cluster autoscaler name (k8s.io/autoscaler cluster-autoscaler/apis/provisioningrequest/
+  autoscaling.x-k8s.io/v1/types.go ProvisioningRequestPodAnnotationKey,
+  ProvisioningClassPodAnnotationKey: `autoscaling.x-k8s.io/consume-provisioning-request`,
+  `autoscaling.x-k8s.io/provisioning-class-name`; the `cluster-autoscaler.kubernetes.io/` keys
+  are the deprecated ones);
   the toleration as in Google's kubernetes-engine-samples ai-ml/gke-ray/tpu/dws and Cluster
   Toolkit's queued-provisioning example.
 - GPUs released when the run ends: KubeRay's in-tree autoscaler (`enableInTreeAutoscaling`,
@@ -29,8 +33,8 @@ from manifests.common import ACCELERATOR_LABEL, Manifest, equal_requests_and_lim
 
 PROVISIONING_REQUEST_API = "autoscaling.x-k8s.io/v1"
 QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
-CONSUME_ANNOTATION = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
-CLASS_ANNOTATION = "cluster-autoscaler.kubernetes.io/provisioning-class-name"
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
 QUEUED_TAINT = "cloud.google.com/gke-queued"
 FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 WARDEN_LABEL = "cloud.google.com/apply-warden-policies"
@@ -54,12 +58,13 @@ def pod_template(settings: StackSettings) -> Manifest:
     """What one GPU worker asks for, as the ProvisioningRequest counts it."""
     profile = settings.profile
     shape = profile.ray_workers[settings.mode]
+    meta = metadata(request_name(settings), "gpu-capacity", settings.namespace)
+    meta["labels"] = {**meta.get("labels", {}), WARDEN_LABEL: "true"}
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
-        "metadata": metadata(request_name(settings), "gpu-capacity", settings.namespace),
+        "metadata": meta,
         "template": {
-            "metadata": {"labels": {WARDEN_LABEL: "true"}},
             "spec": {
                 "nodeSelector": _worker_node_selector(settings),
                 "tolerations": [

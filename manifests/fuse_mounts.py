@@ -28,10 +28,18 @@ VERL_COPY_CONTAINER = "verl-node-local-copy"
 # (gcs-fuse-csi-driver pkg/webhook/sidecar_spec.go SidecarContainerCacheVolumeName).
 FILE_CACHE_VOLUME = "gke-gcsfuse-cache"
 # On the node's ephemeral storage (local SSD on the Standard GPU pools,
-# components/gpu_node_pool.py): one pass over a 66 GB model plus GSM8K, with room for a model
-# twice that size. The webhook's default cache is bounded by the sidecar's 5Gi ephemeral limit
-# (cmd/webhook/main.go), smaller than the model.
-FILE_CACHE_SIZE = "200Gi"
+# components/gpu_node_pool.py; tests/test_fuse_mounts.py checks it is inside the worker's own
+# ephemeral-storage request). The webhook's default cache is bounded by the sidecar's 5Gi
+# ephemeral limit (cmd/webhook/main.go), smaller than the model.
+FILE_CACHE_VOLUME_GIB = 200
+FILE_CACHE_SIZE = f"{FILE_CACHE_VOLUME_GIB}Gi"
+# gcsfuse's file-cache:max-size-mb (MiB). The volume behind the cache must be larger than the cache
+# (gcs-fuse-csi-driver docs/troubleshooting.md, "No space left on device for file cache"); an
+# emptyDir over its sizeLimit gets the pod evicted. 90 % of the volume leaves room for gcsfuse's
+# own files. A model of up to ~190 GB is cached whole (Qwen2.5-32B: 66 GB); beyond that gcsfuse
+# evicts least-recently-read files, and a file larger than the cache is read uncached: slower
+# loads, no failure. The model's size is not known before data prep downloads it.
+FILE_CACHE_MAX_SIZE_MIB = FILE_CACHE_VOLUME_GIB * 1024 * 9 // 10
 # The data-prep script's marker for the verl checkout (payloads/prepare_data.py marker_path).
 VERL_PREP_MARKER = f"{PREP_MARKERS}/verl.done"
 

@@ -29,6 +29,14 @@ CONTAINER = "ray-log-forwarder"
 CONFIG_MAP = "ray-log-forwarder"
 CONFIG_FILE = "fluent-bit.conf"
 CONFIG_VOLUME = "ray-log-forwarder-config"
+# The tail input's offset database, on an emptyDir of the head pod: it survives a restart of the
+# sidecar (not of the pod, whose /tmp/ray emptyDir starts empty too). The root filesystem is
+# read-only, so the database needs this volume.
+STATE_VOLUME = "ray-log-forwarder-state"
+STATE_DIR = "/fluent-bit/state"
+OFFSETS_DB = f"{STATE_DIR}/tail.db"
+# A few rows per tailed file plus SQLite's WAL.
+STATE_SIZE = "16Mi"
 # The emptyDir the head's ray container writes /tmp/ray to (manifests/ray_cluster.py).
 RAY_LOGS_VOLUME = "ray-logs"
 RAY_TMP = "/tmp/ray"
@@ -50,25 +58,32 @@ def fluent_bit_config() -> str:
     """Tail every file of the current Ray session (job-driver-*.log, worker-*.out/err, raylet,
     gcs_server, dashboard ...) and print JSON lines: {"date", "filename", "log"}.
 
-    Read_from_Head: a file found after a restart is read whole, so a restarted sidecar misses
-    nothing (it may repeat lines, which is the cheaper mistake). No position DB: it would need a
-    writable volume, and repeating beats losing. Refresh_Interval 5: new job-driver files appear
-    while the head runs."""
+    fluent-bit v5.1.1 plugins/in_tail: a line longer than Buffer_Max_Size makes tail stop
+    following the file unless Skip_Long_Lines is on (tail_file.c, "lines are too long. Skipping
+    file."); the Refresh_Interval rescan then finds it again as new. Truncate_Long_Lines ships the
+    first Buffer_Max_Size bytes of such a line and drops the rest; Skip_Long_Lines keeps the file
+    followed whatever happens. The offset DB (tail.c `db`) records each file's position, so a
+    file is read from the head once (Read_from_Head, for files that appear before the sidecar
+    has started) and a restarted sidecar resumes where it stopped. Refresh_Interval 5: new
+    job-driver files appear while the head runs."""
     return (
         "[SERVICE]\n"
         "    Flush        1\n"
         "    Log_Level    warn\n"
         "\n"
         "[INPUT]\n"
-        "    Name              tail\n"
-        f"    Path              {LOG_GLOB}\n"
-        f"    Path_Key          {FILE_KEY}\n"
-        "    Tag               ray\n"
-        "    Refresh_Interval  5\n"
-        "    Read_from_Head    true\n"
-        "    Skip_Long_Lines   off\n"
-        "    Buffer_Max_Size   1MB\n"
-        "    Mem_Buf_Limit     32MB\n"
+        "    Name                 tail\n"
+        f"    Path                 {LOG_GLOB}\n"
+        f"    Path_Key             {FILE_KEY}\n"
+        "    Tag                  ray\n"
+        "    Refresh_Interval     5\n"
+        "    Read_from_Head       true\n"
+        "    Buffer_Max_Size      1MB\n"
+        "    Truncate_Long_Lines  on\n"
+        "    Skip_Long_Lines      on\n"
+        f"    DB                   {OFFSETS_DB}\n"
+        "    DB.locking           true\n"
+        "    Mem_Buf_Limit        32MB\n"
         "\n"
         "[OUTPUT]\n"
         "    Name    stdout\n"
@@ -105,6 +120,7 @@ def sidecar() -> dict[str, Any]:
                 "subPath": CONFIG_FILE,
                 "readOnly": True,
             },
+            {"name": STATE_VOLUME, "mountPath": STATE_DIR},
         ],
         "securityContext": {
             "runAsNonRoot": True,
@@ -116,8 +132,12 @@ def sidecar() -> dict[str, Any]:
     }
 
 
-def config_volume() -> dict[str, Any]:
-    return {"name": CONFIG_VOLUME, "configMap": {"name": CONFIG_MAP}}
+def volumes() -> list[dict[str, Any]]:
+    """The head pod's volumes for the sidecar: its config and its offset database."""
+    return [
+        {"name": CONFIG_VOLUME, "configMap": {"name": CONFIG_MAP}},
+        {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": STATE_SIZE}},
+    ]
 
 
 def driver_log_query(

@@ -30,6 +30,13 @@ HOST_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
 _CONTAINER_ROOT = "/usr/local/home/kubernetes/bin"
 
 
+# pulumi-kubernetes awaits a DaemonSet's rollout on every node it selects, 10 minutes by default
+# (provider/pkg/await/daemonset.go _defaultDaemonSetTimeout), unless the object carries this
+# annotation. Up to 64 GPU nodes each pulling the installer can exceed that, and an awaited rollout
+# orders nothing: GPU nodes that join later (flex-start, scale from zero) are not awaited either.
+# Each Ray worker instead waits on its own node for the plugin (manifests/ray_cluster.py).
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+
 _AS_PUBLISHED = "Google's installer as published (container-engine-accelerators)"
 _AS_ROOT = "privileged root init container that writes into host directories"
 # checkov findings of the installer, and why (README, "checkov findings").
@@ -63,6 +70,20 @@ def needs_installer(settings: StackSettings) -> bool:
     return settings.mode is Mode.STANDARD
 
 
+# The last thing install_script writes, in the node's HOST_GIB_DIR, once both copies are done.
+GIB_READY_FILE = ".installed"
+
+
+def wait_for_plugin_script(gib_dir: str) -> str:
+    """A worker's init container: wait until the installer has finished on this node."""
+    marker = f"{gib_dir}/{GIB_READY_FILE}"
+    return (
+        f"until [ -f {marker} ]; do\n"
+        f"  echo 'waiting for the NCCL installer: {marker}'; sleep 10\n"
+        "done\n"
+    )
+
+
 def install_script() -> str:
     # Upstream dropped --install-nccl from the Standard and A4X installers (2026-05-06): the
     # training image brings NCCL.
@@ -71,6 +92,7 @@ def install_script() -> str:
         "/scripts/container_entry.sh install\n"
         f"cp -r /var/lib/gib/lib64/. {_CONTAINER_ROOT}/nvidia/lib64\n"
         f"cp -r /var/lib/gib/. {_CONTAINER_ROOT}/gib\n"
+        f"touch {_CONTAINER_ROOT}/gib/{GIB_READY_FILE}\n"
         'echo "installation finishes"\n'
     )
 
@@ -142,7 +164,7 @@ def nccl_installer(settings: StackSettings) -> Manifest:
             "name": INSTALLER_NAME,
             "namespace": INSTALLER_NAMESPACE,
             "labels": {"k8s-app": INSTALLER_NAME, **labels("nccl-installer")},
-            "annotations": accepted_findings(FINDINGS),
+            "annotations": {**accepted_findings(FINDINGS), **SKIP_AWAIT},
         },
         "spec": {
             "selector": {"matchLabels": {"k8s-app": INSTALLER_NAME}},

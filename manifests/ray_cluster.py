@@ -34,7 +34,7 @@ from manifests.common import (
     equal_requests_and_limits,
     metadata,
 )
-from manifests.nccl_installer import HOST_GIB_DIR, HOST_NVIDIA_DIR
+from manifests.nccl_installer import HOST_GIB_DIR, HOST_NVIDIA_DIR, wait_for_plugin_script
 from manifests.rdma_layout import RdmaLayout
 
 API_VERSION = "ray.io/v1"
@@ -100,6 +100,18 @@ def _host_gib_and_nvidia() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return volumes, mounts
 
 
+def _wait_for_gib(settings: StackSettings) -> dict[str, Any]:
+    # Nobody awaits the installer DaemonSet (manifests/nccl_installer.py SKIP_AWAIT): each worker
+    # waits for it on its own node.
+    return {
+        "name": "wait-for-nccl-installer",
+        "image": settings.verl_image,
+        "command": ["/bin/bash", "-c"],
+        "args": [wait_for_plugin_script(GIB_DIR)],
+        "volumeMounts": [{"name": "gib", "mountPath": GIB_DIR, "readOnly": True}],
+    }
+
+
 def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerNetworking:
     if layout is None:
         raise ValueError("multi-NIC GPU networking needs the RDMA network layout")
@@ -110,6 +122,7 @@ def _multi_nic(settings: StackSettings, layout: RdmaLayout | None) -> WorkerNetw
         annotations=network_mapping.pod_interface_annotations(layout),
         volumes=volumes,
         mounts=mounts,
+        init_containers=[_wait_for_gib(settings)],
     )
 
 
@@ -146,6 +159,7 @@ def _dranet_node_pool(settings: StackSettings) -> WorkerNetworking:
         ld_library_path=NVIDIA_LIB_DIR,
         volumes=volumes,
         mounts=mounts,
+        init_containers=[_wait_for_gib(settings)],
         resource_claims=claims,
     )
 
@@ -229,7 +243,7 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
     ]
     # Ray's logs outlive the pod (manifests/log_forwarding.py); the W&B key from its Secret.
     pod_spec["containers"].append(log_forwarding.sidecar())
-    pod_spec["volumes"].append(log_forwarding.config_volume())
+    pod_spec["volumes"].extend(log_forwarding.volumes())
     trackers.add_tracker_env(settings, pod_spec["containers"][0])
     return {
         "rayStartParams": start_params,

@@ -15,14 +15,21 @@ from manifests.common import (
     default_namespace_findings,
     metadata,
 )
+from manifests.fuse_mounts import FILE_CACHE_MAX_SIZE_MIB
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # Static binding by class name; no StorageClass object of that name exists (tutorial §4.4).
 GCSFUSE_STORAGE_CLASS = "gcsfuse-sc"
 # The PV's nominal size; GCS has no capacity, Kubernetes needs a number (tutorial §4.4).
 GCSFUSE_CAPACITY = "768Gi"
-# Two mounts of the one bucket (issue 13 lever 1; two PVs of a bucket in one pod: GKE
-# >= 1.33.0-gke.1932000, gcs-fuse-csi-driver docs/releases.md; this project's floor is 1.34).
+# Two mounts of the one bucket (issue 13 lever 1). kubelet names a CSI volume `driver^volumeHandle`
+# (pkg/volume/csi csiPlugin.GetVolumeName), so two PVs with one handle are one mount in a pod. The
+# driver takes `<bucket>:<anything>` as the handle and mounts the bucket before the first ':'
+# (gcs-fuse-csi-driver pkg/util/util.go ParseVolumeID, commit 2ed24c70 "Allow multiple volume
+# handles with different mount options"; GKE >= 1.33.0-gke.1932000, docs/releases.md; this
+# project's floor is 1.34). Bucket names cannot contain ':'.
+DATA_HANDLE_SUFFIX = "data"
+CHECKPOINT_HANDLE_SUFFIX = "checkpoints"
 #
 # Read-mostly, at DATA_MOUNT: verl checkout, GSM8K, the model. Metadata cached for good and a file
 # cache with parallel downloads (GKE "Manually optimize Cloud Storage FUSE CSI driver for
@@ -35,7 +42,8 @@ READ_MOSTLY_MOUNT_OPTIONS = (
     "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
+    # Bounded below the workers' cache volume (manifests/fuse_mounts.py).
+    f"file-cache:max-size-mb:{FILE_CACHE_MAX_SIZE_MIB}",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
@@ -108,8 +116,13 @@ def hf_secret(settings: StackSettings) -> Manifest:
     }
 
 
+def volume_handle(bucket: str, suffix: str) -> str:
+    """The PV's handle: the bucket, then a suffix that makes it distinct (see above)."""
+    return f"{bucket}:{suffix}"
+
+
 def _gcsfuse_pv(
-    settings: StackSettings, name: str, claim: str, options: tuple[str, ...]
+    settings: StackSettings, name: str, claim: str, options: tuple[str, ...], suffix: str
 ) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -127,7 +140,7 @@ def _gcsfuse_pv(
             "mountOptions": list(options),
             "csi": {
                 "driver": GCSFUSE_DRIVER,
-                "volumeHandle": settings.bucket_name,
+                "volumeHandle": volume_handle(settings.bucket_name, suffix),
                 # No metadata prefetch on mount: the Ray pods mount while data prep may still
                 # be writing, and a prefetched listing would be kept for good.
                 "volumeAttributes": {"skipCSIBucketAccessCheck": "true"},
@@ -152,7 +165,9 @@ def _gcsfuse_pvc(settings: StackSettings, name: str, volume: str) -> Manifest:
 
 def bucket_pv(settings: StackSettings) -> Manifest:
     """The read-mostly mount of the whole bucket (DATA_MOUNT)."""
-    return _gcsfuse_pv(settings, BUCKET_PV, BUCKET_PVC, READ_MOSTLY_MOUNT_OPTIONS)
+    return _gcsfuse_pv(
+        settings, BUCKET_PV, BUCKET_PVC, READ_MOSTLY_MOUNT_OPTIONS, DATA_HANDLE_SUFFIX
+    )
 
 
 def bucket_pvc(settings: StackSettings) -> Manifest:
@@ -161,7 +176,9 @@ def bucket_pvc(settings: StackSettings) -> Manifest:
 
 def checkpoint_pv(settings: StackSettings) -> Manifest:
     """The checkpoint mount (CHECKPOINT_MOUNT): the bucket's CHECKPOINT_PREFIX, never cached."""
-    return _gcsfuse_pv(settings, CHECKPOINT_PV, CHECKPOINT_PVC, CHECKPOINT_MOUNT_OPTIONS)
+    return _gcsfuse_pv(
+        settings, CHECKPOINT_PV, CHECKPOINT_PVC, CHECKPOINT_MOUNT_OPTIONS, CHECKPOINT_HANDLE_SUFFIX
+    )
 
 
 def checkpoint_pvc(settings: StackSettings) -> Manifest:

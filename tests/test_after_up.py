@@ -155,6 +155,7 @@ def test_head_runs_the_log_forwarder_on_the_ray_log_volume(stack: str, mode: str
             "subPath": "fluent-bit.conf",
             "readOnly": True,
         },
+        {"name": "ray-log-forwarder-state", "mountPath": "/fluent-bit/state"},
     ]
     limits = forwarder["resources"]["limits"]
     assert forwarder["resources"]["requests"] == limits
@@ -190,6 +191,42 @@ def test_fluent_bit_tails_the_ray_session_logs_and_prints_json_lines() -> None:
     assert sections["INPUT"]["Path"] == "/tmp/ray/session_latest/logs/*"
     assert sections["INPUT"]["Path_Key"] == "filename"
     assert sections["OUTPUT"] == {"Name": "stdout", "Match": "*", "Format": "json_lines"}
+
+
+# fluent-bit v5.1.1 tail input options (plugins/in_tail/tail.c config map) and the generic input
+# ones this config uses (src/flb_input.c): a misspelt key is an error at start-up.
+TAIL_KEYS = {
+    "name", "path", "path_key", "tag", "refresh_interval", "read_from_head", "buffer_max_size",
+    "skip_long_lines", "truncate_long_lines", "db", "db.locking", "mem_buf_limit",
+}  # fmt: skip
+
+
+def _on(value: str | None) -> bool:
+    # fluent-bit booleans: on/true/yes (src/flb_utils.c flb_utils_bool).
+    return (value or "").lower() in ("on", "true", "yes")
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_a_long_line_neither_drops_nor_rereads_a_file(stack: str, mode: str) -> None:
+    """fluent-bit v5.1.1 plugins/in_tail/tail_file.c: a line over Buffer_Max_Size with
+    Skip_Long_Lines off stops tail following the file ("lines are too long. Skipping file.");
+    the rescan re-adds it and, with Read_from_Head and no DB, reads it from the head again.
+    So long lines are skipped or truncated, and offsets are kept in a DB on a writable volume of
+    the pod (the sidecar's root filesystem is read-only)."""
+    inputs = _sections(log_forwarding.fluent_bit_config())["INPUT"]
+    assert {key.lower() for key in inputs} <= TAIL_KEYS
+    tail = {key.lower(): value for key, value in inputs.items()}
+    assert _on(tail.get("skip_long_lines")) or _on(tail.get("truncate_long_lines"))
+    if _on(tail.get("read_from_head")):
+        assert tail.get("db"), "Read_from_Head without a DB re-reads every re-added file"
+    pod = head_pod(plan(stack, mode))
+    forwarder = next(c for c in pod["containers"] if c["name"] == "ray-log-forwarder")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    db_dir = tail["db"].rsplit("/", 1)[0]
+    (mount,) = [m for m in forwarder["volumeMounts"] if m["mountPath"] == db_dir]
+    assert not mount.get("readOnly") and "subPath" not in mount
+    # An emptyDir outlives a container restart (Kubernetes "Volumes": emptyDir).
+    assert "emptyDir" in volumes[mount["name"]]
 
 
 def test_logs_url_opens_exactly_one_runs_driver_log() -> None:

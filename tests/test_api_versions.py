@@ -67,7 +67,8 @@ CUSTOM_RESOURCES = {
     # KubeRay chart 1.7.0, crds/ray.io_rayclusters.yaml (served: v1).
     ("ray.io/v1", "RayCluster"): "ray.io_rayclusters.yaml",
     # NVIDIA DRA driver chart 25.3.2, crds/resource.nvidia.com_computedomains.yaml (served:
-    # v1beta1; byte-identical to 25.3.1's).
+    # v1beta1; byte-identical to 25.3.1's). 25.12.0's only adds fields (channel.allocationMode,
+    # default Single; status.nodes[].index/status): what we set is unchanged, spec still immutable.
     ("resource.nvidia.com/v1beta1", "ComputeDomain"): "resource.nvidia.com_computedomains.yaml",
     # GKE, with multi-networking enabled (gke-networking-api config/crds).
     ("networking.gke.io/v1", "GKENetworkParamSet"): "networking.gke.io_gkenetworkparamsets.yaml",
@@ -96,6 +97,26 @@ CHART_OBJECTS: dict[tuple[str, str], frozenset[tuple[str, str]]] = {
             # deviceclass-compute-domain-{daemon,default-channel}.yaml: the first of
             # resource.k8s.io/v1, v1beta1, v1beta2 the cluster serves (_helpers.tpl
             # "nvidia-dra-driver-gpu.resourceApiVersion", commit 960b0e10).
+            ("resource.k8s.io/v1", "DeviceClass"),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+        }
+    ),
+    # The default (read at tag v25.12.0 with our values: resources.gpus.enabled false, webhook and
+    # networkPolicy off by default): rbac-{controller,kubeletplugin,compute-domain-daemon}.yaml,
+    # controller.yaml, kubeletplugin.yaml, the two compute-domain DeviceClasses (same
+    # resourceApiVersion helper: v1 first), validatingadmissionpolicy(binding).yaml; crds/ adds
+    # ComputeDomainClique.
+    ("nvidia-dra-driver-gpu", "25.12.0"): frozenset(
+        {
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            ("v1", "ServiceAccount"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+            ("rbac.authorization.k8s.io/v1", "Role"),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "DaemonSet"),
             ("resource.k8s.io/v1", "DeviceClass"),
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),

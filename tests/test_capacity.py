@@ -112,9 +112,27 @@ def test_flex_start_standard_asks_for_all_nodes_at_once(stack: str) -> None:
     assert {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"} in (
         pod["tolerations"]
     )
-    # The request counts pods of the workers' shape on the workers' nodes.
+    # The request counts pods of the workers' shape on the workers' nodes: the autoscaler sizes
+    # the nodes from the template's pods, so their placement (nodeSelector, tolerated taints)
+    # must be the workers' (GKE "flex-start with queued provisioning": the PodTemplate states
+    # what the consuming pods ask for).
     counted = template.inputs["template"]["spec"]
     assert counted["nodeSelector"] == pod["nodeSelector"]
+    assert sorted(map(str, counted["tolerations"])) == sorted(map(str, pod["tolerations"]))
+    # GKE applies its pod validations and mutations to a PodTemplate labelled
+    # cloud.google.com/apply-warden-policies (its own metadata.labels; same GKE page), needed to
+    # compute the nodes' resources.
+    assert template.inputs["metadata"]["labels"]["cloud.google.com/apply-warden-policies"] == "true"
+    assert "metadata" not in template.inputs["template"]
+    # The keys the cluster autoscaler reads (autoscaler apis/provisioningrequest/
+    # autoscaling.x-k8s.io/v1/types.go, ProvisioningRequestPodAnnotationKey and
+    # ProvisioningClassPodAnnotationKey), not the deprecated cluster-autoscaler.kubernetes.io/ ones.
+    assert annotations["autoscaling.x-k8s.io/consume-provisioning-request"] == name
+    assert annotations["autoscaling.x-k8s.io/provisioning-class-name"] == (
+        request.inputs["spec"]["provisioningClassName"]
+    )
+    assert not any(key.startswith("cluster-autoscaler.kubernetes.io/") for key in annotations)
+    assert schemas.custom_resource_errors(request.inputs, schemas.crds_dir()) == []
     worker = pod["containers"][0]["resources"]["requests"]
     assert counted["containers"][0]["resources"]["requests"] == {
         key: worker[key] for key in ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")

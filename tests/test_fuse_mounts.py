@@ -1,8 +1,10 @@
 """Issue 13 lever 1: two GCS FUSE mounts of the bucket, and checkpoints that still resume.
 
 The read-mostly data mount caches metadata for good; the checkpoint mount never does, and the
-job's checkpoints (with verl's resume marker) are on it. The marker's freshness across writers and
-readers is checked against a real GCS emulator (fake-gcs-server) through the provider's discovery.
+job's checkpoints (with verl's resume marker) are on it. The provider's checkpoint discovery
+(GCS API, not gcsfuse) is checked against a real GCS emulator (fake-gcs-server) for a marker
+another writer rewrote. Freshness through gcsfuse itself is not tested: no gcsfuse binary is
+installable here (Debian, PyPI).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from jobs.checkpoints import discover_checkpoints
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.program import COMBINATIONS, plan
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
+from tests.test_node_fit import pod_requests, quantity
 
 PV = "kubernetes:core/v1:PersistentVolume"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 # verl v0.6.1 ray_trainer.py: the tracker file verl rewrites in place after every save and reads
 # on resume.
@@ -31,6 +35,40 @@ VERL_MARKER = "latest_checkpointed_iteration.txt"
 def _pv(result: Any, name: str) -> dict[str, Any]:
     (pv,) = [r for r in result.of_type(PV) if r.inputs["metadata"]["name"] == name]
     return dict(pv.inputs["spec"])
+
+
+def pod_specs(value: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every pod spec (a dict with `containers`) anywhere in a resource's inputs."""
+    if isinstance(value, dict):
+        if "containers" in value:
+            yield where, value
+        for key, item in value.items():
+            yield from pod_specs(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from pod_specs(item, f"{where}[{index}]")
+
+
+def parse_volume_id(handle: str) -> str:
+    """The bucket the GCS FUSE driver mounts for a handle: everything before the first ':'
+    (gcs-fuse-csi-driver pkg/util/util.go ParseVolumeID, regexp `:.*$` removed)."""
+    return handle.split(":", 1)[0]
+
+
+def _csi_volume_names(result: Any, pod: dict[str, Any]) -> list[str]:
+    """kubelet's unique name of each CSI persistent volume the pod mounts: `driver^volumeHandle`
+    (kubernetes pkg/volume/csi/csi_plugin.go GetVolumeName), through PVC -> PV."""
+    claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
+    volumes = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PV)}
+    names = []
+    for volume in pod.get("volumes", []):
+        if "persistentVolumeClaim" not in volume:
+            continue
+        claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+        csi = volumes[claim["volumeName"]].get("csi")
+        if csi:
+            names.append(f"{csi['driver']}^{csi['volumeHandle']}")
+    return names
 
 
 def _overrides(entrypoint: str) -> dict[str, str]:
@@ -52,7 +90,8 @@ def test_checkpoint_mount_never_caches_metadata(stack: str, mode: str) -> None:
     assert "only-dir=verl/checkpoints" in options
     assert spec["accessModes"] == ["ReadWriteMany"]
     assert spec["claimRef"]["name"] == "training-checkpoints-pvc"
-    assert spec["csi"]["volumeHandle"] == f"acme-ml-prod-verl-{stack}"
+    # Its own handle of the bucket (the rule is test_no_pod_mounts_one_csi_volume_twice).
+    assert spec["csi"]["volumeHandle"] == f"acme-ml-prod-verl-{stack}:checkpoints"
     assert "gcsfuseMetadataPrefetchOnMount" not in spec["csi"]["volumeAttributes"]
 
 
@@ -62,7 +101,6 @@ def test_data_mount_is_read_mostly_and_cached(stack: str, mode: str) -> None:
     assert "metadata-cache:ttl-secs:-1" in options
     # What data prep writes after a pod mounted is still found.
     assert "metadata-cache:negative-ttl-secs:0" in options
-    assert "file-cache:max-size-mb:-1" in options
     assert "file-cache:enable-parallel-downloads:true" in options
 
 
@@ -115,7 +153,7 @@ def test_workers_size_the_sidecar_and_give_it_a_file_cache(stack: str, mode: str
     template = plan(stack, mode).one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]
     annotations = template["template"]["metadata"]["annotations"]
     volumes = {v["name"]: v for v in template["template"]["spec"]["volumes"]}
-    assert volumes["gke-gcsfuse-cache"]["emptyDir"] == {"sizeLimit": "200Gi"}
+    assert "gke-gcsfuse-cache" in volumes
     if mode == "autopilot":
         # Autopilot: explicit values within the GPU-node cap (2 vCPU, 14 GiB).
         assert annotations["gke-gcsfuse/cpu-limit"] == "2"
@@ -123,6 +161,106 @@ def test_workers_size_the_sidecar_and_give_it_a_file_cache(stack: str, mode: str
     else:
         assert annotations["gke-gcsfuse/cpu-limit"] == "0"
         assert annotations["gke-gcsfuse/memory-limit"] == "0"
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_no_pod_mounts_one_csi_volume_twice(stack: str, mode: str) -> None:
+    """kubelet mounts a CSI persistent volume once per pod under `driver^volumeHandle`
+    (pkg/volume/csi GetVolumeName): two PVs with one handle in a pod are one mount, with one PV's
+    options behind both paths, or a pod stuck in ContainerCreating (gcs-fuse-csi-driver
+    2ed24c70)."""
+    result = plan(stack, mode)
+    checked = 0
+    for resource in result.resources:
+        for where, pod in pod_specs(dict(resource.inputs)):
+            names = _csi_volume_names(result, pod)
+            assert len(names) == len(set(names)), f"{resource.name}{where}: {sorted(names)}"
+            checked += len(names)
+    # The Ray head, the workers and the data-prep Job mount the bucket.
+    assert checked >= 5
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_every_fuse_handle_names_the_training_bucket(stack: str, mode: str) -> None:
+    """What the driver mounts is ParseVolumeID(handle) (gcs-fuse-csi-driver pkg/util/util.go)."""
+    result = plan(stack, mode)
+    fuse = [r.inputs["spec"]["csi"] for r in result.of_type(PV)]
+    assert len(fuse) == 2
+    for csi in fuse:
+        assert csi["driver"] == "gcsfuse.csi.storage.gke.io"
+        assert parse_volume_id(csi["volumeHandle"]) == result.outputs["bucketName"]
+
+
+def test_shared_handle_is_caught() -> None:
+    """The rule above fails on the shape GKE documents as one mount: two PVs, one handle."""
+    result = plan("a4", "standard")
+    for pv in result.of_type(PV):
+        pv.inputs["spec"]["csi"]["volumeHandle"] = result.outputs["bucketName"]
+    (ray,) = result.of_type(RAY_CLUSTER)
+    head = ray.inputs["spec"]["headGroupSpec"]["template"]["spec"]
+    names = _csi_volume_names(result, head)
+    assert len(set(names)) < len(names)
+
+
+def _file_cache_mib(result: Any, claim: str) -> int | None:
+    """file-cache:max-size-mb of the PV bound to `claim` (None: no file cache)."""
+    claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
+    pv = _pv(result, claims[claim]["volumeName"])
+    sizes = [o.rsplit(":", 1)[1] for o in pv["mountOptions"] if o.startswith("file-cache:max-")]
+    return int(sizes[0]) if sizes else None
+
+
+def file_cache_problems(result: Any) -> tuple[list[str], int]:
+    """Breaches of the file-cache rule (see the test below) and how many pods were checked."""
+    problems, checked = [], 0
+    for resource in result.resources:
+        for where, pod in pod_specs(dict(resource.inputs)):
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            if "gke-gcsfuse-cache" not in volumes:
+                continue
+            checked += 1
+            cache = volumes["gke-gcsfuse-cache"]["emptyDir"]
+            limit = quantity(cache["sizeLimit"])
+            claims = [
+                v["persistentVolumeClaim"]["claimName"]
+                for v in volumes.values()
+                if "persistentVolumeClaim" in v
+            ]
+            cached = [mib for c in claims if (mib := _file_cache_mib(result, c)) is not None]
+            if not cached:
+                problems.append(f"{resource.name}{where}: a cache volume but no file cache")
+            for mib in cached:
+                if not 0 < mib * 1024**2 < limit:
+                    problems.append(f"{resource.name}{where}: max-size-mb {mib} in {limit} B")
+            on_disk = cache.get("medium") != "Memory"
+            if on_disk and limit > pod_requests(pod).ephemeral_storage_bytes:
+                problems.append(f"{resource.name}{where}: cache volume over the pod's request")
+    return problems, checked
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_file_cache_is_bounded_below_its_volume(stack: str, mode: str) -> None:
+    """gcs-fuse-csi-driver docs/troubleshooting.md ("No space left on device for file cache"):
+    the volume behind the file cache must be larger than the cache. A pod with a
+    `gke-gcsfuse-cache` volume (sidecar_spec.go SidecarContainerCacheVolumeName) caches there: its
+    file-cache:max-size-mb is set, not -1 (unlimited), and below the volume's sizeLimit; the
+    volume itself lies within the pod's ephemeral-storage request, which fits the GPU node
+    (tests/test_node_fit.py), so the cache cannot crowd the node."""
+    problems, checked = file_cache_problems(plan(stack, mode))
+    assert problems == []
+    assert checked >= 1
+
+
+def test_an_unlimited_file_cache_is_caught() -> None:
+    """The rule above fails on gcsfuse's 'unlimited' (-1)."""
+    result = plan("a4", "standard")
+    (pv,) = [r for r in result.of_type(PV) if r.inputs["metadata"]["name"] == "training-bucket-pv"]
+    options = pv.inputs["spec"]["mountOptions"]
+    pv.inputs["spec"]["mountOptions"] = [
+        "file-cache:max-size-mb:-1" if o.startswith("file-cache:max-") else o for o in options
+    ]
+    problems, _ = file_cache_problems(result)
+    assert problems and "max-size-mb -1" in problems[0]
 
 
 def test_bucket_urls_of_both_mounts() -> None:
@@ -133,7 +271,7 @@ def test_bucket_urls_of_both_mounts() -> None:
         url("b", "/tmp/x")
 
 
-# --- the resume marker, read fresh (real GCS emulator) ------------------------------------------
+# --- the resume marker through the GCS API (real GCS emulator; no gcsfuse) ------------------------
 
 BUCKET = "resume-bucket"
 
@@ -145,7 +283,7 @@ def gcs() -> Iterator[GcsEmulator]:
         yield emulator
 
 
-def test_marker_rewritten_by_one_writer_is_read_fresh_by_another_client(gcs: GcsEmulator) -> None:
+def test_gcs_api_discovery_sees_a_marker_another_writer_rewrote(gcs: GcsEmulator) -> None:
     folder = "verl/checkpoints/exp"
     root = bucket_layout.bucket_url(BUCKET, "/checkpoints/exp")
     assert root == f"gs://{BUCKET}/{folder}"

@@ -306,8 +306,11 @@ def test_dra_driver_namespace_quota_release(nodes: str, pods: str) -> None:
     release = result.one(RELEASE, "dra-release")
     assert release.inputs["name"] == "nvidia-dra-driver-gpu"
     assert release.inputs["chart"] == "nvidia-dra-driver-gpu"
-    # 25.3.2: the first chart that installs its DeviceClasses as resource.k8s.io/v1.
-    assert release.inputs["version"] == "25.3.2"
+    # 25.12.0 (docs/real-systems.md, "NVIDIA DRA driver version"), installs resource.k8s.io/v1.
+    assert release.inputs["version"] == "25.12.0"
+    # Not awaited and not atomic (atomic forces helm's wait): nothing needs the plugin ready.
+    assert release.inputs["skipAwait"] is True
+    assert not release.inputs.get("atomic")
     assert release.inputs["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
     assert release.inputs["namespace"] == "nvidia-dra-driver-gpu"
     assert result.depends_on(
@@ -463,7 +466,7 @@ MOUNT_OPTIONS = [
     "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
-    "file-cache:max-size-mb:-1",
+    "file-cache:max-size-mb:184320",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
@@ -498,7 +501,8 @@ def test_bucket_identity_and_volume(stack: str, mode: str) -> None:
     assert pv["mountOptions"] == MOUNT_OPTIONS
     assert pv["csi"] == {
         "driver": "gcsfuse.csi.storage.gke.io",
-        "volumeHandle": bucket_name,
+        # bucket:suffix, one handle per PV (rule: tests/test_fuse_mounts.py).
+        "volumeHandle": f"{bucket_name}:data",
         "volumeAttributes": {
             "skipCSIBucketAccessCheck": "true",
         },
@@ -697,6 +701,7 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
         *RAY_POD_VOLUMES,
         # The log forwarder's config (tests/test_after_up.py).
         {"name": "ray-log-forwarder-config", "configMap": {"name": "ray-log-forwarder"}},
+        {"name": "ray-log-forwarder-state", "emptyDir": {"sizeLimit": "16Mi"}},
     ]
 
     (group,) = cluster["spec"]["workerGroupSpecs"]
@@ -792,7 +797,11 @@ def test_x86_standard_ray_cluster(stack: str, mode: str) -> None:
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
     assert "resourceClaims" not in spec
-    assert [c["name"] for c in spec["initContainers"]] == ["verl-node-local-copy"]
+    # The gIB installer is not awaited: the worker waits for it on its node (tests/test_await.py).
+    assert [c["name"] for c in spec["initContainers"]] == [
+        "wait-for-nccl-installer",
+        "verl-node-local-copy",
+    ]
     worker = spec["containers"][0]
     shape = {"cpu": "220", "memory": "2800Gi", "nvidia.com/gpu": "8", "ephemeral-storage": "1000Gi"}
     assert worker["resources"] == {"requests": shape, "limits": shape}

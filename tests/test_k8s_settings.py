@@ -30,8 +30,9 @@ def error_of(stack: str = "a4x", **changes: str) -> str:
 def test_kubernetes_layer_defaults(stack: str) -> None:
     settings = load(stack)
     assert settings.kuberay_chart_version == "1.7.0"
-    # Not the seed's 25.3.1: its DeviceClasses are resource.k8s.io/v1beta1 only.
-    assert settings.dra_driver_chart_version == "25.3.2"
+    # Not the seed's 25.3.1 (its DeviceClasses are resource.k8s.io/v1beta1 only); 25.12.0 for
+    # the ComputeDomain daemon on GKE (docs/real-systems.md, "NVIDIA DRA driver version").
+    assert settings.dra_driver_chart_version == "25.12.0"
     assert settings.nccl_installer_image == PROFILES[stack].nccl_installer_image
     # The data-prep Job runs on the x86 CPU pool, so its image is x86 for every profile.
     assert settings.data_prep_image == "verlai/verl:vllm011.latest"

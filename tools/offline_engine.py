@@ -75,6 +75,8 @@ class RecordedResource:
     ignore_changes: frozenset[str]
     replace_with: frozenset[str]
     retain_on_delete: bool
+    # The `replace_on_changes` resource option: input paths whose change replaces the resource.
+    replace_on_changes: frozenset[str] = frozenset()
     # The inputs exactly as the program sent them to the engine (unknowns as the wire sentinel,
     # secrets wrapped): what a contract test hands the real provider host.
     wire_inputs: struct_pb2.Struct = field(default_factory=struct_pb2.Struct, repr=False)
@@ -201,6 +203,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 ignore_changes=frozenset(request.ignoreChanges),
                 replace_with=frozenset(request.replace_with),
                 retain_on_delete=request.retainOnDelete,
+                replace_on_changes=frozenset(request.replaceOnChanges),
                 wire_inputs=_copy_struct(request.object),
                 import_id=request.importId,
             )
