@@ -11,6 +11,8 @@ import pulumi_kubernetes as k8s
 
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
 from components.image_registry import ImageRegistry
+from components.node_identity import NodeIdentity
+from config.cluster_security import CLOUD_PLATFORM_SCOPE, MONITORING_COMPONENTS
 from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
@@ -38,6 +40,11 @@ UPGRADE_EXCLUSION_START = "2026-01-01T00:00:00Z"
 # daily / recurring windows). Outside the exclusion only control-plane patches remain, so the
 # hour only decides when those happen.
 MAINTENANCE_WINDOW_START = "03:00"
+_OPEN_ENDPOINT = (
+    "{key} is not set: the cluster's control-plane endpoint accepts connections from any "
+    "address (authentication still applies). Set it to the ranges that deploy and run jobs, "
+    "e.g. pulumi config set {key} <your IPv4>/32"
+)
 
 
 def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
@@ -57,7 +64,38 @@ def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
     )
 
 
-def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
+def authorized_networks(
+    cidrs: list[str],
+) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    """Only `verl-gke:authorizedNetworks` reach the public endpoint; None (no list) leaves it
+    open to any address, since an empty block would shut out the deploying machine too
+    (config/cluster_security.py)."""
+    if not cidrs:
+        return None
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+        cidr_blocks=[
+            gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name="verl-gke:authorizedNetworks"
+            )
+            for cidr in cidrs
+        ]
+    )
+
+
+def monitoring_config() -> gcp.container.ClusterMonitoringConfigArgs:
+    """System metrics, the observability packages and DCGM GPU metrics, through Managed Service
+    for Prometheus (config/cluster_security.py)."""
+    return gcp.container.ClusterMonitoringConfigArgs(
+        enable_components=list(MONITORING_COMPONENTS),
+        managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+            enabled=True
+        ),
+    )
+
+
+def cpu_pool_args(
+    s: StackSettings, service_account: pulumi.Input[str]
+) -> gcp.container.ClusterNodePoolArgs:
     """The Standard cluster's CPU pool, created inside the cluster operation (no default pool).
 
     Create-only (CLUSTER_IGNORED_CHANGES): GKE's autoscaler sizes it between cpuNodes and
@@ -86,7 +124,10 @@ def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
             workload_metadata_config=gcp.container.ClusterNodePoolNodeConfigWorkloadMetadataConfigArgs(
                 mode="GKE_METADATA"
             ),
-            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            # The nodes' own account (components/node_identity.py); cloud-platform is the
+            # scope GKE gives a custom account, access being limited by its IAM roles.
+            service_account=service_account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
         ),
     )
 
@@ -163,6 +204,8 @@ def get_credentials_command(settings: StackSettings) -> str:
 class GkeClusterArgs:
     settings: StackSettings
     host_network: HostNetwork
+    # The service account every node runs as.
+    node_identity: NodeIdentity
     # With image streaming: the cluster waits for the Container File System API, which a pool
     # with gcfsConfig needs when it is created (the CPU pool is created inside the cluster).
     image_registry: ImageRegistry | None = None
@@ -177,6 +220,8 @@ class GkeCluster(pulumi.ComponentResource):
     cpu_pool_name: str | None
     provider: k8s.Provider
     kubeconfig: pulumi.Output[str]
+    # The email of the service account the nodes run as (the GPU pool sets it too).
+    node_service_account: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -184,6 +229,9 @@ class GkeCluster(pulumi.ComponentResource):
         super().__init__("verl-gke:gke_cluster:GkeCluster", name, None, opts)
         s = args.settings
         autopilot = s.mode is Mode.AUTOPILOT
+        self.node_service_account = args.node_identity.email
+        if not s.authorized_networks:
+            pulumi.log.warn(_OPEN_ENDPOINT.format(key=config_key("authorized_networks")))
 
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
@@ -203,14 +251,23 @@ class GkeCluster(pulumi.ComponentResource):
             # the settings and against the version GKE returns (check_cluster_version).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=s.release_channel),
             maintenance_policy=maintenance_policy(),
+            master_authorized_networks_config=authorized_networks(s.authorized_networks),
+            monitoring_config=monitoring_config(),
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
-            **(self._autopilot_args() if autopilot else self._standard_args(s)),
+            **(
+                self._autopilot_args(self.node_service_account)
+                if autopilot
+                else self._standard_args(s, self.node_service_account)
+            ),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 custom_timeouts=CLUSTER_TIMEOUTS,
                 ignore_changes=[] if autopilot else CLUSTER_IGNORED_CHANGES,
-                depends_on=[args.image_registry.streaming_api] if args.image_registry else [],
+                depends_on=[
+                    *args.node_identity.ready,
+                    *([args.image_registry.streaming_api] if args.image_registry else []),
+                ],
             ),
         )
 
@@ -240,19 +297,28 @@ class GkeCluster(pulumi.ComponentResource):
         self.register_outputs({"name": self.cluster.name, "endpoint": self.cluster.endpoint})
 
     @staticmethod
-    def _autopilot_args() -> dict[str, object]:
-        # Autopilot brings Workload Identity, GCS FUSE CSI and Dataplane V2 by itself.
-        return {"enable_autopilot": True}
+    def _autopilot_args(service_account: pulumi.Input[str]) -> dict[str, object]:
+        # Autopilot brings Workload Identity, GCS FUSE CSI and Dataplane V2 by itself. Its nodes
+        # run as the account of the auto-provisioning defaults (gcloud container clusters
+        # create-auto --service-account).
+        return {
+            "enable_autopilot": True,
+            "cluster_autoscaling": gcp.container.ClusterClusterAutoscalingArgs(
+                auto_provisioning_defaults=gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                    service_account=service_account, oauth_scopes=[CLOUD_PLATFORM_SCOPE]
+                )
+            ),
+        }
 
     @staticmethod
-    def _standard_args(s: StackSettings) -> dict[str, object]:
+    def _standard_args(s: StackSettings, service_account: pulumi.Input[str]) -> dict[str, object]:
         return {
             # The cluster is created with its CPU pool and no default pool: with
             # remove_default_node_pool the provider deletes default-pool inside the cluster's
             # create, minutes before the GPU pool may start (terraform-provider-google
             # resource_container_cluster.go). GKE API Cluster.nodePools: set instead of
             # initial_node_count / node_config.
-            "node_pools": [cpu_pool_args(s)],
+            "node_pools": [cpu_pool_args(s, service_account)],
             "node_locations": [s.zone],
             "datapath_provider": "ADVANCED_DATAPATH",
             # Pods attach the gVNIC/RDMA NICs through GKENetworkParamSet/Network objects.
