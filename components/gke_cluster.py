@@ -12,7 +12,11 @@ import pulumi_kubernetes as k8s
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
 from components.image_registry import ImageRegistry
 from components.node_identity import NodeIdentity
-from config.cluster_security import CLOUD_PLATFORM_SCOPE, MONITORING_COMPONENTS
+from config.cluster_security import (
+    CLOUD_PLATFORM_SCOPE,
+    MONITORING_COMPONENTS,
+    open_endpoint_warning,
+)
 from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
@@ -40,11 +44,6 @@ UPGRADE_EXCLUSION_START = "2026-01-01T00:00:00Z"
 # daily / recurring windows). Outside the exclusion only control-plane patches remain, so the
 # hour only decides when those happen.
 MAINTENANCE_WINDOW_START = "03:00"
-_OPEN_ENDPOINT = (
-    "{key} is not set: the cluster's control-plane endpoint accepts connections from any "
-    "address (authentication still applies). Set it to the ranges that deploy and run jobs, "
-    "e.g. pulumi config set {key} <your IPv4>/32"
-)
 
 
 def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
@@ -230,8 +229,9 @@ class GkeCluster(pulumi.ComponentResource):
         s = args.settings
         autopilot = s.mode is Mode.AUTOPILOT
         self.node_service_account = args.node_identity.email
-        if not s.authorized_networks:
-            pulumi.log.warn(_OPEN_ENDPOINT.format(key=config_key("authorized_networks")))
+        exposure = open_endpoint_warning(config_key("authorized_networks"), s.authorized_networks)
+        if exposure:
+            pulumi.log.warn(exposure)
 
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",

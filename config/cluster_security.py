@@ -97,6 +97,19 @@ def is_open_to_internet(cidrs: list[str]) -> bool:
     return not cidrs or any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in cidrs)
 
 
+def open_endpoint_warning(key: str, cidrs: list[str]) -> str | None:
+    """What the plan and `pulumi up` say when any address can reach the control plane."""
+    if not is_open_to_internet(cidrs):
+        return None
+    why = "is not set" if not cidrs else "contains 0.0.0.0/0"
+    return (
+        f"WARNING: {key} {why}: the cluster's control-plane endpoint accepts connections from "
+        f"any address on the internet (Kubernetes authentication still applies). Set it to the "
+        f"IPv4 ranges of the machines that run `pulumi up` and tools.run, e.g. "
+        f"pulumi config set {key} 203.0.113.7/32 (your address)"
+    )
+
+
 # --- node identity ----------------------------------------------------------------------------
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
