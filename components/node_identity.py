@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from config.cluster_security import NODE_ROLES, node_account_id
+from config.cluster_security import node_account_id, node_roles
 from config.image_streaming import READER_ROLE, artifact_registry_repository
 from config.settings import StackSettings, image_fields
 
@@ -55,7 +55,7 @@ class NodeIdentity(pulumi.ComponentResource):
                 member=self.member,
                 opts=child,
             )
-            for role in NODE_ROLES
+            for role in node_roles(s.image_pull.streaming)
         ]
         self.ready = [self.account, *roles, *self._image_readers(name, s)]
         self.register_outputs({"email": self.email})

@@ -10,8 +10,10 @@ Sources:
   and A3 Ultra blueprints set `master_authorized_networks` from an `authorized_cidr`.
 - Node service account: GKE "Configure GKE node service accounts": nodes need at least
   Kubernetes Engine Default Node Service Account (roles/container.defaultNodeServiceAccount) on
-  the project. GKE "Access scopes in GKE": a custom service account gets the cloud-platform scope
-  when no scope is given, and GKE recommends IAM roles rather than narrower scopes.
+  the project; GKE "Use Image streaming": with a custom node service account, also
+  roles/serviceusage.serviceUsageConsumer. GKE "Access scopes in GKE": a custom service account
+  gets the cloud-platform scope when no scope is given; access is to be limited with IAM roles,
+  not scopes.
 - Metrics: GKE "Collect and view DCGM metrics": with DCGM metrics GKE installs DCGM-Exporter
   and Google-managed GPU drivers and sends the metrics to Managed Service for Prometheus; new
   clusters from 1.32.1-gke.1357000 get the package by default. GKE "Configure metrics
@@ -111,7 +113,16 @@ def open_endpoint_warning(key: str, cidrs: list[str]) -> str | None:
 
 
 # --- node identity ----------------------------------------------------------------------------
-NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
+NODE_ROLE = "roles/container.defaultNodeServiceAccount"
+# GKE "Use Image streaming": nodes that run as a custom service account need Service Usage
+# Consumer to stream (the Compute Engine default account holds it through Editor).
+STREAMING_NODE_ROLE = "roles/serviceusage.serviceUsageConsumer"
+
+
+def node_roles(image_streaming: bool) -> tuple[str, ...]:
+    """The project roles of the nodes' service account."""
+    return (NODE_ROLE, STREAMING_NODE_ROLE) if image_streaming else (NODE_ROLE,)
+
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # IAM service account ids: RFC 1035, 6-30 characters (terraform-provider-google-beta
 # resource_google_service_account.go: verify.ValidateRFC1035Name(6, 30)).

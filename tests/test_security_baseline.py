@@ -49,8 +49,13 @@ PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
 REPO_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 KEY = "verl-gke:authorizedNetworks"
 _FIX = re.compile(r"Fix: pulumi config (?:set (?P<key>\S+) (?P<value>\S+)|rm (?P<rm>\S+)) -s ")
-# GKE "Configure GKE node service accounts" (minimum) and Artifact Registry (image pulls).
-NODE_ROLES_ALLOWED = {"roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader"}
+# GKE "Configure GKE node service accounts" (minimum), "Use Image streaming" (Service Usage
+# Consumer for a custom node account) and Artifact Registry (image pulls).
+NODE_ROLES_ALLOWED = {
+    "roles/container.defaultNodeServiceAccount",
+    "roles/serviceusage.serviceUsageConsumer",
+    "roles/artifactregistry.reader",
+}
 
 
 def provider_accepts(cidr: str) -> bool:
@@ -171,6 +176,8 @@ def test_the_node_account_holds_the_documented_minimum_and_nothing_broader(
         r.inputs["role"] for r in result.of_type(PROJECT_IAM) if r.inputs["member"] == member
     }
     assert "roles/container.defaultNodeServiceAccount" in granted
+    streams = any(r.name == "images-streaming-api" for r in result.resources)
+    assert ("roles/serviceusage.serviceUsageConsumer" in granted) == streams
     repo_roles = {
         r.inputs["role"] for r in result.of_type(REPO_IAM) if r.inputs["member"] == member
     }
