@@ -64,11 +64,15 @@ def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
 
 
 def authorized_networks(
-    cidrs: list[str],
+    s: StackSettings,
 ) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
     """Only `verl-gke:authorizedNetworks` reach the public endpoint; None (no list) leaves it
     open to any address, since an empty block would shut out the deploying machine too
-    (config/cluster_security.py)."""
+    (config/cluster_security.py). An open endpoint is reported as a warning."""
+    cidrs = s.authorized_networks
+    exposure = open_endpoint_warning(config_key("authorized_networks"), cidrs)
+    if exposure:
+        pulumi.log.warn(exposure)
     if not cidrs:
         return None
     return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
@@ -225,13 +229,12 @@ class GkeCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        """Long because it is one Cluster's declarative argument list, each argument with the
+        reason it has that value, then what is built on the cluster."""
         super().__init__("verl-gke:gke_cluster:GkeCluster", name, None, opts)
         s = args.settings
         autopilot = s.mode is Mode.AUTOPILOT
         self.node_service_account = args.node_identity.email
-        exposure = open_endpoint_warning(config_key("authorized_networks"), s.authorized_networks)
-        if exposure:
-            pulumi.log.warn(exposure)
 
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
@@ -251,23 +254,16 @@ class GkeCluster(pulumi.ComponentResource):
             # the settings and against the version GKE returns (check_cluster_version).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=s.release_channel),
             maintenance_policy=maintenance_policy(),
-            master_authorized_networks_config=authorized_networks(s.authorized_networks),
+            master_authorized_networks_config=authorized_networks(s),
             monitoring_config=monitoring_config(),
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
-            **(
-                self._autopilot_args(self.node_service_account)
-                if autopilot
-                else self._standard_args(s, self.node_service_account)
-            ),
+            **self._mode_args(s, self.node_service_account),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 custom_timeouts=CLUSTER_TIMEOUTS,
                 ignore_changes=[] if autopilot else CLUSTER_IGNORED_CHANGES,
-                depends_on=[
-                    *args.node_identity.ready,
-                    *([args.image_registry.streaming_api] if args.image_registry else []),
-                ],
+                depends_on=self._prerequisites(args),
             ),
         )
 
@@ -295,6 +291,19 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.cluster.name, "endpoint": self.cluster.endpoint})
+
+    @classmethod
+    def _mode_args(cls, s: StackSettings, service_account: pulumi.Input[str]) -> dict[str, object]:
+        if s.mode is Mode.AUTOPILOT:
+            return cls._autopilot_args(service_account)
+        return cls._standard_args(s, service_account)
+
+    @staticmethod
+    def _prerequisites(args: GkeClusterArgs) -> list[pulumi.Resource]:
+        """The node account and its roles (nodes log and pull from their first boot) and, with
+        image streaming, the Container File System API."""
+        streaming = [args.image_registry.streaming_api] if args.image_registry else []
+        return [*args.node_identity.ready, *streaming]
 
     @staticmethod
     def _autopilot_args(service_account: pulumi.Input[str]) -> dict[str, object]:

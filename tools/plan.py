@@ -42,7 +42,6 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
-        "masterAuthorizedNetworksConfig.cidrBlocks",
         "monitoringConfig.enableComponents",
     ),
     "gcp:container/nodePool:NodePool": (
@@ -84,8 +83,6 @@ def describe(resource: RecordedResource) -> str:
             continue
         if path == "networkConfig.additionalNodeNetworkConfigs":
             value = f"{len(value)} additional networks"
-        elif path == "masterAuthorizedNetworksConfig.cidrBlocks":
-            value = ",".join(block.get("cidrBlock", "?") for block in value)
         elif path == "monitoringConfig.enableComponents":
             value = ",".join(value)
         elif path == "nodeConfig.guestAccelerators":
