@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 
 import pytest
 
@@ -283,3 +284,29 @@ def test_every_metrics_component_is_served_at_the_stacks_version_floor(
     floor = PROFILES[stack].kubernetes_floor(Mode(mode))
     assert component in cluster_security.MONITORING_COMPONENTS
     assert version_tuple(COMPONENT_MIN_VERSION[component]) <= version_tuple(floor)
+
+
+# --- what destroy leaves behind ---------------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_the_plan_names_the_networks_gke_creates_and_destroy_leaves(stack: str, mode: str) -> None:
+    # GKE creates the RDMA networks wherever the stack does not (accelerator network profile
+    # "auto": the A4X pool, Autopilot's DRANET ComputeClass) and keeps them after the cluster.
+    result, text = report(stack, mode)
+    ours = any(r.name == "gpu-net-rdma-vpc" for r in result.resources)
+    assert ("gke-anp-" in text) is not ours
+    if not ours:
+        assert "--format='value(id)' | cut -c1-8" in text
+
+
+def test_the_teardown_recipe_does_not_key_on_a_pod_range_name_without_a_hash() -> None:
+    # The tutorial's recipe takes the hash from a GKE-managed pod range (gke-<cluster>-pods-<hash>);
+    # this program names its range itself, so that suffix is no hash.
+    policy = plan("a4x", "standard").one(CLUSTER).inputs["ipAllocationPolicy"]
+    assert not re.search(r"-[0-9a-f]{8}$", policy["clusterSecondaryRangeName"])
+    teardown = README.read_text().split("## Tear-down and re-deploys", 1)[1].split("\n## ", 1)[0]
+    assert "clusterSecondaryRangeName" not in teardown
+    assert "--format='value(id)' | cut -c1-8" in teardown and "^gke-anp-$HASH" in teardown
