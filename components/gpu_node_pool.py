@@ -11,6 +11,7 @@ import pulumi_gcp as gcp
 from components.gke_cluster import GkeCluster
 from components.rdma_networks import RdmaNetworks
 from config.capacity import CapacityPlan
+from config.cluster_security import CLOUD_PLATFORM_SCOPE
 from config.networking import NetworkingPlan, NodeNics
 from config.settings import StackSettings
 
@@ -185,7 +186,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                # The nodes' own account and the scope GKE gives one (components/node_identity.py).
+                service_account=args.cluster.node_service_account,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 labels=(
                     DRANET_DRIVER_LABEL
                     if s.networking.node_nics is NodeNics.ACCELERATOR_PROFILE

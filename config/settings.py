@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from config import input_rules, placement
+from config import cluster_security, input_rules, placement
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan, streaming_refusal
@@ -175,6 +175,9 @@ class StackSettings(BaseModel):
     host_subnet_cidr: str = "10.128.0.0/20"
     pods_cidr: str = "10.4.0.0/14"
     services_cidr: str = "10.0.32.0/20"
+    # IPv4 ranges allowed to reach the public control-plane endpoint (config/cluster_security.py);
+    # empty: any address can (the plan says so). The deploying machine must be in the list.
+    authorized_networks: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +222,11 @@ class StackSettings(BaseModel):
             except json.JSONDecodeError as error:
                 raise ValueError(f"not a JSON object ({error.msg})") from None
         return value
+
+    @field_validator("authorized_networks", mode="before")
+    @classmethod
+    def _cidr_list(cls, value: Any) -> Any:
+        return cluster_security.parse_cidr_list(value)
 
     @field_validator("job_wait", mode="before")
     @classmethod
@@ -304,6 +312,7 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_release_channel(s),
         _check_kubernetes_version(s, profile),
         _check_cidrs(s),
+        _check_authorized_networks(s),
         *_input_class_problems(s, profile),
         _check_chart_version(s, "kuberay_chart_version", "1.7.0"),
         _check_chart_version(s, "dra_driver_chart_version", DRA_DRIVER_MIN_CHART),
@@ -557,6 +566,24 @@ def _check_cidrs(s: StackSettings) -> str | None:
             return f"{config_key(name)} = {value!r}: {parsed}. Fix: {s.fix(name, default)}"
         networks[name] = parsed
     return _cidr_size_problem(s, networks) or _cidr_overlap_problem(s, networks)
+
+
+def _check_authorized_networks(s: StackSettings) -> str | None:
+    key = config_key("authorized_networks")
+    for cidr in s.authorized_networks:
+        problem = cluster_security.cidr_problem(cidr)
+        if problem is None:
+            continue
+        shown = ",".join(s.authorized_networks)
+        fixed = ",".join(cluster_security.corrected_cidrs(s.authorized_networks))
+        fix = (
+            s.fix("authorized_networks", fixed)
+            if fixed
+            else f"pulumi config rm {key} -s {s.stack} (the endpoint is then open to the "
+            f"internet), or set your machine's IPv4 address as A.B.C.D/32"
+        )
+        return f"{key} = {shown!r}: {cidr!r} is {problem[0]}. Fix: {fix}"
+    return None
 
 
 def _cidr_size_problem(s: StackSettings, networks: dict[str, ipaddress.IPv4Network]) -> str | None:

@@ -239,6 +239,10 @@ class OfflineMocks(mocks.Mocks):
             state.setdefault(
                 "masterVersion", rpc.UNKNOWN if self.unknown_outputs else FAKE_MASTER_VERSION
             )
+        if args.typ == "gcp:serviceaccount/account:Account" and not self.unknown_outputs:
+            # IAM's email of a user-managed account: ACCOUNT_ID@PROJECT.iam.gserviceaccount.com.
+            email = f"{state.get('accountId')}@{state.get('project')}.iam.gserviceaccount.com"
+            state.setdefault("email", email)
         if args.typ.startswith("pulumi-python:dynamic"):
             # A dynamic provider computes its outputs (job status, checkpoints) at apply time;
             # a preview knows none of them.

@@ -45,6 +45,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
+        "monitoringConfig.enableComponents",
     ),
     "gcp:container/nodePool:NodePool": (
         "name",
@@ -86,6 +87,8 @@ def describe(resource: RecordedResource) -> str:
             continue
         if path == "networkConfig.additionalNodeNetworkConfigs":
             value = f"{len(value)} additional networks"
+        elif path == "monitoringConfig.enableComponents":
+            value = ",".join(value)
         elif path == "nodeConfig.guestAccelerators":
             value = ",".join(f"{a.get('type')}x{a.get('count')}" for a in value)
         parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
@@ -234,11 +237,26 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
         yield f"  note: {notice}"
     yield render_tree(result)
     yield from result.messages
-    yield from what_you_pay_for(result, planned_settings(result.stack, overrides, strict))
+    settings = planned_settings(result.stack, overrides, strict)
+    yield from teardown_notes(settings)
+    yield from what_you_pay_for(result, settings)
     yield "Outputs:"
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
         yield f"  {key}: {shown}"
+
+
+def teardown_notes(settings: StackSettings) -> Iterator[str]:
+    """What `pulumi destroy` leaves behind for this stack (README, "Tear down")."""
+    if settings.networking.rdma_vpcs:
+        return
+    yield (
+        f"note: GKE creates this stack's RDMA networks (gke-anp-<cluster hash>-*, accelerator "
+        f"network profile 'auto'); `pulumi destroy` does not delete them. Before destroying, "
+        f"record the hash: gcloud container clusters describe {settings.cluster_name} "
+        f"--location={settings.region} --project={settings.project} --format='value(id)' "
+        f"| cut -c1-8; then follow README, Tear down"
+    )
 
 
 if __name__ == "__main__":
