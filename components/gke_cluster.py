@@ -26,8 +26,9 @@ CPU_POOL_DISK_GB = 200
 # separately managed GPU pool in nodePools too, which would otherwise read as a change that
 # replaces the cluster (terraform-provider-google#408). The CPU pool is therefore create-only.
 CLUSTER_IGNORED_CHANGES = ["nodePools"]
-# The provider's own default for every cluster operation: 90 min (terraform-provider-google-beta
-# v7.45.0, the floor pulumi-gcp 10.2.0 bridges, resource_container_cluster.go Timeouts). A custom
+# The provider's own default for every cluster operation: 90 min (resource_container_cluster.go
+# Timeouts in terraform-provider-google-beta, the same at v7.45.0 and after the 8.0.0 merge,
+# 93c65b2d; pulumi-gcp 10.2.0 bridges an 8.x release). A custom
 # timeout replaces that default rather than adding to it, so a shorter one would end `pulumi up`
 # while GKE goes on creating a cluster that is then outside the state; stated here so the plan
 # shows how long `pulumi up` waits for the cluster.

@@ -21,9 +21,10 @@ GPU_POOL_NAME = "gpu-pool"
 # Toolkit's enable_dranet sets the same label).
 DRANET_DRIVER_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
 # The provider's own default for every node-pool operation: 2 h (terraform-provider-google-beta
-# v7.45.0, resource_container_node_pool.go Timeouts). A custom timeout replaces that default, so
-# a shorter one would end `pulumi up` while GKE goes on creating the GPU nodes of a pool that is
-# then outside the state; stated here so the plan shows how long `pulumi up` waits for the pool.
+# resource_container_node_pool.go Timeouts, v7.45.0 through 8.0.0). A custom timeout replaces
+# that default, so a shorter one would end `pulumi up` while GKE goes on creating the GPU nodes of
+# a pool that is then outside the state; stated here so the plan shows how long `pulumi up` waits
+# for the pool.
 GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="120m")
 # GKE reports the local-SSD config of machines whose SSD count is fixed by the machine type in its
 # own terms; Cluster Toolkit's gke-node-pool ignores changes to it for that reason. Any change

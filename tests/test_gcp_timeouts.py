@@ -3,7 +3,9 @@
 Rule: a Pulumi `custom_timeouts` value replaces the Terraform provider's default for that
 operation (pulumi-terraform-bridge, provider.go); a create that times out leaves GKE building an
 object that is then outside the state. pulumi-gcp 10.2.0 bridges terraform-provider-google-beta
-v7.45.0 or later, whose resources declare the defaults below (`Timeouts: &schema.ResourceTimeout`).
+8.x (its SDK has google-beta 8.0.0's removals, e.g. no `notebooks` module, and its 31-character
+node-pool `name_prefix`); the resources declare the defaults below
+(`Timeouts: &schema.ResourceTimeout`), the same at v7.45.0 and after the 8.0.0 merge.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import pytest
 from tests.program import COMBINATIONS, plan
 from tests.support.durations import minutes
 
-# terraform-provider-google-beta v7.45.0 (3dc173a3), google-beta/services/<service>/<file>.
+# terraform-provider-google-beta v7.45.0 (3dc173a3) and main after the 8.0.0 merge (93c65b2d),
+# google-beta/services/<service>/<file>.
 PROVIDER_DEFAULT_MINUTES: dict[str, dict[str, float]] = {
     # container/resource_container_cluster.go: 90 min create/read/update/delete.
     "gcp:container/cluster:Cluster": {"create": 90, "update": 90, "delete": 90},
