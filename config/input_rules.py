@@ -206,3 +206,47 @@ def free_range(
         if not any(candidate.overlaps(t) for t in taken):
             return candidate
     raise ValueError(f"no free /{prefix} in {pool}")
+
+
+# --- whole numbers ---------------------------------------------------------------------------
+# Pulumi hands config values over as text (and `--path` objects as JSON). YAML 1.1 reads `010` as
+# the octal 8 while Python reads 10, and pydantic's lax mode takes `true` as 1: both are refused
+# rather than guessed.
+_LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
+
+
+def whole_number(value: object) -> object:
+    """`value` unchanged, or ValueError when it is a boolean or a number with a leading zero."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean where a whole number belongs (true is not read as 1)")
+    if isinstance(value, str) and _LEADING_ZERO.fullmatch(value.strip()):
+        raise ValueError(
+            "has a leading zero, which YAML 1.1 reads as an octal number (010 is 8) and Python "
+            "as a decimal one; write the number without it"
+        )
+    return value
+
+
+def number_candidates(value: object) -> list[str]:
+    """What a refused whole number most likely meant (`010` -> 10, `true` -> 1, `4.0` -> 4)."""
+    if isinstance(value, bool):
+        return [str(int(value))]
+    text = str(value).strip()
+    if _LEADING_ZERO.fullmatch(text):
+        return [str(int(text, 10))]
+    try:
+        number = float(text)
+    except ValueError:
+        return []
+    return [str(round(number))] if math.isfinite(number) else []
+
+
+def nearest_choice(value: object, choices: list[str]) -> str | None:
+    """The choice `value` most likely meant: equal ignoring case and separators
+    (first_step -> firstStep), else the closest spelling."""
+    squashed = re.sub(r"[-_ ]", "", str(value)).lower()
+    for choice in choices:
+        if re.sub(r"[-_ ]", "", choice).lower() == squashed:
+            return choice
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+    return close[0] if close else None
