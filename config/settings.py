@@ -11,7 +11,7 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -883,6 +883,7 @@ def load_settings(
     stack_file: str | None = None,
     job_check: JobCheck | None = None,
     redact: Redact | None = None,
+    secret_keys: Collection[str] = (),
 ) -> LoadedSettings:
     """Validate raw Pulumi config (`{"namespace:key": value}`) into StackSettings.
 
@@ -897,7 +898,7 @@ def load_settings(
         known = {
             str(value): f"<redacted: {key}>"
             for key, value in config.items()
-            if _SECRET_KEY_NAME.search(key) and value
+            if (_SECRET_KEY_NAME.search(key) or key in secret_keys) and value
         }
         raise SettingsError(redact(str(error), known)) from None
 
@@ -1134,14 +1135,24 @@ def _format(stack: str, problems: list[str]) -> str:
     return f"stack {stack!r}: invalid configuration, nothing was created:\n{lines}"
 
 
-def settings_from_pulumi() -> LoadedSettings:
-    """Read this stack's config from the Pulumi runtime (real engine or the offline plan)."""
+def settings_from_pulumi(
+    job_check: JobCheck | None = None, redact: Redact | None = None
+) -> LoadedSettings:
+    """Read this stack's config from the Pulumi runtime (real engine or the offline plan);
+    `job_check` and `redact` as in load_settings."""
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     offline = os.environ.get(OFFLINE_PLAN_ENV) == "1"
     # The engine lists the keys set with --secret (PULUMI_CONFIG_SECRET_KEYS, or in-process).
     secret = set(runtime_config.get_config_secret_keys_env())
     secret |= {key for key in raw if runtime_config.is_config_secret(key)}
-    loaded = load_settings(pulumi.get_stack(), raw, offline=offline)
+    loaded = load_settings(
+        pulumi.get_stack(),
+        raw,
+        offline=offline,
+        job_check=job_check,
+        redact=redact,
+        secret_keys=secret,
+    )
     return LoadedSettings(
         loaded.settings, (*plain_secret_notices(raw, secret, pulumi.get_stack()), *loaded.notices)
     )
