@@ -377,8 +377,8 @@ def _check_zone(s: StackSettings) -> str | None:
         return (
             f"{config_key('zone')} = {s.zone!r} is not in gcp:region {s.region!r}: the GPU nodes, "
             f"the RoCE network profile and the subnets must share one region. Fix: "
-            f"pulumi config set gcp:region {match['region']} -s {s.stack}, or pick a zone in "
-            f"{s.region}"
+            f"pulumi config set gcp:region {match['region']} -s {s.stack}, or "
+            f"{s.fix('zone', _zone_in(s.region, s.zone[-1]))} (the zone of your reservation)"
         )
     return None
 
@@ -1016,10 +1016,13 @@ def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
         if input_rules.near_miss_namespace(key, NAMESPACE):
             # Pulumi hands such a key to the program, which would silently ignore it.
             meant = f"{NAMESPACE}:{key.split(':', 1)[1]}"
+            secret = bool(_SECRET_KEY_NAME.search(key))
+            value = "VALUE" if secret or " " in str(config[key]) else str(config[key])
             problems.append(
                 f"{key}: the namespace {key.split(':', 1)[0]!r} is not {NAMESPACE!r}, so this "
-                f"setting would be ignored. Fix: pulumi config rm {key}, then pulumi config set "
-                f"{meant} VALUE (or rename the key in the stack file)"
+                f"setting would be ignored. Fix: pulumi config rm {key} -s {stack}, then "
+                f"pulumi config set {'--secret ' if secret else ''}{meant} {value} -s {stack} "
+                f"(or rename the key in the stack file)"
             )
             continue
         if not key.startswith(f"{NAMESPACE}:") or key in known:

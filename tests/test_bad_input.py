@@ -220,7 +220,7 @@ def test_every_suggested_fix_is_accepted(stack: str, changes: dict[str, str]) ->
 def test_namespace_typo_refused_with_the_right_key(key: str) -> None:
     message = error_of("a4", {key: "4"})
     assert f"{key}: the namespace" in message
-    assert "pulumi config set verl-gke:gpuNodes VALUE" in message
+    assert "pulumi config set verl-gke:gpuNodes 4 -s a4" in message
 
 
 def test_other_namespaces_are_not_namespace_typos() -> None:
@@ -390,12 +390,26 @@ _COMMAND = re.compile(
 )
 
 
-def apply_fixes(config: dict[str, str], message: str) -> dict[str, str]:
-    """`config` after every command in the message's `Fix:` parts, as Pulumi would store it."""
+# Values only the user has (their project, reservation, token): a fix names them by role.
+USER_VALUES = {
+    "PROJECT_ID": GOOD["gcp:project"],
+    "RESERVATION_NAME": GOOD["verl-gke:reservation"],
+    "RESERVATION_NAME[/reservationBlocks/BLOCK]": GOOD["verl-gke:reservation"],
+    "hf_...": GOOD["verl-gke:hfToken"],
+}
+
+
+def apply_fixes(config: dict[str, str], message: str, alternative: int = 0) -> dict[str, str]:
+    """`config` after every command in the message's `Fix:` parts, as Pulumi would store it;
+    where a fix offers alternatives (`A, or B`), the one numbered `alternative` (else the first)."""
     fixed = dict(config)
-    fixes = [part.split("Fix: ", 1)[1] for part in message.split("\n") if "Fix: " in part]
-    assert fixes, message
-    for line, fix in zip([p for p in message.split("\n") if "Fix: " in p], fixes, strict=True):
+    lines = [part for part in message.split("\n") if "Fix: " in part]
+    assert lines, message
+    fixes = []
+    for line in lines:
+        choices = line.split("Fix: ", 1)[1].split(", or ")
+        fixes.append(choices[alternative] if alternative < len(choices) else choices[0])
+    for line, fix in zip(lines, fixes, strict=True):
         if _job_fix(fixed, line, fix):
             continue
         commands = list(_COMMAND.finditer(fix))
@@ -412,7 +426,7 @@ def apply_fixes(config: dict[str, str], message: str) -> dict[str, str]:
                 )
                 fixed[base] = json.dumps(job)
             else:
-                fixed[key] = value
+                fixed[key] = USER_VALUES.get(value, value)
     return fixed
 
 
@@ -527,32 +541,24 @@ def test_gpu_nodes_fix_passes_the_batch_rules_that_the_nearest_count_breaks() ->
 
 
 def test_memory_fix_through_offload_policy_is_one_the_memory_check_reads() -> None:
-    # A response too long for memory on a4 (see the length test above): if the memory model
-    # offers offload_policy, the fix it names (fsdp2 + the extraOverrides entry) must fit.
-    job = {"maxResponseLength": 16384}
-    message = refused("a4", {**GOOD, "verl-gke:job": json.dumps(job)})
-    if "offload_policy" in message:
-        assert "verl-gke:job.extraOverrides" in message and "actorStrategy=fsdp2" in message
-    fixed = {
-        **job,
+    # verl 0.6.1 fsdp_workers.py: the actor's fsdp_config.offload_policy (FSDP2 CPUOffloadPolicy)
+    # applies only with strategy fsdp2, and verl-gke models it only as an extraOverrides entry.
+    job: dict[str, object] = {
+        "maxResponseLength": 4096,
+        "ppoMicroBatchSizePerGpu": 16,
         "actorStrategy": "fsdp2",
-        "extraOverrides": ["actor_rollout_ref.actor.fsdp_config.offload_policy=True"],
     }
-    settings = load_settings("a4", {**GOOD, "verl-gke:job": json.dumps(fixed)}, offline=False)
-    from training.assembly import memory_fit_inputs
-
-    spec = training_job_spec(settings.settings, fixed)
-    assert memory_fit_inputs(spec, settings.settings.profile).offload_policy
-
-
-def training_job_spec(settings: StackSettings, job: dict[str, object]):  # type: ignore[no-untyped-def]
-    from config.bucket_layout import model_path
-    from training.grpo_spec import apply_overrides, default_grpo_spec
-
-    spec = default_grpo_spec(
-        settings.profile, settings.mode, settings.gpu_nodes, model_path=model_path(settings.model)
+    message = refused("a3u", {**GOOD, "verl-gke:job": json.dumps(job)})
+    offered = (
+        "verl-gke:job.actorStrategy=fsdp2 with "
+        "'actor_rollout_ref.actor.fsdp_config.offload_policy=True' in verl-gke:job.extraOverrides"
     )
-    return apply_overrides(spec, job)
+    assert offered in message, message
+    job["extraOverrides"] = ["actor_rollout_ref.actor.fsdp_config.offload_policy=True"]
+    assert full_preflight("a3u", {**GOOD, "verl-gke:job": json.dumps(job)}).spec
+    # Under strategy fsdp verl ignores the key, and so does the memory check.
+    job["actorStrategy"] = "fsdp"
+    assert "memory-fit" in refused("a3u", {**GOOD, "verl-gke:job": json.dumps(job)})
 
 
 SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123456789ab"
@@ -575,3 +581,45 @@ def test_no_error_echoes_a_secret_looking_value(changes: dict[str, str]) -> None
     message = refused("a4", {**GOOD, **changes})
     assert "hf_abcdefghij" not in message and "nothing was created" in message
     assert next(iter(changes)) in message
+
+
+# Every refusal class of the tests above (issue 9), each member's fix applied as typed: the
+# stack, GRPO job included, is then accepted. Each alternative a single fix offers is tried.
+SWEEP = [
+    *[(stack, {key: "verlai/verl"}) for key in IMAGE_KEYS for stack in ("a4", "a4x")],
+    *[("a4", {"verl-gke:rayVersion": v}) for v in ("latest", "2.47", "2.47.0; curl x")],
+    *[("a4", {"verl-gke:verlRef": v}) for v in ("latest", " ", "v0.6.1 && rm -rf /", "v0..6")],
+    *[("a4", {"verl-gke:model": v}) for v in ("Qwen2.5-7B-Instruct", "Qwen/Qwen 7B")],
+    *[("a4", {"verl-gke:hfToken": v}) for v in ("abc123", " hf_abcdef")],
+    *[("a4x", {"verl-gke:fabricMinBusbwGbps": v}) for v in ("inf", "901")],
+    ("a4", {"verl-gke:mode": "autopilot", "verl-gke:releaseChannel": "STABLE"}),
+    ("a4", {"verl-gke:releaseChannel": "rapid"}),
+    *[("a4", {"verl-gke:cpuMachineType": v}) for v in ("n4-highmem-12", "n9-highmem-16")],
+    *[("a4", {"verl-gke:podsCidr": v}) for v in ("fd00::/64", "10.4.0.0/24", "10.128.0.0/14")],
+    ("a4", {"verl-gke:hostSubnetCidr": "10.128.0.1/20"}),
+    *[("a4", {"gcp:project": v}) for v in ("My_Project", "123456789012")],
+    ("a4", {"verl-gke:reservation": "My Reservation"}),
+    ("a4x", {"verl-gke:reservation": ""}),
+    ("a4", {"verl-gke:capacity": "flexStart"}),
+    ("a4", {"verl-gke:capacity": "reservation", "verl-gke:reservation": ""}),
+    ("a4", {"verl-gke:clusterName": "Verl_Cluster"}),
+    ("a4", {"verl-gke:cpuNodes": "6"}),
+    ("a4", {"verl-gke:kubernetesVersion": "1.33"}),
+    ("a4x", {"verl-gke:draDriverChartVersion": "25.3.1"}),
+    ("a4x", {"verl-gke:imageStreaming": "true"}),
+    ("a4", {"verl_gke:gpuNodes": "4"}),
+    ("a4", {"verl-gke:gpuNode": "4"}),
+    ("a4", {"verl-gke:zone": "us-east1-b"}),
+]
+
+
+@pytest.mark.parametrize(("stack", "changes"), SWEEP, ids=[str(c) for _, c in SWEEP])
+def test_each_earlier_refusal_fix_is_accepted_with_the_job(
+    stack: str, changes: dict[str, str]
+) -> None:
+    config = {k: v for k, v in {**GOOD, **changes}.items() if v != ""}
+    message = refused(stack, config)
+    lines = [part for part in message.split("\n") if "Fix: " in part]
+    alternatives = lines[0].count(", or ") + 1 if len(lines) == 1 else 1
+    for alternative in range(alternatives):
+        assert full_preflight(stack, apply_fixes(config, message, alternative)).spec, alternative

@@ -186,9 +186,7 @@ def fabric_check_run(settings: StackSettings) -> FabricCheckRun:
     threshold = settings.fabric_min_busbw_gbps or profile.fabric_min_busbw_gbps
     script = Path(fabric_check.__file__).read_bytes()
     return FabricCheckRun(
-        entrypoint=(
-            f"python fabric_check.py --min-busbw-gbps {threshold:g}"
-        ),
+        entrypoint=(f"python fabric_check.py --min-busbw-gbps {threshold:g}"),
         runtime_env={
             "working_dir": FABRIC_CHECK_DIR,
             "excludes": ["__pycache__"],

@@ -337,6 +337,7 @@ def default_grpo_spec(
     name = experiment if experiment is not None else default_experiment_name(profile, model_path)
     values = {
         **per_mode[mode],
+        "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model_path),
         "modelPath": model_path,
         "nGpusPerNode": profile.gpus_per_node,
         "nnodes": gpu_nodes,
@@ -344,6 +345,16 @@ def default_grpo_spec(
         "defaultLocalDir": checkpoint_dir(name),
     }
     return _validate(values)
+
+
+def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model_path: str) -> int:
+    """The tutorial's rollout TP, or for a known model whose heads it does not divide the nearest
+    TP that vLLM can shard them over (so choosing verl-gke:model alone gives a job that runs)."""
+    tp = int(defaults["rolloutTensorParallelSize"])
+    arch = known_model(model_path)
+    if arch is None or _tp_fits(tp, arch.num_attention_heads, arch.num_key_value_heads):
+        return tp
+    return _best_tp(tp, profile.gpus_per_node, arch.num_attention_heads, arch.num_key_value_heads)
 
 
 def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
