@@ -73,7 +73,10 @@ def nearest_region(value: str) -> str:
 def region_problem(region: str) -> str | None:
     if region in REGION_ZONES:
         return None
-    return "not a Compute Engine region (gcloud compute regions list shows them)"
+    return (
+        "not a Compute Engine region (gcloud compute regions list shows them; a region opened "
+        "after this program's table in config/known_values.py needs adding there)"
+    )
 
 
 def zone_problem(zone: str, region: str) -> tuple[str, str] | None:
@@ -169,8 +172,9 @@ def namespace_problem(value: str, taken: Mapping[str, str]) -> str | None:
     of this stack create to the component."""
     if value.startswith(RESERVED_NAMESPACE_PREFIXES):
         return (
-            f"namespaces starting with {', '.join(RESERVED_NAMESPACE_PREFIXES)} belong to "
-            "Kubernetes and GKE (they exist already, and creating one fails)"
+            f"namespaces starting with {', '.join(RESERVED_NAMESPACE_PREFIXES)} are reserved for "
+            "Kubernetes and GKE (kube-system, kube-public, kube-node-lease and gmp-system exist "
+            "on every GKE cluster, and creating one fails with AlreadyExists)"
         )
     if value in taken:
         return f"{taken[value]} creates this namespace itself; two owners of one object fail"
