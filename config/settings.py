@@ -1068,9 +1068,7 @@ def _describe(error: ValidationError, raw: dict[str, Any], job_check: JobCheck |
         shown = "<secret>" if name in SECRET_FIELDS else repr(item["input"])
         message = str(item["msg"]).removeprefix("Value error, ")
         fix = _type_error_fix(item, field_alias, key, raw, job_check)
-        stack = raw.get("stack", "STACK")
-        fix_text = f" Fix: pulumi config set {key} {fix} -s {stack}" if fix is not None else ""
-        problems.append(f"{key} = {shown}: {message}.{fix_text}")
+        problems.append(f"{key} = {shown}: {message}.{f' Fix: {fix}' if fix else ''}")
     return problems
 
 
@@ -1090,10 +1088,15 @@ def _type_error_fix(
             candidates.append(str(ctx[bound]))
     if item["type"].startswith(("int_", "float_", "value_error")):
         candidates += input_rules.number_candidates(item["input"])
-    if item["type"].startswith("bool_"):
-        candidates.append("true")
+    # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
     candidates += _default_candidates(alias, raw)
-    return next((c for c in candidates if _field_accepts(raw, alias, key, c, job_check)), None)
+    stack = raw.get("stack", "STACK")
+    for candidate in candidates:
+        if _field_accepts(raw, alias, key, candidate, job_check):
+            return f"pulumi config set {key} {candidate} -s {stack}"
+    if _field_accepts(raw, alias, key, None, job_check):
+        return f"pulumi config rm {key} -s {stack} (the default applies)"
+    return None
 
 
 def _default_candidates(alias: str, raw: dict[str, Any]) -> list[str]:
@@ -1104,21 +1107,27 @@ def _default_candidates(alias: str, raw: dict[str, Any]) -> list[str]:
         defaults = {}
     name = next((n for n, f in StackSettings.model_fields.items() if f.alias == alias), "")
     field = StackSettings.model_fields.get(name)
-    found = [defaults.get(alias), field.get_default(call_default_factory=True) if field else None]
+    default = None if field is None or field.is_required() else field.get_default()
+    found = [defaults.get(alias), {} if name == "job" else default]
     return [
-        json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool) else str(v)
+        json.dumps(v)
+        if isinstance(v, dict)
+        else str(v).lower()
+        if isinstance(v, bool)
+        else str(getattr(v, "value", v))
         for v in found
         if v is not None and not isinstance(v, SecretStr)
     ]
 
 
 def _field_accepts(
-    raw: dict[str, Any], alias: str, key: str, value: str, job_check: JobCheck | None
+    raw: dict[str, Any], alias: str, key: str, value: str | None, job_check: JobCheck | None
 ) -> bool:
-    """No rule refuses `value` for `alias`; when the rest of `raw` is valid too, the GRPO job
-    accepts the result as well."""
+    """No rule refuses `value` (None: the key removed) for `alias`; when the rest of `raw` is
+    valid too, the GRPO job accepts the result as well."""
+    data = {k: v for k, v in raw.items() if k != alias} if value is None else {**raw, alias: value}
     try:
-        settings = StackSettings.model_validate({**raw, alias: value})
+        settings = StackSettings.model_validate(data)
         if job_check is not None:
             job_check(settings)
     except ValidationError as error:

@@ -471,6 +471,9 @@ CLASSES = [
     ("a4", {"verl-gke:mode": "autopylot"}, "verl-gke:mode = 'autopylot'"),
     ("a4x", {"verl-gke:capacity": "spott"}, "verl-gke:capacity = 'spott'"),
     ("a4", {"verl-gke:cpuNodes": "0"}, "verl-gke:cpuNodes = '0'"),
+    ("a4", {"verl-gke:fabricMinBusbwGbps": "fast"}, "verl-gke:fabricMinBusbwGbps = 'fast'"),
+    ("a4", {"verl-gke:imageStreaming": "sometimes"}, "verl-gke:imageStreaming = 'sometimes'"),
+    ("a4", {"verl-gke:job": "not json"}, "verl-gke:job = 'not json'"),
     ("a4", {"verl-gke:namespace": "Verl_NS"}, "verl-gke:namespace = 'Verl_NS'"),
     ("a4", {"verl-gke:ksaName": "Verl_KSA"}, "verl-gke:ksaName = 'Verl_KSA'"),
     ("a4x", {"verl-gke:job.trainBatchSize": "64"}, "verl-gke:job.trainBatchSize = '64'"),
@@ -516,6 +519,11 @@ def test_every_class_is_refused_with_a_fix_that_is_accepted(
     message = refused(stack, config)
     assert "nothing was created" in message and named in message, message
     assert full_preflight(stack, apply_fixes(config, message)).spec
+
+
+def test_a_refused_switch_gets_its_default_never_a_destructive_guess() -> None:
+    message = refused("a4", {**GOOD, "verl-gke:deleteBucketOnDestroy": "2"})
+    assert "Fix: pulumi config set verl-gke:deleteBucketOnDestroy false -s a4" in message
 
 
 def test_unrelated_keys_are_not_suggested() -> None:
@@ -574,6 +582,9 @@ SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123456789ab"
         {"verl-gke:jobWait": SECRET},
         {"verl-gke:verlRef": f"v1 {SECRET}"},
         {"verl-gke:clusterName": GOOD["verl-gke:hfToken"]},  # the stack's own token
+        {"verl-gke:job": json.dumps({"logger": [SECRET]})},
+        {"verl-gke:job": json.dumps({SECRET: 1})},
+        {"verl-gke:job": json.dumps({"experimentName": 7, "totalEpochs": SECRET})},
     ],
     ids=lambda c: next(iter(c)),
 )

@@ -54,6 +54,7 @@ from config.bucket_layout import (
 from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
 from config.settings import DEFAULT_MODEL
+from jobs.secret_scan import redact
 from training.memory_fit import KNOWN_MODELS, known_model
 
 CONFIG_KEY = "verl-gke:job"
@@ -306,7 +307,8 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
     """
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = tuple(problems)
+        # No message echoes a secret-looking value, whatever setting it was typed into.
+        self.problems = tuple(redact(p) for p in problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         count = len(self.problems)
         super().__init__(
