@@ -70,6 +70,27 @@ def nearest_region(value: str) -> str:
     return close[0] if close else "us-central1"
 
 
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+
+
+def region_for_fix(region: str, zone: str) -> str:
+    """The region a fix names: `region` if it exists, else the zone's region if that exists,
+    else the listed region nearest to what was typed (a zone typed as the region: its region)."""
+    if region in REGION_ZONES:
+        return region
+    zone_match = _ZONE.match(zone)
+    if zone_match and zone_match["region"] in REGION_ZONES:
+        return zone_match["region"]
+    typed = _ZONE.match(region)
+    return nearest_region(typed["region"] if typed else region)
+
+
+def zone_in(region: str, letter: str = "b") -> str:
+    """Zone `letter` of a listed region, or its first zone when it has no such letter."""
+    letters = REGION_ZONES[region]
+    return f"{region}-{letter if letter in letters else letters[0]}"
+
+
 def region_problem(region: str) -> str | None:
     if region in REGION_ZONES:
         return None

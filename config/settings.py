@@ -6,7 +6,6 @@ reader is about to pay for GPUs by the hour and should not have to read this fil
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import os
@@ -331,27 +330,11 @@ def _check_name(
     return f"{config_key(field_name)} = {value!r}: must be {rule}{limit}."
 
 
-def _region_fix(s: StackSettings) -> str:
-    """The region a fix names: gcp:region if it exists, else the zone's region if that exists,
-    else the listed region nearest to what was typed."""
-    if s.region in known_values.REGION_ZONES:
-        return s.region
-    zone = _ZONE.match(s.zone)
-    if zone and zone["region"] in known_values.REGION_ZONES:
-        return zone["region"]
-    region = _ZONE.match(s.region)
-    return known_values.nearest_region(region["region"] if region else s.region)
-
-
-def _zone_in(region: str, letter: str = "b") -> str:
-    letters = known_values.REGION_ZONES[region]
-    return f"{region}-{letter if letter in letters else letters[0]}"
-
-
 def _check_region(s: StackSettings) -> str | None:
     if _REGION.match(s.region) and known_values.region_problem(s.region) is None:
         return None
-    fix = f"Fix: pulumi config set gcp:region {_region_fix(s)} -s {s.stack}"
+    region = known_values.region_for_fix(s.region, s.zone)
+    fix = f"Fix: pulumi config set gcp:region {region} -s {s.stack}"
     if _ZONE.match(s.region):
         return f"gcp:region = {s.region!r}: a zone, not a region. {fix}"
     why = known_values.region_problem(s.region) if _REGION.match(s.region) else None
@@ -360,13 +343,14 @@ def _check_region(s: StackSettings) -> str | None:
 
 def _check_zone(s: StackSettings) -> str | None:
     match = _ZONE.match(s.zone)
-    region = _region_fix(s)
+    region = known_values.region_for_fix(s.region, s.zone)
     if not match or match["region"] not in known_values.REGION_ZONES:
         why = "not a zone name" if not match else f"region {match['region']} does not exist"
         letter = match.group(0)[-1] if match else "b"
         return (
-            f"{config_key('zone')} = {s.zone!r}: {why} (e.g. {_zone_in(region)}). "
-            f"Fix: {s.fix('zone', _zone_in(region, letter))} (the zone of your GPU reservation)"
+            f"{config_key('zone')} = {s.zone!r}: {why} (e.g. {known_values.zone_in(region)}). "
+            f"Fix: {s.fix('zone', known_values.zone_in(region, letter))} (the zone of your GPU "
+            f"reservation)"
         )
     missing = known_values.zone_problem(s.zone, match["region"])
     if missing is not None:
@@ -378,7 +362,8 @@ def _check_zone(s: StackSettings) -> str | None:
             f"{config_key('zone')} = {s.zone!r} is not in gcp:region {s.region!r}: the GPU nodes, "
             f"the RoCE network profile and the subnets must share one region. Fix: "
             f"pulumi config set gcp:region {match['region']} -s {s.stack}, or "
-            f"{s.fix('zone', _zone_in(s.region, s.zone[-1]))} (the zone of your reservation)"
+            f"{s.fix('zone', known_values.zone_in(s.region, s.zone[-1]))} (the zone of your "
+            f"reservation)"
         )
     return None
 
@@ -989,26 +974,6 @@ def _image_notices(settings: StackSettings) -> list[str]:
     ]
 
 
-# Keys users set under verl-gke: that belong to another namespace.
-_OTHER_NAMESPACE_KEYS = {
-    "region": "the region is gcp:region (verl-gke:zone must be one of its zones)",
-    "project": "the project is gcp:project",
-}
-
-
-def _flat_object_key(key: str, value: str, stack: str) -> str | None:
-    """`verl-gke:job.trainBatchSize` set without --path: Pulumi stores a flat key of that name,
-    which the program never reads."""
-    base, _, path = key.partition(".")
-    if not path or base not in valid_keys():
-        return None
-    return (
-        f"{key} = {value!r}: set without --path, so Pulumi stored a key named {key!r} instead "
-        f"of the field {path!r} of {base}. Fix: pulumi config rm {key} -s {stack}, then "
-        f"pulumi config set --path {key} {value} -s {stack}"
-    )
-
-
 def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
     known = valid_keys()
     problems = []
@@ -1027,26 +992,13 @@ def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
             continue
         if not key.startswith(f"{NAMESPACE}:") or key in known:
             continue
-        flat = _flat_object_key(key, str(config[key]), stack)
+        flat = input_rules.flat_object_key(key, str(config[key]), stack, known)
         if flat:
             problems.append(flat)
             continue
-        problems.append(f"{key} is not a setting of this program: {_unknown_key_hint(key, stack)}")
+        hint = input_rules.unknown_key_hint(key, stack, known)
+        problems.append(f"{key} is not a setting of this program: {hint}")
     return problems
-
-
-def _unknown_key_hint(key: str, stack: str) -> str:
-    typed = key.split(":", 1)[1]
-    remove = f"pulumi config rm {key} -s {stack}"
-    if typed in _OTHER_NAMESPACE_KEYS:
-        return f"{_OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}"
-    # Compare without the shared "verl-gke:" prefix, which would make everything look close, and
-    # ignoring case; 0.8 keeps a typo's match and drops unrelated keys (region -> rayVersion).
-    short = {k.split(":", 1)[1].lower(): k for k in valid_keys()}
-    close = difflib.get_close_matches(typed.lower(), list(short), n=1, cutoff=0.8)
-    if close:
-        return f"did you mean {short[close[0]]}? Fix: {remove}, then set {short[close[0]]}"
-    return f"valid keys: {', '.join(valid_keys())}. Fix: {remove}"
 
 
 def _describe(error: ValidationError, raw: dict[str, Any], job_check: JobCheck | None) -> list[str]:
@@ -1077,17 +1029,7 @@ def _type_error_fix(
 ) -> str | None:
     """The first value, most likely meant first, that the field accepts with the rest of `raw`:
     the nearest allowed choice, the violated bound, the number meant, then the default."""
-    ctx = item.get("ctx") or {}
-    candidates: list[str] = []
-    if "expected" in ctx:
-        choices = re.findall(r"'([^']*)'", str(ctx["expected"]))
-        nearest = input_rules.nearest_choice(item["input"], choices)
-        candidates += [nearest] if nearest else []
-    for bound in ("ge", "le", "gt", "lt"):
-        if bound in ctx:
-            candidates.append(str(ctx[bound]))
-    if item["type"].startswith(("int_", "float_", "value_error")):
-        candidates += input_rules.number_candidates(item["input"])
+    candidates = input_rules.type_error_candidates(item["type"], item["input"], item.get("ctx"))
     # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
     candidates += _default_candidates(alias, raw)
     stack = raw.get("stack", "STACK")
