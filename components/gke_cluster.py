@@ -86,7 +86,11 @@ def authorized_networks(
                 cidr_block=cidr, display_name="verl-gke:authorizedNetworks"
             )
             for cidr in cidrs
-        ]
+        ],
+        # Only the list: off, GKE's switch that also admits every Google Cloud public IP (any
+        # customer's VM). The provider sends it only when set, leaving GKE's default otherwise;
+        # Cluster Toolkit gke-cluster sets it false by default.
+        gcp_public_cidrs_access_enabled=False,
     )
 
 

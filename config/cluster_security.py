@@ -2,12 +2,16 @@
 nodes run as, and which GKE metrics are collected. Pure: no Pulumi.
 
 Sources:
-- Authorized networks: terraform-provider-google-beta (bridged by pulumi-gcp 10.2.0)
+- Authorized networks: terraform-provider-google-beta v7.45.0 (bridged by pulumi-gcp 10.2.0)
   resource_container_cluster.go: `master_authorized_networks_config` absent sends
   `enabled: false` (the public endpoint takes any address); present, only `cidr_blocks` (and the
-  nodes) reach it; each `cidr_block` passes `validation.IsCIDRNetwork(0, 32)` (a network in
-  canonical CIDR form with a prefix of at most 32 bits, i.e. IPv4). Cluster Toolkit's A4X, A4
-  and A3 Ultra blueprints set `master_authorized_networks` from an `authorized_cidr`.
+  nodes) reach it, plus every Google Cloud public IP unless `gcp_public_cidrs_access_enabled`
+  is false (sent only when set; Cluster Toolkit gke-cluster sets it false by default); each
+  `cidr_block` passes `validation.IsCIDRNetwork(0, 32)` (a network in canonical CIDR form with
+  a prefix of at most 32 bits; an IPv6 range up to /32 passes it too). The program takes IPv4
+  ranges only: this IPv4 single-stack cluster's endpoint is an IPv4 address, which no IPv6
+  source reaches. Cluster Toolkit's A4X, A4 and A3 Ultra blueprints set
+  `master_authorized_networks` from an `authorized_cidr`.
 - Node service account: GKE "Configure GKE node service accounts": nodes need at least
   Kubernetes Engine Default Node Service Account (roles/container.defaultNodeServiceAccount) on
   the project; GKE "Use Image streaming": with a custom node service account, also
@@ -32,7 +36,7 @@ import re
 from typing import Any
 
 # --- control plane access ---------------------------------------------------------------------
-# The provider bounds a cidr_block's prefix to 0..32 bits (IsCIDRNetwork(0, 32)).
+# The provider bounds a cidr_block's prefix to 0..32 bits (IsCIDRNetwork(0, 32)); IPv4 only here.
 MAX_PREFIX_BITS = 32
 
 
@@ -78,8 +82,8 @@ def cidr_problem(value: str) -> tuple[str, str | None] | None:
 
 
 _IPV6 = (
-    "an IPv6 range; GKE authorized networks take IPv4 ranges only (the provider's cidr_block "
-    "check allows a prefix of at most 32 bits)"
+    "an IPv6 range; the cluster's endpoint is an IPv4 address, so only IPv4 ranges can match "
+    "a client that reaches it"
 )
 
 

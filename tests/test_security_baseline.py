@@ -1,11 +1,13 @@
 """The cluster's security and observability baseline against the real systems' rules.
 
 Sources (config/cluster_security.py has the quotes):
-- terraform-provider-google-beta 93c65b2d (bridged by pulumi-gcp 10.2.0),
+- terraform-provider-google-beta v7.45.0 (bridged by pulumi-gcp 10.2.0),
   resource_container_cluster.go: an absent `master_authorized_networks_config` is sent as
-  `enabled: false` (any address reaches the public endpoint); a present block admits only its
-  `cidr_blocks`, each checked by `validation.IsCIDRNetwork(0, 32)`; resource_google_service_account
-  .go: account_id is `verify.ValidateRFC1035Name(6, 30)`.
+  `enabled: false` (any address reaches the public endpoint); a present block admits its
+  `cidr_blocks`, each checked by `validation.IsCIDRNetwork(0, 32)`, and every Google Cloud
+  public IP unless `gcp_public_cidrs_access_enabled` is sent false (expandMasterAuthorizedNetworks
+  Config sends it only when set); resource_google_service_account.go: account_id is
+  `verify.ValidateRFC1035Name(6, 30)`.
 - GKE "Configure GKE node service accounts": nodes need roles/container.defaultNodeServiceAccount;
   GKE uses the Compute Engine default service account when none is set.
 - GKE "Access scopes in GKE": a custom service account gets the cloud-platform scope.
@@ -61,14 +63,20 @@ NODE_ROLES_ALLOWED = {
 
 def provider_accepts(cidr: str) -> bool:
     """terraform-plugin-sdk validation.IsCIDRNetwork(0, 32): net.ParseCIDR succeeds, the value
-    is the network's canonical form, and the prefix has 0..32 bits."""
+    is the network's canonical form, and the prefix has 0..32 bits (of either family)."""
     if "/" not in cidr:
         return False
     try:
         network = ipaddress.ip_network(cidr, strict=True)
     except ValueError:
         return False
-    return str(network) == cidr and 0 <= network.prefixlen <= 32 and network.version == 4
+    return str(network) == cidr and 0 <= network.prefixlen <= 32
+
+
+def reaches_ipv4_endpoint(cidr: str) -> bool:
+    """The cluster is IPv4 single-stack: its endpoint is an IPv4 address, so only an IPv4
+    source range can match a client that reaches it."""
+    return ipaddress.ip_network(cidr, strict=False).version == 4
 
 
 def settings_with(stack: str, value: str) -> StackSettings:
@@ -82,10 +90,12 @@ def settings_with(stack: str, value: str) -> StackSettings:
     "value",
     ["203.0.113.7", "203.0.113.7/24", "2001:db8::/64", "::/0", "10.0.0.0/33", "junk", "1.2.3/8"],
 )
-def test_ranges_the_provider_refuses_are_refused_before_anything_with_an_accepted_fix(
+def test_ranges_that_cannot_admit_a_client_are_refused_before_anything_with_an_accepted_fix(
     value: str,
 ) -> None:
-    assert not provider_accepts(value)
+    # Refused by the provider, or accepted by it (::/0) yet matching no client of an IPv4
+    # endpoint.
+    assert not provider_accepts(value) or not reaches_ipv4_endpoint(value)
     config = {**REAL, KEY: f"198.51.100.0/24,{value}"}
     with pytest.raises(SettingsError) as caught:
         load_settings("a4", config, offline=False)
@@ -98,7 +108,7 @@ def test_ranges_the_provider_refuses_are_refused_before_anything_with_an_accepte
     else:
         config[fix["key"]] = fix["value"]
     accepted = load_settings("a4", config, offline=False).settings.authorized_networks
-    assert all(provider_accepts(cidr) for cidr in accepted)
+    assert all(provider_accepts(cidr) and reaches_ipv4_endpoint(cidr) for cidr in accepted)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +116,7 @@ def test_ranges_the_provider_refuses_are_refused_before_anything_with_an_accepte
 )
 def test_what_the_settings_accept_the_provider_accepts(value: str) -> None:
     cidrs = settings_with("a4", value).authorized_networks
-    assert cidrs and all(provider_accepts(cidr) for cidr in cidrs)
+    assert cidrs and all(provider_accepts(cidr) and reaches_ipv4_endpoint(cidr) for cidr in cidrs)
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -117,6 +127,9 @@ def test_authorized_ranges_reach_the_cluster_in_both_modes(stack: str, mode: str
         "203.0.113.7/32",
         "198.51.100.0/24",
     ]
+    # Only the list: unsent, GKE's default decides whether every Google Cloud public IP (any
+    # customer's VM) also reaches the endpoint.
+    assert config["gcpPublicCidrsAccessEnabled"] is False
 
 
 def report(stack: str, mode: str, **config: str) -> tuple[PlanResult, str]:
