@@ -395,6 +395,9 @@ USER_VALUES = {
     "PROJECT_ID": GOOD["gcp:project"],
     "RESERVATION_NAME": GOOD["verl-gke:reservation"],
     "RESERVATION_NAME[/reservationBlocks/BLOCK]": GOOD["verl-gke:reservation"],
+    "RESERVATION_NAME[/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]]": GOOD[
+        "verl-gke:reservation"
+    ],
     "hf_...": GOOD["verl-gke:hfToken"],
 }
 
