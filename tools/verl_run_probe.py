@@ -44,7 +44,6 @@ def _compose(overrides: list[str]) -> Any:
 
 def tracking(request: dict[str, Any]) -> dict[str, Any]:
     from omegaconf import OmegaConf
-
     from verl.utils.tracking import Tracking
 
     logger = OmegaConf.to_container(_compose(request["overrides"]).trainer, resolve=True)["logger"]

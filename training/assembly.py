@@ -30,6 +30,7 @@ from training.grpo_spec import (
 )
 from training.job_secrets import job_settings_secret_problems, rendered_secret_problems
 from training.memory_fit import (
+    VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryBreakdown,
     MemoryFitError,
@@ -158,7 +159,20 @@ def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemory
         optimizer_offload=bool(spec.actor_optimizer_offload),
         use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
         ref_param_offload=bool(spec.ref_param_offload),
+        rollout_max_num_seqs=_max_num_seqs(spec, profile),
     )
+
+
+_MAX_NUM_SEQS_KEY = "actor_rollout_ref.rollout.max_num_seqs"
+
+
+def _max_num_seqs(spec: GrpoSpec, profile: AcceleratorProfile) -> int:
+    """vLLM's max_num_seqs: an integer extraOverrides value, else verl's default at the ref."""
+    for override in spec.extra_overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == _MAX_NUM_SEQS_KEY and value.isdigit():
+            return int(value)
+    return VLLM_MAX_NUM_SEQS_DEFAULT[profile.verl_ref]
 
 
 # The fabric check's code reaches the head as the Ray job's working_dir; the path is relative to
