@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,6 @@ from ray.runtime_env.runtime_env import _merge_runtime_env
 
 from config.profiles import PROFILES, Mode
 from jobs import verl_log
-from payloads.export import run_grpo
 from tests.test_verl_config_compose import RELEASE_FOR_REF, STACKS, _overrides, _require_venv
 from training.grpo_spec import (
     DRIVER_SET_ENV,
@@ -44,26 +46,98 @@ from training.model_export import runner_job
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tools" / "verl_run_probe.py"
+RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
 RELEASES = sorted(set(RELEASE_FOR_REF.values()))
 STEP_1 = {"training/global_step": 1, "timing_s/step": 12.5, "actor/pg_loss": -0.25}
+LOGGER_CASES = {"file": ["file"], "file,console": ["file", "console"], "console": ["console"]}
+# Where the probes' file loggers write (VERL_FILE_LOGGER_PATH), one file per case.
+_SCRATCH = Path(tempfile.mkdtemp(prefix="verl-run-probe-"))
 
 
-def _probe(release: str, request: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+def _python(release: str) -> Path:
     _require_venv(release)
-    python = Path(os.environ["VERL_GKE_VERL_VENVS"]) / release / "bin" / "python"
-    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
-    done = subprocess.run(
-        [str(python), str(PROBE)],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        cwd=REPO,
-        timeout=300,
-        check=False,
+    return Path(os.environ["VERL_GKE_VERL_VENVS"]) / release / "bin" / "python"
+
+
+def _base_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
+
+
+def _tracking_request(overrides: list[str], metrics: Path) -> dict[str, Any]:
+    return {
+        "probe": "tracking",
+        "overrides": overrides,
+        "steps": [{"step": 1, "data": STEP_1}],
+        "env": {"VERL_FILE_LOGGER_PATH": str(metrics)},
+    }
+
+
+def _logger_override(spec: GrpoSpec) -> list[str]:
+    return [o for o in _overrides(spec) if o.startswith("trainer.logger=")]
+
+
+def _requests(release: str) -> dict[str, dict[str, Any]]:
+    """Every probe this module needs at `release`, by name."""
+    requests = {
+        f"logger:{name}": _tracking_request(
+            _logger_override(_spec(logger=loggers)), _SCRATCH / release / f"{name}.jsonl"
+        )
+        for name, loggers in LOGGER_CASES.items()
+    }
+    # `trainer.logger=file` as a user's setting was sent before rendered_loggers.
+    requests["raw:file"] = _tracking_request(
+        ["trainer.logger=file"], _SCRATCH / release / "raw.jsonl"
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    for profile, mode in STACKS:
+        if RELEASE_FOR_REF[PROFILES[profile].verl_ref] == release:
+            requests[f"driver:{profile}:{mode}"] = _driver_request(_job_runtime_env(profile, mode))
+    job_env = _job_runtime_env("a4x", Mode.STANDARD)
+    job_env["env_vars"] = {**job_env["env_vars"], "PYTHONHASHSEED": "0"}
+    requests["driver:with-PYTHONHASHSEED"] = _driver_request(job_env)
+    requests["rollout"] = {"probe": "rollout_defaults"}
+    return requests
+
+
+def _driver_request(job_env: dict[str, Any]) -> dict[str, Any]:
+    # verl's driver is the training command, started by the runner in the job's environment.
+    return {"probe": "driver_env", "job_runtime_env": job_env, "env": job_env["env_vars"]}
+
+
+@cache
+def _results() -> dict[str, dict[str, Any]]:
+    """Each release's probe results by request name: one interpreter per release, run at once
+    (importing verl, torch and ray takes a while)."""
+    running = {}
+    for release in RELEASES:
+        python = Path(os.environ.get("VERL_GKE_VERL_VENVS", "/nonexistent")) / release / "bin"
+        if not (python / "python").is_file():
+            continue
+        (_SCRATCH / release).mkdir(parents=True, exist_ok=True)
+        names, requests = zip(*_requests(release).items(), strict=True)
+        request_file = _SCRATCH / f"{release}-requests.json"
+        request_file.write_text(json.dumps({"requests": list(requests)}))
+        process = subprocess.Popen(
+            [str(python / "python"), str(PROBE), str(request_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_base_env(),
+            cwd=REPO,
+        )
+        running[release] = (names, process)
+    results = {}
+    for release, (names, process) in running.items():
+        stdout, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, f"verl {release} probe failed: {stderr[-3000:]}"
+        report = json.loads(stdout.strip().splitlines()[-1])
+        assert report["verl_version"] == release
+        results[release] = dict(zip(names, report["results"], strict=True))
+    return results
+
+
+def _result(release: str, name: str) -> dict[str, Any]:
+    _python(release)
+    return _results()[release][name]
 
 
 def _spec(profile: str = "a4", mode: Mode = Mode.STANDARD, **job: Any) -> GrpoSpec:
@@ -71,59 +145,41 @@ def _spec(profile: str = "a4", mode: Mode = Mode.STANDARD, **job: Any) -> GrpoSp
     return apply_overrides(default_grpo_spec(p, mode, p.default_gpu_nodes), job)
 
 
-def _tracking(release: str, spec: GrpoSpec, metrics: Path) -> dict[str, Any]:
-    request = {
-        "probe": "tracking",
-        "overrides": [o for o in _overrides(spec) if o.startswith("trainer.logger=")],
-        "steps": [{"step": 1, "data": STEP_1}],
-    }
-    return _probe(release, request, {"VERL_FILE_LOGGER_PATH": str(metrics)})
-
-
 @pytest.mark.parametrize("release", RELEASES)
-@pytest.mark.parametrize("loggers", [["file"], ["file", "console"], ["console"]])
+@pytest.mark.parametrize("case", sorted(LOGGER_CASES))
 def test_every_logger_setting_makes_verl_print_the_step_line_we_parse(
-    release: str, loggers: list[str], tmp_path: Path
+    release: str, case: str
 ) -> None:
-    result = _tracking(release, _spec(logger=loggers), tmp_path / "metrics.jsonl")
+    result = _result(release, f"logger:{case}")
     assert "console" in result["logger"]
     steps = verl_log.training_steps(result["stdout"])
     assert [s.step for s in steps] == [1]
     assert steps[0].values["timing_s/step"] == 12.5
+    # The file logger writes where the job's env says (VERL_FILE_LOGGER_PATH).
+    if "file" in LOGGER_CASES[case]:
+        written = (_SCRATCH / release / f"{case}.jsonl").read_text().splitlines()
+        assert json.loads(written[0]) == {"step": 1, "data": STEP_1}
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_without_console_verl_prints_no_step_line(release: str, tmp_path: Path) -> None:
+def test_without_console_verl_prints_no_step_line(release: str) -> None:
     # The rule rendered_loggers exists for: verl's Tracking prints step lines only through its
-    # console backend. `trainer.logger=file` as a user would have sent it.
-    request = {"probe": "tracking", "overrides": ["trainer.logger=file"], "steps": [
-        {"step": 1, "data": STEP_1}
-    ]}  # fmt: skip
-    result = _probe(release, request, {"VERL_FILE_LOGGER_PATH": str(tmp_path / "m.jsonl")})
+    # console backend.
+    result = _result(release, "raw:file")
+    assert result["logger"] in ("file", ["file"])
     assert verl_log.training_steps(result["stdout"]) == []
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_logger_backends_are_verls(release: str, tmp_path: Path) -> None:
-    result = _tracking(release, _spec(logger=["console"]), tmp_path / "m.jsonl")
-    assert sorted(LOGGER_BACKENDS) == sorted(result["supported"])
+def test_logger_backends_are_verls(release: str) -> None:
+    assert sorted(LOGGER_BACKENDS) == sorted(_result(release, "logger:console")["supported"])
 
 
-@pytest.mark.parametrize("release", RELEASES)
-def test_each_attempts_metrics_are_kept(release: str, tmp_path: Path) -> None:
-    # verl's file logger opens VERL_FILE_LOGGER_PATH with "w"; the runner moves the previous
-    # attempt's file aside before training, so two attempts leave two files.
-    spec = _spec(logger=["console", "file"])
-    env_path = render_runtime_env(spec, PROFILES["a4"], Mode.STANDARD)["env_vars"]
-    assert env_path["VERL_FILE_LOGGER_PATH"] == f"{spec.default_local_dir}/metrics.jsonl"
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    metrics = run_dir / run_grpo.METRICS_FILE
-    _tracking(release, spec, metrics)
-    assert run_grpo.keep_previous_metrics(run_dir) == run_dir / "metrics" / "attempt-001.jsonl"
-    _tracking(release, spec, metrics)
-    for path in (run_dir / "metrics" / "attempt-001.jsonl", metrics):
-        assert json.loads(path.read_text().splitlines()[0])["step"] == 1
+def test_the_file_logger_path_is_in_the_run_folder() -> None:
+    spec = _spec(logger=["console", "file", "tensorboard"])
+    env = render_runtime_env(spec, PROFILES["a4"], Mode.STANDARD)["env_vars"]
+    assert env["VERL_FILE_LOGGER_PATH"] == f"{spec.default_local_dir}/metrics.jsonl"
+    assert env["TENSORBOARD_DIR"] == f"{spec.default_local_dir}/tensorboard"
 
 
 def _job_runtime_env(profile: str, mode: Mode) -> dict[str, Any]:
@@ -138,17 +194,11 @@ def _job_runtime_env(profile: str, mode: Mode) -> dict[str, Any]:
     return runtime_env
 
 
-def _driver_env(release: str, job_env: dict[str, Any]) -> dict[str, Any]:
-    # verl's driver is the training command, started by the runner with the job's environment.
-    request = {"probe": "driver_env", "job_runtime_env": job_env}
-    return _probe(release, request, job_env["env_vars"])["driver_runtime_env"]
-
-
 @pytest.mark.parametrize(("profile", "mode"), STACKS)
 def test_ray_merges_the_job_env_with_verls_driver_env(profile: str, mode: Mode) -> None:
     release = RELEASE_FOR_REF[PROFILES[profile].verl_ref]
     job_env = _job_runtime_env(profile, mode)
-    driver = _driver_env(release, job_env)
+    driver = _result(release, f"driver:{profile}:{mode}")["driver_runtime_env"]
     merged = _merge_runtime_env(job_env, driver)
     assert merged is not None, f"Ray refuses: job {job_env} and driver {driver} share a key"
     assert merged["env_vars"]["PYTHONPATH"] == job_env["env_vars"]["PYTHONPATH"]
@@ -159,7 +209,8 @@ def test_a_key_set_by_both_makes_ray_refuse() -> None:
     # PYTHONHASHSEED when the job sets it.
     job_env = _job_runtime_env("a4x", Mode.STANDARD)
     job_env["env_vars"] = {**job_env["env_vars"], "PYTHONHASHSEED": "0"}
-    assert _merge_runtime_env(job_env, _driver_env("0.9.0", job_env)) is None
+    driver = _result("0.9.0", "driver:with-PYTHONHASHSEED")["driver_runtime_env"]
+    assert _merge_runtime_env(job_env, driver) is None
 
 
 def test_driver_set_keys_are_refused_in_the_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,5 +227,34 @@ def test_driver_set_keys_are_refused_in_the_job_env(monkeypatch: pytest.MonkeyPa
 def test_max_num_seqs_default_is_verls(ref: str, release: str) -> None:
     # ddbcdb7 (A4X) is not a release: its rollout.yaml says 1024 (verl-project/verl at ddbcdb7,
     # verl/trainer/config/rollout/rollout.yaml), unlike v0.9.0 which stands for it elsewhere.
-    result = _probe(release, {"probe": "rollout_defaults"})
-    assert VLLM_MAX_NUM_SEQS_DEFAULT[ref] == result["max_num_seqs"]
+    assert VLLM_MAX_NUM_SEQS_DEFAULT[ref] == _result(release, "rollout")["max_num_seqs"]
+
+
+def test_each_attempts_metrics_survive_verls_file_logger(tmp_path: Path) -> None:
+    # verl's FileLogger opens VERL_FILE_LOGGER_PATH with "w" (v0.6.1; "wb" at ddbcdb7): two
+    # attempts through the runner, each training command being verl's own Tracking, leave both
+    # attempts' lines.
+    python = _python("0.6.1")
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+    for attempt in (1, 2):
+        request = _tracking_request(["trainer.logger=[console,file]"], metrics)
+        request["steps"] = [{"step": attempt, "data": STEP_1}]
+        request_file = tmp_path / f"attempt-{attempt}.json"  # another command each time
+        request_file.write_text(json.dumps({"requests": [request]}))
+        command = [
+            sys.executable, str(RUNNER), "--run-dir", str(run_dir), "--identity", "{}",
+            "--", str(python), str(PROBE), str(request_file),
+        ]  # fmt: skip
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=_base_env(),
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    kept = run_dir / "metrics" / "attempt-001.jsonl"
+    assert json.loads(kept.read_text().splitlines()[0])["step"] == 1
+    assert json.loads(metrics.read_text().splitlines()[0])["step"] == 2

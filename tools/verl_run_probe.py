@@ -1,17 +1,17 @@
 """Run the parts of verl's own code that decide what a GRPO job's run leaves behind, inside an
 isolated verl virtualenv (like tools/verl_compose_check.py: it imports nothing from this project).
-Prints one JSON object.
 
-stdin: one of
+Input: {"requests": [request, ...]} as JSON, on stdin or in the file named by the one argument.
+Output: {"verl_version": "...", "results": [result, ...]} as the last line of stdout. Each request
+runs with the environment the probe started with plus its "env" (a mapping, optional):
   {"probe": "tracking", "overrides": ["key=value", ...], "steps": [{"step": 1, "data": {...}}]}
       compose `overrides` against verl's ppo_trainer config as main_ppo does, build verl's
       Tracking (verl/utils/tracking.py) with the composed trainer.logger, log `steps`, finish.
       -> {"logger": [...], "stdout": "...", "supported": [...]}
   {"probe": "driver_env", "job_runtime_env": {...}}
       call verl's get_ppo_ray_runtime_env (verl/trainer/constants_ppo.py) as the job's driver:
-      run it with the job's env_vars as its environment; this adds the job config Ray's job
-      supervisor sets (RAY_JOB_CONFIG_JSON_ENV_VAR)
-      -> {"driver_runtime_env": {...}}
+      with the job's env_vars as "env" and the job config that Ray's job supervisor sets
+      (RAY_JOB_CONFIG_JSON_ENV_VAR) -> {"driver_runtime_env": {...}}
   {"probe": "rollout_defaults"}
       -> {"max_num_seqs": <verl's rollout config default>}
 """
@@ -76,14 +76,21 @@ def rollout_defaults(_request: dict[str, Any]) -> dict[str, Any]:
     return {"max_num_seqs": rollout["max_num_seqs"]}
 
 
+PROBES = {"tracking": tracking, "driver_env": driver_env, "rollout_defaults": rollout_defaults}
+
+
 def main() -> int:
-    request = json.load(sys.stdin)
-    probes = {"tracking": tracking, "driver_env": driver_env, "rollout_defaults": rollout_defaults}
-    result = probes[request["probe"]](request)
+    source = open(sys.argv[1]) if len(sys.argv) > 1 else sys.stdin
+    requests = json.load(source)["requests"]
+    started_with = dict(os.environ)
+    results = []
+    for request in requests:
+        os.environ.clear()
+        os.environ.update({**started_with, **request.get("env", {})})
+        results.append(PROBES[request["probe"]](request))
     import verl
 
-    result["verl_version"] = verl.__version__
-    print(json.dumps(result))
+    print(json.dumps({"verl_version": verl.__version__, "results": results}))
     return 0
 
 
