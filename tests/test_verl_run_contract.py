@@ -172,7 +172,9 @@ def test_without_console_verl_prints_no_step_line(release: str) -> None:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_logger_backends_are_verls(release: str) -> None:
-    assert sorted(LOGGER_BACKENDS) == sorted(_result(release, "logger:console")["supported"])
+    # Every backend the program accepts is one verl's Tracking supports (0.9.0 adds rl_insight,
+    # which ddbcdb7, the A4X ref, does not have).
+    assert set(LOGGER_BACKENDS) <= set(_result(release, "logger:console")["supported"])
 
 
 def test_the_file_logger_path_is_in_the_run_folder() -> None:

@@ -25,6 +25,7 @@ from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
 from tools.offline_engine import PlanResult, RecordedResource, run_stack, stack_config
 from tools.plan_redaction import redacted, secret_markers
+from training.grpo_spec import RUN_CONTINUITY
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -224,6 +225,9 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
         yield f"  note: {notice}"
     yield render_tree(result)
     yield from result.messages
+    root = result.outputs.get("checkpointRoot")
+    if isinstance(root, str):
+        yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
     yield from what_you_pay_for(result, planned_settings(result.stack, overrides, strict))
     yield "Outputs:"
     for key in sorted(result.outputs):

@@ -365,6 +365,14 @@ RESUME_IDENTITY_EXTRA_KEYS = (
 )
 
 
+# What `pulumi up` does to a run, for the plan and the docs.
+RUN_CONTINUITY = (
+    "a change of world size (gpuNodes, nnodes, nGpusPerNode), model, actorStrategy, "
+    "extraOverrides fsdp_size or lora_rank, or experimentName starts a new run at step 0 in "
+    "another folder; any other change continues from the latest checkpoint in this one"
+)
+
+
 def resume_identity(spec: GrpoSpec) -> dict[str, Any]:
     """The settings a checkpoint can only be resumed with (RESUME_IDENTITY_FIELDS)."""
     identity: dict[str, Any] = {
