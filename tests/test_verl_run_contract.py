@@ -16,6 +16,7 @@ tests/test_verl_config_compose.py for which release stands for each stack's verl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -215,14 +216,13 @@ def test_a_key_set_by_both_makes_ray_refuse() -> None:
     assert _merge_runtime_env(job_env, driver) is None
 
 
-def test_driver_set_keys_are_refused_in_the_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_driver_set_keys_are_refused_in_the_job_env() -> None:
     profile = PROFILES["a4x"]
     assert "PYTHONHASHSEED" in DRIVER_SET_ENV[profile.verl_ref]
-    env = dict(profile.nccl_env[Mode.STANDARD])
-    env["PYTHONHASHSEED"] = "0"
-    monkeypatch.setitem(profile.nccl_env, Mode.STANDARD, env)
+    nccl = {**profile.nccl_env[Mode.STANDARD], "PYTHONHASHSEED": "0"}
+    broken = dataclasses.replace(profile, nccl_env={Mode.STANDARD: nccl})
     with pytest.raises(ValueError, match="PYTHONHASHSEED"):
-        render_runtime_env(_spec("a4x"), profile, Mode.STANDARD)
+        render_runtime_env(_spec("a4x"), broken, Mode.STANDARD)
 
 
 @pytest.mark.parametrize(("ref", "release"), [("v0.6.1", "0.6.1"), ("v0.9.0", "0.9.0")])
