@@ -11,6 +11,7 @@ Pure: no Pulumi, no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 
 # Where every pod that reads or writes training data mounts the bucket (GCS FUSE); the bucket's
@@ -56,9 +57,26 @@ def model_path(model_id: str) -> str:
 
 
 def checkpoint_dir(experiment: str) -> str:
-    """trainer.default_local_dir of an experiment: verl resumes from the folder's
-    latest_checkpointed_iteration.txt, so two experiments never share one."""
+    """The experiment's folder: every run of it has its own folder inside (run_checkpoint_dir)."""
     return f"{CHECKPOINT_ROOT}/{experiment}"
+
+
+def run_checkpoint_dir(experiment: str, world_size: int, resume_identity: str) -> str:
+    """trainer.default_local_dir of one run: `<experiment>/w<world size>-<8 hex digits of
+    resume_identity>`. verl resumes from the folder's latest_checkpointed_iteration.txt and loads
+    `model_world_size_<W>_rank_<r>.pt` (verl/utils/checkpoint/fsdp_checkpoint_manager.py, v0.6.1
+    and ddbcdb7), so a run whose checkpoints it cannot load (another world size, model or actor
+    sharding: resume_identity says which) gets a new folder and starts from step 0."""
+    digest = hashlib.sha256(resume_identity.encode()).hexdigest()[:8]
+    return f"{checkpoint_dir(experiment)}/w{world_size}-{digest}"
+
+
+# What each run folder holds besides verl's own files (payloads/grpo/run_grpo.py writes them).
+RUN_IDENTITY_FILE = "verl-gke-run.json"  # the resume identity, written before the first step
+TRAINING_DONE_FILE = "training.done"  # training exited 0: its step, identity and command hash
+METRICS_FILE = "metrics.jsonl"  # verl's file logger, the attempt running now
+METRICS_ATTEMPTS_DIR = "metrics"  # earlier attempts' metrics.jsonl, moved here as attempt-<n>.jsonl
+TENSORBOARD_SUBDIR = "tensorboard"  # TENSORBOARD_DIR of the run
 
 
 # Hugging Face model folders merged from a run's final checkpoint, one per experiment

@@ -477,6 +477,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         changed = [k for k in (*SPEC_KEYS, *CONNECTION_KEYS) if _differs(k, _olds, _news)]
         replaces = [k for k in changed if k in SPEC_KEYS]
         status = _olds.get("status")
+        if replaces and (
+            note := _new_run_note(_olds.get("checkpoint_root"), _news.get("checkpoint_root"))
+        ):
+            _progress(_id, note)
         if status in ("FAILED", "STOPPED"):
             # The last refresh saw the run end without success: `pulumi up` submits it again.
             if not replaces:
@@ -1298,8 +1302,28 @@ def _resume_note(root: str | None, latest_checkpoint: str | None) -> str:
     if root is None:
         return "the job keeps no checkpoints: it starts from the beginning"
     if latest_checkpoint:
-        return f"verl resumes from {latest_checkpoint}"
-    return "verl resumes from the start: no checkpoint yet"
+        return f"the run continues in {root}: verl resumes from {latest_checkpoint}"
+    return f"the run starts at step 0 in {root}: no checkpoint there yet"
+
+
+# A run folder's name, `w<world size>-<hash of the resume identity>` (config/bucket_layout.py).
+_RUN_FOLDER = re.compile(r"/w(\d+)-([0-9a-f]{8})$")
+
+
+def _new_run_note(old_root: Any, new_root: Any) -> str | None:
+    """What a changed job spec does to the run: None when the checkpoint folder is the same
+    (verl resumes there), else why the new job starts a new run in a new folder."""
+    if not isinstance(new_root, str) or old_root == new_root:
+        return None
+    old = _RUN_FOLDER.search(str(old_root or ""))
+    new = _RUN_FOLDER.search(new_root)
+    if old and new and old[1] != new[1]:
+        why = f"world size {old[1]} -> {new[1]}; verl cannot load a checkpoint of another one"
+    elif old and new and old[2] != new[2]:
+        why = "model, actor strategy, fsdp_size or lora_rank changed; verl cannot resume across"
+    else:
+        why = "another checkpoint folder (experiment name or defaultLocalDir)"
+    return f"the new job starts a new run at step 0 in {new_root}, not in {old_root} ({why})"
 
 
 def _resubmit_note(sid: str, status: str, olds: Mapping[str, Any]) -> str:

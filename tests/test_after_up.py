@@ -4,6 +4,7 @@ export step, and the W&B key's path to the Ray pods."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -257,27 +258,25 @@ def test_logs_url_opens_exactly_one_runs_driver_log() -> None:
 # -- model export -----------------------------------------------------------------------------
 
 
-def _commands(entrypoint: str) -> list[list[str]]:
+def _runner(entrypoint: str) -> tuple[list[str], list[str]]:
+    """(runner options, training command) of the GRPO entrypoint."""
     words = shlex.split(entrypoint)
-    commands: list[list[str]] = [[]]
-    for word in words:
-        if word == "&&":
-            commands.append([])
-        else:
-            commands[-1].append(word)
-    return commands
+    assert words[:2] == ["python3", "run_grpo.py"]
+    split = words.index("--")
+    return words[2:split], words[split + 1 :]
 
 
 def test_grpo_job_exports_the_model_after_training_succeeds() -> None:
     job = plan("a4", "standard").one(RAY_JOB, "grpo-job")
-    train, export = _commands(job.inputs["entrypoint"])
+    options, train = _runner(job.inputs["entrypoint"])
     assert train[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     checkpoint_dir = next(w.split("=", 1)[1] for w in train if "default_local_dir=" in w)
-    assert export == [
-        "python3", "export_model.py",
-        "--checkpoint-dir", checkpoint_dir,
-        "--target-dir", "/data/models/grpo-qwen2.5-32b-instruct-a4",
-    ]  # fmt: skip
+    assert options[options.index("--run-dir") + 1] == checkpoint_dir
+    identity = json.loads(options[options.index("--identity") + 1])
+    assert identity["world_size"] == 16
+    assert options[options.index("--export-target") + 1] == (
+        "/data/models/grpo-qwen2.5-32b-instruct-a4"
+    )
     runtime_env = job.inputs["runtime_env"]
     assert runtime_env["working_dir"] == "payloads/export"
     assert len(runtime_env["env_vars"]["VERL_GKE_EXPORT_SHA256"]) == 64
@@ -286,9 +285,8 @@ def test_grpo_job_exports_the_model_after_training_succeeds() -> None:
 def test_export_model_false_leaves_the_export_out() -> None:
     result = plan("a4", "standard", **{"verl-gke__exportModel": "false"})
     job = result.one(RAY_JOB, "grpo-job")
-    assert len(_commands(job.inputs["entrypoint"])) == 1
-    assert "working_dir" not in job.inputs["runtime_env"]
-    assert "VERL_GKE_EXPORT_SHA256" not in job.inputs["runtime_env"]["env_vars"]
+    options, _ = _runner(job.inputs["entrypoint"])
+    assert "--export-target" not in options
     assert result.outputs["modelExportPath"] is None
 
 

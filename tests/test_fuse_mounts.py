@@ -114,9 +114,9 @@ def test_job_checkpoints_and_resume_marker_are_on_the_checkpoint_mount(
     marker = posixpath.join(checkpoints, VERL_MARKER)
     assert marker.startswith(f"{bucket_layout.CHECKPOINT_MOUNT}/")
     # The provider reads the marker through the same bucket folder the pods write.
-    assert job["checkpoint_root"] == (
-        f"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
-    )
+    run_folder = checkpoints.removeprefix(f"{bucket_layout.CHECKPOINT_MOUNT}/")
+    assert run_folder.startswith(f"grpo-qwen2.5-32b-instruct-{stack}/w")
+    assert job["checkpoint_root"] == f"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/{run_folder}"
     spec = result.one(RAY_CLUSTER).inputs["spec"]
     pods = [spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]]
     for pod in pods:

@@ -7,6 +7,7 @@ drift in the defaults module shows up here.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -105,11 +106,15 @@ def _seed_a4x() -> dict[str, str]:
 
 
 def _with_departures(tutorial: dict[str, str], experiment: str, *, add_kl: bool) -> dict[str, str]:
-    """The documented departures: one checkpoint folder per experiment, the experiment name, and
-    (x86 only) KL loss on as in the A4X command."""
+    """The documented departures: one checkpoint folder per run of the experiment (a pattern:
+    w<world size>-<hash of the resume identity>), the experiment name, and (x86 only) KL loss on
+    as in the A4X command."""
+    world = int(tutorial["trainer.nnodes"]) * int(tutorial["trainer.n_gpus_per_node"])
     expected = {
         **tutorial,
-        "trainer.default_local_dir": f"/checkpoints/{experiment}",
+        "trainer.default_local_dir": (
+            rf"/checkpoints/{re.escape(experiment)}/w{world}-[0-9a-f]{{8}}"
+        ),
         "trainer.experiment_name": experiment,
     }
     if add_kl:
@@ -236,7 +241,10 @@ def test_every_profile_mode_has_a_tutorial_table() -> None:
 def test_entrypoint_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
     args = shlex.split(render_entrypoint(_default(profile, mode)))
     assert args[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
-    assert _pairs(args[3:]) == EXPECTED_OVERRIDES[(profile, mode)]
+    pairs, expected = _pairs(args[3:]), dict(EXPECTED_OVERRIDES[(profile, mode)])
+    folder_pattern = expected.pop("trainer.default_local_dir")
+    assert re.fullmatch(folder_pattern, pairs.pop("trainer.default_local_dir"))
+    assert pairs == expected
 
 
 @pytest.mark.parametrize(("profile", "mode"), STACKS)
@@ -365,7 +373,7 @@ def test_bad_value_type_names_the_setting() -> None:
 
 def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
     spec = apply_overrides(_default(), {"experimentName": "lr-sweep-2"})
-    assert spec.default_local_dir == "/checkpoints/lr-sweep-2"
+    assert re.fullmatch(r"/checkpoints/lr-sweep-2/w\d+-[0-9a-f]{8}", spec.default_local_dir)
     explicit = apply_overrides(
         _default(), {"experimentName": "b", "defaultLocalDir": "/data/ckpt/shared"}
     )

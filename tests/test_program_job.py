@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -21,9 +22,9 @@ SHAPE = {
 
 def overrides(entrypoint: str) -> dict[str, str]:
     words = shlex.split(entrypoint)
-    # The model export follows training (`&& python3 export_model.py ...`, test_after_up.py).
-    if "&&" in words:
-        words = words[: words.index("&&")]
+    # The runner takes the training command after `--` (test_after_up.py).
+    assert words[:2] == ["python3", "run_grpo.py"]
+    words = words[words.index("--") + 1 :]
     assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     return dict(word.split("=", 1) for word in words[3:])
 
@@ -40,8 +41,13 @@ def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
     assert args["actor_rollout_ref.actor.ppo_mini_batch_size"] == shape["mini"]
     assert args["data.train_files"] == "/data/gsm8k/train.parquet"
     assert args["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
-    # Checkpoints land in the bucket, one folder per experiment, and are actually written.
-    assert args["trainer.default_local_dir"] == f"/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
+    # Checkpoints land in the bucket, one folder per run of the experiment (world size in the
+    # name), and are actually written.
+    world = int(shape["gpus"]) * int(shape["nodes"])
+    folder = args["trainer.default_local_dir"]
+    assert re.fullmatch(
+        rf"/checkpoints/grpo-qwen2.5-32b-instruct-{stack}/w{world}-[0-9a-f]{{8}}", folder
+    )
     assert int(args["trainer.save_freq"]) > 0
 
 
@@ -79,8 +85,10 @@ def test_job_reaches_dashboard_through_the_api_server_proxy(stack: str, mode: st
     assert dashboard["namespace"] == "default"
     assert dashboard["service"] == result.outputs["rayHeadService"]
     assert job.inputs["checkpoint_root"] == result.outputs["checkpointRoot"]
-    assert result.outputs["checkpointRoot"] == (
-        f"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
+    assert re.fullmatch(
+        rf"gs://acme-ml-prod-verl-{stack}/verl/checkpoints/grpo-qwen2.5-32b-instruct-{stack}"
+        r"/w\d+-[0-9a-f]{8}",
+        result.outputs["checkpointRoot"],
     )
     assert job.inputs["submission_id_prefix"] == f"{stack}-grpo"
     assert job.inputs["wait_for"] == "first_step"

@@ -822,10 +822,11 @@ def _base_args() -> dict[str, Any]:
         ({"submission_id": "a4x-0123", "latest_checkpoint": "gs://b/run/global_step_40",
           "message": "Job entrypoint command failed with exit code 1, last available logs ..."},
          "the last refresh saw it FAILED (Job entrypoint command failed with exit code 1): "
-         "resubmitting a4x-0123 as a4x-0123-r2; verl resumes from gs://b/run/global_step_40"),
+         "resubmitting a4x-0123 as a4x-0123-r2; the run continues in "
+         "gs://bucket/checkpoints/run: verl resumes from gs://b/run/global_step_40"),
         ({"submission_id": "a4x-0123-r2", "latest_checkpoint": None, "message": ""},
-         "the last refresh saw it FAILED: resubmitting a4x-0123-r2 as a4x-0123-r3; verl resumes "
-         "from the start: no checkpoint yet"),
+         "the last refresh saw it FAILED: resubmitting a4x-0123-r2 as a4x-0123-r3; the run "
+         "starts at step 0 in gs://bucket/checkpoints/run: no checkpoint there yet"),
         ({"submission_id": "a4x-0123", "checkpoint_root": None, "message": None},
          "resubmitting a4x-0123 as a4x-0123-r2; the job keeps no checkpoints: it starts from "
          "the beginning"),
@@ -837,3 +838,30 @@ def test_diff_after_a_failed_refresh_says_what_up_resubmits(
     olds = {**plain_props(), "status": "FAILED", **state}
     RayJobProvider().diff(state["submission_id"], olds, plain_props())
     assert said in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("old_root", "new_root", "said"),
+    [
+        ("gs://b/verl/checkpoints/e/w16-0123abcd", "gs://b/verl/checkpoints/e/w32-4567cdef",
+         "the new job starts a new run at step 0 in gs://b/verl/checkpoints/e/w32-4567cdef, not "
+         "in gs://b/verl/checkpoints/e/w16-0123abcd (world size 16 -> 32; verl cannot load a "
+         "checkpoint of another one)"),
+        ("gs://b/verl/checkpoints/e/w16-0123abcd", "gs://b/verl/checkpoints/e/w16-4567cdef",
+         "(model, actor strategy, fsdp_size or lora_rank changed; verl cannot resume across)"),
+        ("gs://b/verl/checkpoints/e/w16-0123abcd", "gs://b/verl/checkpoints/f/w16-0123abcd",
+         "(another checkpoint folder (experiment name or defaultLocalDir))"),
+    ],
+)  # fmt: skip
+def test_diff_of_a_changed_job_says_whether_the_run_continues(
+    old_root: str, new_root: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A changed spec replaces the job; whether verl resumes depends on the checkpoint folder
+    # (one per resume identity, config/bucket_layout.run_checkpoint_dir).
+    olds = {**plain_props(), "status": "RUNNING", "checkpoint_root": old_root}
+    news = {**plain_props(), "entrypoint": "python3 other.py", "checkpoint_root": new_root}
+    RayJobProvider().diff("a4x-0123", olds, news)
+    assert said in capsys.readouterr().out
+    same = {**news, "checkpoint_root": old_root}
+    RayJobProvider().diff("a4x-0123", olds, same)
+    assert "new run" not in capsys.readouterr().out

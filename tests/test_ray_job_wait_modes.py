@@ -239,7 +239,8 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
     assert (list(diff.replaces), diff.deleteBeforeReplace) == (["status"], True)
     said = (
         f"[ray-job {sid}] the last refresh saw it FAILED (Job entrypoint command failed with "
-        f"exit code 9): resubmitting {sid} as {sid}-r2; verl resumes from {checkpoint}"
+        f"exit code 9): resubmitting {sid} as {sid}-r2; the run continues in "
+        f"gs://{BUCKET}/{run}: verl resumes from {checkpoint}"
     )
     assert said in printed(host, sid, "the last refresh saw it FAILED"), printed(host, sid)
     # The engine's replacement: delete (nothing to stop), then create the next attempt.
@@ -248,8 +249,8 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
     try:
         assert resubmitted.id == f"{sid}-r2"
         assert (
-            f"[ray-job {sid}-r2] resubmitting {sid} (it ended FAILED) as {sid}-r2; verl resumes "
-            f"from {checkpoint}"
+            f"[ray-job {sid}-r2] resubmitting {sid} (it ended FAILED) as {sid}-r2; the run "
+            f"continues in gs://{BUCKET}/{run}: verl resumes from {checkpoint}"
         ) in printed(host, f"{sid}-r2", "resubmitting")
         assert from_wire(resubmitted.properties)["first_step"]["step"] == 1
     finally:

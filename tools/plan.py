@@ -25,6 +25,7 @@ from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
 from tools.offline_engine import REPO_ROOT, PlanResult, RecordedResource, run_stack, stack_config
 from tools.plan_redaction import redacted, secret_markers
+from training.grpo_spec import RUN_CONTINUITY
 
 # The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
 PROJECT_DIR = REPO_ROOT
@@ -237,6 +238,9 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
         yield f"  note: {notice}"
     yield render_tree(result)
     yield from result.messages
+    root = result.outputs.get("checkpointRoot")
+    if isinstance(root, str):
+        yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
     settings = planned_settings(result.stack, overrides, strict)
     yield from teardown_notes(settings)
     yield from what_you_pay_for(result, settings)

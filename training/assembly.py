@@ -26,11 +26,13 @@ from training.grpo_spec import (
     extra_override_flag,
     in_config_terms,
     preflight,
-    render_entrypoint,
     render_runtime_env,
+    resume_identity,
+    training_argv,
 )
 from training.job_secrets import job_settings_secret_problems, rendered_secret_problems
 from training.memory_fit import (
+    VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryBreakdown,
     MemoryFitError,
@@ -39,7 +41,7 @@ from training.memory_fit import (
     resolve_model,
 )
 from training.model_choice import model_setting_problems
-from training.model_export import export_url, with_export
+from training.model_export import export_url, runner_job
 from training.trackers import tracker_problems
 
 
@@ -87,17 +89,16 @@ def training_job(settings: StackSettings) -> TrainingJob:
         # A 32B job that runs out of memory after an hour of provisioning is the costliest
         # mistake there is: refuse it here, with the knob that fixes it.
         raise GrpoPreflightError([in_config_terms(str(error))]) from None
-    entrypoint = render_entrypoint(spec)
-    runtime_env = render_runtime_env(spec, settings.profile, settings.mode)
-    export_path = None
-    if settings.export_model:
-        entrypoint, runtime_env = with_export(
-            entrypoint,
-            runtime_env,
-            checkpoint_dir=spec.default_local_dir,
-            experiment=spec.experiment_name,
-        )
-        export_path = export_url(settings.bucket_name, spec.experiment_name)
+    entrypoint, runtime_env = runner_job(
+        training_argv(spec),
+        render_runtime_env(spec, settings.profile, settings.mode),
+        run_dir=spec.default_local_dir,
+        identity=resume_identity(spec),
+        export_experiment=spec.experiment_name if settings.export_model else None,
+    )
+    export_path = (
+        export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None
+    )
     leaked = rendered_secret_problems(entrypoint, runtime_env, settings)
     if leaked:
         raise GrpoPreflightError(leaked)
@@ -162,7 +163,20 @@ def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemory
         and extra_override_flag(spec, OFFLOAD_POLICY_KEY),
         use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
         ref_param_offload=bool(spec.ref_param_offload),
+        rollout_max_num_seqs=_max_num_seqs(spec, profile),
     )
+
+
+_MAX_NUM_SEQS_KEY = "actor_rollout_ref.rollout.max_num_seqs"
+
+
+def _max_num_seqs(spec: GrpoSpec, profile: AcceleratorProfile) -> int:
+    """vLLM's max_num_seqs: an integer extraOverrides value, else verl's default at the ref."""
+    for override in spec.extra_overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == _MAX_NUM_SEQS_KEY and value.isdigit():
+            return int(value)
+    return VLLM_MAX_NUM_SEQS_DEFAULT[profile.verl_ref]
 
 
 # The fabric check's code reaches the head as the Ray job's working_dir; the path is relative to

@@ -7,9 +7,12 @@ keys, e.g. `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`. Fi
 are not passed to verl, so verl's own default for the pinned ref applies.
 
 Deliberate departures from the tutorial commands (everything else is reproduced verbatim):
-- `trainer.default_local_dir` is one folder per experiment on the checkpoint GCS FUSE mount
-  (/checkpoints/<experiment>): verl resumes from `latest_checkpointed_iteration.txt`
-  in that folder, so two experiments must never share one.
+- `trainer.default_local_dir` is one folder per run on the checkpoint GCS FUSE mount
+  (/checkpoints/<experiment>/w<world size>-<hash>, `default_run_dir`): verl resumes from
+  `latest_checkpointed_iteration.txt` in that folder, so two experiments never share one, and a
+  change verl cannot resume across (RESUME_IDENTITY_FIELDS) starts a new run in a new folder.
+- `trainer.logger` always includes `console`: verl prints the `step:N` lines the job provider and
+  tools/run.py read only for that backend.
 - `trainer.experiment_name` is passed, so logs carry the same name as the checkpoint folder.
 - A4 / A3 Ultra also pass `actor_rollout_ref.actor.use_kl_loss=True`, as the seed's A4X command
   does. The x86 scripts set `algorithm.kl_ctrl.kl_coef` but neither KL switch, so their KL
@@ -19,6 +22,7 @@ Deliberate departures from the tutorial commands (everything else is reproduced 
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import posixpath
 import re
@@ -46,10 +50,13 @@ from config.bucket_layout import (
     GRPO_HF_HOME,
     GSM8K_TEST,
     GSM8K_TRAIN,
+    METRICS_FILE,
+    TENSORBOARD_SUBDIR,
     VERL_NODE_LOCAL,
     checkpoint_dir,
     is_shared,
     model_path,
+    run_checkpoint_dir,
 )
 from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
@@ -346,7 +353,8 @@ def default_grpo_spec(
         "experimentName": name,
         "defaultLocalDir": checkpoint_dir(name),
     }
-    return _validate(values)
+    spec = _validate(values)
+    return spec.model_copy(update={"default_local_dir": default_run_dir(spec)})
 
 
 def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model_path: str) -> int:
@@ -362,19 +370,64 @@ def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model_
 def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
     """A copy of `spec` with the camelCase `verl-gke:job` keys in `overrides` replaced.
 
-    Changing experimentName alone moves defaultLocalDir along when it was the experiment's default
-    folder, so a new experiment never resumes from another one's checkpoints. extraOverrides is
-    replaced as a whole, not appended to.
+    While defaultLocalDir is the run's default folder (default_run_dir) and not overridden, it
+    follows the result: a new experiment or a change of RESUME_IDENTITY_FIELDS gets its own
+    folder, so no run resumes another one's checkpoints. extraOverrides is replaced as a whole,
+    not appended to.
     """
     problems = [_unknown_key(key) for key in overrides if key not in _ALIASES]
     if problems:
         raise GrpoPreflightError(problems)
     values = spec.model_dump(by_alias=True)
     values.update(overrides)
-    renamed = "experimentName" in overrides and "defaultLocalDir" not in overrides
-    if renamed and spec.default_local_dir == checkpoint_dir(spec.experiment_name):
-        values["defaultLocalDir"] = checkpoint_dir(str(overrides["experimentName"]))
-    return _validate(values)
+    result = _validate(values)
+    if "defaultLocalDir" not in overrides and spec.default_local_dir == default_run_dir(spec):
+        result = result.model_copy(update={"default_local_dir": default_run_dir(result)})
+    return result
+
+
+# What verl can and cannot resume a run across. A verl FSDP checkpoint is one model / optimizer /
+# extra-state shard per rank, `model_world_size_<W>_rank_<r>.pt`, saved and loaded as the
+# SHARDED_STATE_DICT of the actor's FSDP wrapping of the model, each rank opening the file of its
+# own world size and rank (verl/utils/checkpoint/fsdp_checkpoint_manager.py load_checkpoint,
+# v0.6.1 and ddbcdb7). So the world size (nnodes x nGpusPerNode), the model, the actor's FSDP
+# version (fsdp / fsdp2) and what reshapes the sharded state (HSDP fsdp_size, LoRA) decide the run
+# folder; every other setting (batch sizes, lr, epochs, rollout, loggers, ...) continues the run
+# from its latest checkpoint.
+RESUME_IDENTITY_FIELDS = ("nnodes", "n_gpus_per_node", "model_path", "actor_strategy")
+RESUME_IDENTITY_EXTRA_KEYS = (
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size",
+    "actor_rollout_ref.model.lora_rank",
+)
+
+
+# What `pulumi up` does to a run, for the plan and the docs.
+RUN_CONTINUITY = (
+    "a change of world size (gpuNodes, nnodes, nGpusPerNode), model, actorStrategy, "
+    "extraOverrides fsdp_size or lora_rank, or experimentName starts a new run at step 0 in "
+    "another folder; any other change continues from the latest checkpoint in this one"
+)
+
+
+def resume_identity(spec: GrpoSpec) -> dict[str, Any]:
+    """The settings a checkpoint can only be resumed with (RESUME_IDENTITY_FIELDS)."""
+    identity: dict[str, Any] = {
+        "world_size": spec.nnodes * spec.n_gpus_per_node,
+        "model_path": spec.model_path.rstrip("/"),
+        "actor_strategy": spec.actor_strategy,
+    }
+    for override in spec.extra_overrides:
+        match = _OVERRIDE.fullmatch(override)
+        if match is not None and match["key"] in RESUME_IDENTITY_EXTRA_KEYS:
+            identity[match["key"]] = override.split("=", 1)[1]
+    return identity
+
+
+def default_run_dir(spec: GrpoSpec) -> str:
+    """trainer.default_local_dir unless set: the experiment's folder for this resume identity."""
+    identity = resume_identity(spec)
+    key = json.dumps(identity, sort_keys=True)
+    return run_checkpoint_dir(spec.experiment_name, int(identity["world_size"]), key)
 
 
 _ALIASES = frozenset(_alias(name) for name in GrpoSpec.model_fields)
@@ -486,27 +539,40 @@ def _hydra_value(value: object) -> str:
     return str(value)
 
 
+def rendered_loggers(spec: GrpoSpec) -> tuple[str, ...]:
+    """trainer.logger as sent: `console` first when the spec leaves it out. verl prints the
+    `step:N` lines only through its console backend (verl/utils/tracking.py Tracking.__init__,
+    v0.6.1 and ddbcdb7), and the job provider's first-step wait and tools/run.py read them."""
+    return spec.logger if "console" in spec.logger else ("console", *spec.logger)
+
+
 def hydra_overrides(spec: GrpoSpec) -> list[str]:
     """The `key=value` arguments of main_ppo, unquoted, in the seed's order, then extraOverrides."""
     overrides = []
     for name, keys in _HYDRA_KEYS.items():
-        value = getattr(spec, name)
+        value = rendered_loggers(spec) if name == "logger" else getattr(spec, name)
         if value is None:
             continue
         overrides.extend(f"{key}={_hydra_value(value)}" for key in keys)
     return [*overrides, *spec.extra_overrides]
 
 
+def training_argv(spec: GrpoSpec) -> list[str]:
+    """`python3 -m verl.trainer.main_ppo key=value ...`. No `cd`: verl is imported from the pods'
+    node-local copy via PYTHONPATH."""
+    return ["python3", "-m", ENTRYPOINT_MODULE, *hydra_overrides(spec)]
+
+
 def render_entrypoint(spec: GrpoSpec) -> str:
-    """`python3 -m verl.trainer.main_ppo key=value ...`, each argument shell-quoted (Ray runs the
-    entrypoint through a shell). No `cd`: verl is imported from the pods' node-local copy via
-    PYTHONPATH."""
-    return shlex.join(["python3", "-m", ENTRYPOINT_MODULE, *hydra_overrides(spec)])
+    """training_argv, each argument shell-quoted (Ray runs the entrypoint through a shell)."""
+    return shlex.join(training_argv(spec))
 
 
-# Env vars verl's driver would put in its own ray.init(runtime_env=...), which a Ray *job* ignores
-# (verl/trainer/constants_ppo.py and verl/trainer/runtime_env.yaml). NCCL_DEBUG is left out here:
-# verl says WARN, the tutorial says INFO, and a fabric check reads NCCL's INFO lines.
+# Env vars verl's driver puts in its own ray.init(runtime_env=...) unless the job's environment
+# already has them (get_ppo_ray_runtime_env, verl/trainer/constants_ppo.py: it drops every key
+# set in os.environ, where Ray puts the job's env_vars). Set here so every Ray worker of the job has
+# them from the start. NCCL_DEBUG is left out here: verl says WARN, the tutorial says INFO, and a
+# fabric check reads NCCL's INFO lines.
 _VERL_ENV: Mapping[str, str] = MappingProxyType(
     {
         "TOKENIZERS_PARALLELISM": "true",
@@ -542,11 +608,40 @@ def render_runtime_env(
             f"mode {str(mode)!r}: profile {profile.name} has NCCL settings only for "
             f"{[str(m) for m in profile.nccl_env]}"
         )
-    env = {**_VERL_ENV, **_CLUSTER_ENV, **profile.nccl_env[mode]}
-    if "file" in spec.logger:
-        # Otherwise verl's file logger writes into the head container's working directory.
-        env["VERL_FILE_LOGGER_PATH"] = f"{spec.default_local_dir}/metrics.jsonl"
+    env = {**_VERL_ENV, **_CLUSTER_ENV, **profile.nccl_env[mode], **logger_env(spec)}
+    clash = sorted(set(env) & set(DRIVER_SET_ENV.get(profile.verl_ref, ())))
+    if clash:
+        raise ValueError(
+            f"the job's env_vars set {clash}, which verl {profile.verl_ref}'s driver also sets: "
+            "Ray would refuse the driver's ray.init (a key set by both); leave them out"
+        )
     return {"env_vars": env}
+
+
+# Env vars verl's driver always sets in its ray.init(runtime_env=...), whatever the job's env
+# holds (get_ppo_ray_runtime_env in verl/trainer/constants_ppo.py; none at v0.6.1). Ray merges the
+# job's runtime env with the driver's and raises ValueError on an env var key set by both
+# (ray/_private/worker.py init, ray/runtime_env/runtime_env.py _merge_runtime_env; Ray 2.47), so
+# the job's env_vars never hold one. Keyed by profile.verl_ref.
+DRIVER_SET_ENV: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "v0.6.1": (),
+        "ddbcdb7": ("PYTHONHASHSEED", "VERL_FULL_DETERMINISM", "VLLM_BATCH_INVARIANT"),
+    }
+)
+
+
+def logger_env(spec: GrpoSpec) -> dict[str, str]:
+    """Where verl's loggers write, on the bucket's checkpoint mount (verl/utils/tracking.py):
+    without these the file logger writes into the TaskRunner's working directory and tensorboard
+    into `tensorboard_log/` there, both lost with the pod. The file logger opens its file with
+    "w"; payloads/export/run_grpo.py moves the previous attempt's file aside before training."""
+    env = {}
+    if "file" in spec.logger:
+        env["VERL_FILE_LOGGER_PATH"] = f"{spec.default_local_dir}/{METRICS_FILE}"
+    if "tensorboard" in spec.logger:
+        env["TENSORBOARD_DIR"] = f"{spec.default_local_dir}/{TENSORBOARD_SUBDIR}"
+    return env
 
 
 # --- preflight -------------------------------------------------------------------------------

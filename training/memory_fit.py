@@ -39,6 +39,13 @@ WARN_FRACTION = 0.90
 
 LogprobImpl = Literal["fused", "fp32_log_softmax"]
 
+# verl's default actor_rollout_ref.rollout.max_num_seqs (passed to vLLM), per verl ref:
+# verl/trainer/config/rollout/rollout.yaml says 1024 at v0.6.1 and ddbcdb7, 256 at v0.9.0
+# (tests/test_verl_run_contract.py reads the releases' own config).
+VLLM_MAX_NUM_SEQS_DEFAULT: Mapping[str, int] = MappingProxyType(
+    {"v0.6.1": 1024, "ddbcdb7": 1024, "v0.9.0": 256}
+)
+
 # Bytes per (token x vocab entry) held at the peak of the loss computation. "fused" is flash-attn's
 # Triton cross-entropy that verl uses when flash-attn is installed (its images have it): bf16 logits
 # kept for backward, gradient written in place, plus a bf16 slack for the cast of the gradient.
@@ -237,6 +244,9 @@ class GrpoMemoryInputs:
     # rollout.free_cache_engine (vLLM sleep mode): vLLM frees weights and KV cache while training.
     free_cache_engine: bool = True
     rollout_max_num_batched_tokens: int = 8192
+    # actor_rollout_ref.rollout.max_num_seqs: vLLM's profiling run samples this many sequences
+    # (VLLM_MAX_NUM_SEQS_DEFAULT has verl's default per ref).
+    rollout_max_num_seqs: int = 1024
     logprob_impl: LogprobImpl = "fused"
     # CUDA context, NCCL buffers and cuBLAS workspaces outside PyTorch's allocator: 1.57 GiB per
     # process measured on an H200 pair (bench/memory_fit_gpu.py, non_torch_gib).
@@ -370,11 +380,11 @@ def _vllm_weights_gib(inputs: GrpoMemoryInputs) -> float:
 def _vllm_activation_gib(inputs: GrpoMemoryInputs) -> float:
     # vLLM's profiling run: the widest tensors of one layer for max_num_batched_tokens (MLP
     # gate+up output and its activation, sharded by TP) plus sampler logits in fp32 for up to
-    # 256 sequences (max_num_seqs default), plus ~1 GiB of CUDA graphs.
+    # max_num_seqs sequences, plus ~1 GiB of CUDA graphs.
     arch = inputs.model
     tokens = inputs.rollout_max_num_batched_tokens
     mlp = tokens * 3 * BF16 * arch.intermediate_size / inputs.rollout_tp
-    logits = 256 * arch.vocab_size * FP32 * 2
+    logits = inputs.rollout_max_num_seqs * arch.vocab_size * FP32 * 2
     return _gib(mlp + logits) + 1.0
 
 

@@ -1,22 +1,26 @@
-"""The trained model, usable: the GRPO job's entrypoint ends by merging the final checkpoint into
-a Hugging Face model folder in the bucket (payloads/export/export_model.py), in the same Ray job
-and without a second GPU job. `verl-gke:exportModel=false` leaves it out.
+"""The GRPO job's entrypoint: payloads/export/run_grpo.py runs verl's trainer, records that
+training finished (`training.done` in the run folder), then merges the final checkpoint into a
+Hugging Face model folder in the bucket (payloads/export/export_model.py), in the same Ray job and
+without a second GPU job. A resubmission after a failed export runs only the export.
+`verl-gke:exportModel=false` leaves the export out.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
-from payloads.export import export_model
+from payloads.export import export_model, run_grpo
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
 EXPORT_DIR = "payloads/export"
-SCRIPT = Path(export_model.__file__).name
+RUNNER = Path(run_grpo.__file__).name
 # A changed payload is a different job spec (the submission id hashes the runtime env).
 SHA_ENV = "VERL_GKE_EXPORT_SHA256"
 
@@ -26,27 +30,38 @@ def export_url(bucket: str, experiment: str) -> str:
     return bucket_url(bucket, model_export_dir(experiment))
 
 
-def with_export(
-    entrypoint: str, runtime_env: dict[str, Any], *, checkpoint_dir: str, experiment: str
+def _payload_sha256() -> str:
+    digest = hashlib.sha256()
+    for module in (run_grpo, export_model):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def runner_job(
+    training_argv: list[str],
+    runtime_env: dict[str, Any],
+    *,
+    run_dir: str,
+    identity: Mapping[str, Any],
+    export_experiment: str | None,
 ) -> tuple[str, dict[str, Any]]:
-    """The entrypoint that merges after verl's trainer exits 0 (`&&`: a failed run is not
-    exported and keeps its own exit code), and the runtime env that ships the payload."""
-    command = shlex.join(
-        [
-            "python3",
-            SCRIPT,
-            "--checkpoint-dir",
-            checkpoint_dir,
-            "--target-dir",
-            model_export_dir(experiment),
-        ]
-    )
-    script = Path(export_model.__file__).read_bytes()
-    env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: hashlib.sha256(script).hexdigest()}
+    """The entrypoint that runs `training_argv` through the runner (export after it when
+    export_experiment is given), and the runtime env that ships the runner."""
+    command = [
+        "python3",
+        RUNNER,
+        "--run-dir",
+        run_dir,
+        "--identity",
+        json.dumps(dict(identity), sort_keys=True, separators=(",", ":")),
+    ]
+    if export_experiment is not None:
+        command += ["--export-target", model_export_dir(export_experiment)]
+    env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}
     shipped = {
         **runtime_env,
         "working_dir": EXPORT_DIR,
         "excludes": ["__pycache__"],
         "env_vars": env_vars,
     }
-    return f"{entrypoint} && {command}", shipped
+    return shlex.join([*command, "--", *training_argv]), shipped

@@ -1,2 +1,2 @@
-"""The model export step the GRPO job runs after verl's trainer exits 0 (shipped as the job's
-working_dir, so it holds only what runs on the head)."""
+"""What the GRPO job runs on the Ray head (shipped as the job's working_dir, so it holds only
+that): the runner (run_grpo.py: training, then the export) and the model export."""

@@ -1,0 +1,131 @@
+"""The GRPO job's runner (payloads/export/run_grpo.py) for real: a subprocess with a stand-in
+training command and the real export script, a temp folder as the bucket's checkpoint mount.
+
+Rules it encodes:
+- a failed export does not retrain: the resubmission finds `training.done` for the same identity
+  and training command and runs only the export (at verl v0.6.1 a run resumed at its last step
+  trains one more step: real-contracts.md, verl's fit loop);
+- a changed training command (e.g. more epochs) trains again, resuming in the same folder;
+- a run folder of another resume identity is refused before training (verl loads
+  model_world_size_<W>_rank_<r>.pt, fsdp_checkpoint_manager.py);
+- every attempt's metrics.jsonl is kept (verl's FileLogger opens it with "w").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import bucket_layout
+from payloads.export import export_model, run_grpo
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
+IDENTITY = {"world_size": 16, "model_path": "/data/M", "actor_strategy": "fsdp"}
+
+# Stand-in for verl's trainer: counts its calls, prints a step line, writes a checkpoint of step
+# <argv[2]> the way verl lays it out and a metrics.jsonl opened with "w", exits <argv[3]>.
+TRAINER = """
+import json, pathlib, sys
+run = pathlib.Path(sys.argv[1]); step = int(sys.argv[2]); code = int(sys.argv[3])
+with open(run / "calls", "a") as calls:
+    calls.write("x")
+print(f"step:{step} - training/global_step:{step} - timing_s/step:1.0", flush=True)
+(run / f"global_step_{step}" / "actor").mkdir(parents=True, exist_ok=True)
+(run / "latest_checkpointed_iteration.txt").write_text(str(step))
+with open(run / "metrics.jsonl", "w") as metrics:
+    metrics.write(json.dumps({"step": step, "data": {"exit": code}}) + "\\n")
+sys.exit(code)
+"""
+
+
+def run(
+    run_dir: Path, target: Path, step: int = 2, code: int = 0, identity: dict | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable, str(RUNNER), "--run-dir", str(run_dir),
+        "--identity", json.dumps(identity or IDENTITY), "--export-target", str(target),
+        "--", sys.executable, "-c", TRAINER, str(run_dir), str(step), str(code),
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def calls(run_dir: Path) -> int:
+    path = run_dir / "calls"
+    return len(path.read_text()) if path.exists() else 0
+
+
+def mark_exported(target: Path, run_dir: Path, step: int) -> None:
+    """What a finished export leaves: the real export script then has nothing to do."""
+    target.mkdir(parents=True, exist_ok=True)
+    source = str(run_dir / f"global_step_{step}" / "actor")
+    (target / export_model.MARKER).write_text(json.dumps({"step": step, "source": source}))
+
+
+def test_a_failed_export_is_retried_alone(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "ckpt" / "exp" / "w16-abcd1234", tmp_path / "models" / "exp"
+    target.parent.mkdir(parents=True)
+    target.write_text("a file where the export folder belongs")  # the export fails
+    first = run(run_dir, target)
+    assert first.returncode != 0
+    assert "step:2 - training/global_step:2" in first.stdout
+    done = json.loads((run_dir / run_grpo.TRAINING_DONE_FILE).read_text())
+    assert done["step"] == 2 and done["identity"] == IDENTITY
+    target.unlink()
+    mark_exported(target, run_dir, 2)
+    second = run(run_dir, target)  # the same job resubmitted
+    assert second.returncode == 0, second.stderr
+    assert calls(run_dir) == 1  # training ran once
+    assert "training already finished (step 2" in second.stdout
+    assert "already holds step 2; nothing to do" in second.stdout
+
+
+def test_a_failed_training_is_not_exported_and_keeps_its_metrics(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    failed = run(run_dir, target, step=1, code=7)
+    assert failed.returncode == 7
+    assert not (run_dir / run_grpo.TRAINING_DONE_FILE).exists()
+    assert not target.exists()
+    mark_exported(target, run_dir, 2)
+    assert run(run_dir, target, step=2).returncode == 0
+    assert calls(run_dir) == 2
+    kept = run_dir / "metrics" / "attempt-001.jsonl"
+    assert json.loads(kept.read_text())["data"] == {"exit": 7}
+    assert json.loads((run_dir / "metrics.jsonl").read_text())["step"] == 2
+
+
+def test_a_changed_training_command_trains_again(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    mark_exported(target, run_dir, 2)
+    assert run(run_dir, target, step=2).returncode == 0
+    mark_exported(target, run_dir, 4)
+    assert run(run_dir, target, step=4).returncode == 0  # another command line
+    assert calls(run_dir) == 2
+
+
+def test_a_folder_of_another_world_size_is_refused_before_training(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    mark_exported(target, run_dir, 2)
+    assert run(run_dir, target).returncode == 0
+    other = {**IDENTITY, "world_size": 32}
+    refused = run(run_dir, target, identity=other)
+    assert refused.returncode == run_grpo.IDENTITY_MISMATCH
+    assert "world_size: 16 -> 32" in refused.stderr
+    assert calls(run_dir) == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["RUN_IDENTITY_FILE", "TRAINING_DONE_FILE", "METRICS_FILE", "METRICS_ATTEMPTS_DIR"],
+)
+def test_runner_names_agree_with_the_bucket_layout(name: str) -> None:
+    # The runner cannot import the program (it is all the head gets); the names must agree.
+    assert getattr(run_grpo, name) == getattr(bucket_layout, name)
+
+
+def test_runner_and_export_agree_on_verls_marker() -> None:
+    assert run_grpo.LATEST_FILE == export_model.LATEST_FILE

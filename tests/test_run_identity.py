@@ -1,0 +1,123 @@
+"""Which spec changes continue a run and which start a new one, and every logger's output kept.
+
+verl resumes from its checkpoint folder's latest_checkpointed_iteration.txt
+(`trainer.resume_mode: auto`) and each rank loads `model_world_size_<W>_rank_<r>.pt`, a
+SHARDED_STATE_DICT of the actor's FSDP wrapping of that model
+(verl/utils/checkpoint/fsdp_checkpoint_manager.py load_checkpoint, v0.6.1 and ddbcdb7). So a
+change of world size, model, actor FSDP version, HSDP size or LoRA rank must land in another
+folder; any other change must keep the folder (the run continues).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from config.bucket_layout import CHECKPOINT_ROOT, is_shared
+from config.profiles import PROFILES, Mode
+from config.settings import load_settings
+from training.grpo_spec import (
+    LOGGER_BACKENDS,
+    apply_overrides,
+    default_grpo_spec,
+    hydra_overrides,
+    render_runtime_env,
+)
+from training.trackers import UNSUPPORTED_LOGGERS, tracker_problems
+
+A4 = PROFILES["a4"]
+
+
+def _folder(gpu_nodes: int = 2, **job: Any) -> str:
+    spec = default_grpo_spec(A4, Mode.STANDARD, gpu_nodes)
+    return apply_overrides(spec, job).default_local_dir
+
+
+def test_the_default_folder_names_the_world_size() -> None:
+    assert _folder(2).startswith(f"{CHECKPOINT_ROOT}/grpo-qwen2.5-32b-instruct-a4/w16-")
+    assert _folder(4).startswith(f"{CHECKPOINT_ROOT}/grpo-qwen2.5-32b-instruct-a4/w32-")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"nnodes": 4},
+        {"actorStrategy": "other"},  # the FSDP version the default does not use
+        {"modelPath": "/data/Qwen2.5-7B-Instruct"},
+        {"extraOverrides": ["actor_rollout_ref.actor.fsdp_config.fsdp_size=8"]},
+        {"extraOverrides": ["actor_rollout_ref.model.lora_rank=32"]},
+        {"experimentName": "another"},
+    ],
+)
+def test_a_change_verl_cannot_resume_across_starts_a_new_folder(change: dict[str, Any]) -> None:
+    if change.get("actorStrategy") == "other":
+        default = default_grpo_spec(A4, Mode.STANDARD, 2).actor_strategy
+        change = {"actorStrategy": "fsdp" if default == "fsdp2" else "fsdp2"}
+    assert _folder(**change) != _folder()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"lr": 2e-6},
+        {"totalEpochs": 5},
+        {"trainBatchSize": 512},
+        {"rolloutN": 4},
+        {"logger": ["console", "file"]},
+        {"actorParamOffload": True},
+        {"saveFreq": 5},
+        {"extraOverrides": ["actor_rollout_ref.rollout.max_num_seqs=512"]},
+    ],
+)
+def test_other_changes_continue_the_run(change: dict[str, Any]) -> None:
+    assert _folder(**change) == _folder()
+
+
+def test_an_explicit_folder_is_kept() -> None:
+    assert _folder(nnodes=4, defaultLocalDir="/checkpoints/mine") == "/checkpoints/mine"
+
+
+@pytest.mark.parametrize("loggers", [["file"], ["wandb"], ["tensorboard", "file"]])
+def test_console_is_always_rendered(loggers: list[str]) -> None:
+    spec = apply_overrides(default_grpo_spec(A4, Mode.STANDARD, 2), {"logger": loggers})
+    rendered = next(o for o in hydra_overrides(spec) if o.startswith("trainer.logger="))
+    assert rendered == f"trainer.logger=[{','.join(['console', *loggers])}]"
+
+
+def _settings() -> Any:
+    config = {
+        "gcp:project": "my-project-123",
+        "gcp:region": "us-central1",
+        "verl-gke:zone": "us-central1-b",
+        "verl-gke:reservation": "my-reservation",
+        "verl-gke:hfToken": "hf_abc",
+    }
+    return load_settings("a4", config, offline=False).settings
+
+
+@pytest.mark.parametrize("name", LOGGER_BACKENDS)
+def test_every_logger_is_kept_on_the_bucket_or_refused_with_a_fix(name: str) -> None:
+    settings = _settings()
+    spec = apply_overrides(default_grpo_spec(A4, Mode.STANDARD, 2), {"logger": [name]})
+    problems = tracker_problems(spec, settings)
+    if name in UNSUPPORTED_LOGGERS or name == "wandb":
+        assert len(problems) == 1 and "Fix: " in problems[0]
+        fixed = problems[0].rsplit("logger to ", 1)[1].split(" (")[0]
+        fixed_spec = apply_overrides(spec, {"logger": ast.literal_eval(fixed)})  # as printed
+        assert tracker_problems(fixed_spec, settings) == []
+        return
+    assert problems == []
+    env = render_runtime_env(spec, A4, Mode.STANDARD)["env_vars"]
+    where = {"file": "VERL_FILE_LOGGER_PATH", "tensorboard": "TENSORBOARD_DIR"}.get(name)
+    if where is not None:
+        assert is_shared(env[where]) and env[where].startswith(spec.default_local_dir)
+
+
+def test_wandb_with_a_key_is_kept() -> None:
+    settings = _settings()
+    settings = settings.model_copy(update={"wandb_api_key": SecretStr("k" * 40)})
+    spec = apply_overrides(default_grpo_spec(A4, Mode.STANDARD, 2), {"logger": ["wandb"]})
+    assert tracker_problems(spec, settings) == []
