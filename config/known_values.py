@@ -269,14 +269,16 @@ def ksa_problem(value: str) -> str | None:
 
 # --- GCS bucket names ------------------------------------------------------------------------
 # GCS "Bucket naming rules": names cannot begin with the "goog" prefix, and cannot contain
-# "google" or close misspellings such as "g00gle".
+# "google" or close misspellings such as "g00gle". The rule reads the name as written: two words
+# that only meet across a separator ("dog-ogle") are no spelling of google, so separators are not
+# removed before matching.
 _LOOKALIKE = str.maketrans({"0": "o", "1": "l", "3": "e", "9": "g"})
 _GOOGLE_LIKE = re.compile(r"g+o{1,}g+l+e")
 
 
 def google_like(name: str) -> bool:
-    squashed = re.sub(r"[-_.]", "", name.lower().translate(_LOOKALIKE))
-    return name.lower().startswith("goog") or bool(_GOOGLE_LIKE.search(squashed))
+    lowered = name.lower()
+    return lowered.startswith("goog") or bool(_GOOGLE_LIKE.search(lowered.translate(_LOOKALIKE)))
 
 
 # --- single-architecture images --------------------------------------------------------------

@@ -583,6 +583,13 @@ def test_kubernetes_minor_bound_moves_with_the_date() -> None:
     assert known_values.kubernetes_minor_problem(99, date(2030, 1, 1)) is not None
 
 
+@pytest.mark.parametrize("name", ["dog-ogle-ckpts", "ego-glee-data", "big-ogg-le"])
+def test_a_bucket_name_that_spells_no_google_is_accepted(name: str) -> None:
+    # GCS naming rules refuse "google" and close misspellings ("g00gle"); words that only meet
+    # across a separator are neither.
+    assert load_settings("a4", {**GOOD, "verl-gke:bucketName": name}, offline=False).settings
+
+
 def test_a_refused_switch_gets_its_default_never_a_destructive_guess() -> None:
     message = refused("a4", {**GOOD, "verl-gke:deleteBucketOnDestroy": "2"})
     assert "Fix: pulumi config set verl-gke:deleteBucketOnDestroy false -s a4" in message
