@@ -76,7 +76,7 @@ def nearest_region(value: str) -> str:
 
 # A standard zone is REGION-LETTER; an AI zone is REGION-aiN + the letter of its parent zone
 # ("AI zones": us-central1-a is the parent zone of us-central1-ai1a).
-_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-(?P<suffix>(?:ai[0-9]+)?(?P<letter>[a-z]))$")
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-(?P<suffix>(?:ai[0-9]+)?[a-z])$")
 
 
 def region_for_fix(region: str, zone: str) -> str:
@@ -101,8 +101,8 @@ def zone_in(region: str, letter: str = "b") -> str:
 
 
 def location_notice(region: str, zone: str) -> str | None:
-    """A warning when `region` or `zone` is missing from the public table (a typo, or a region or
-    AI zone the table does not list); None when both are listed."""
+    """A warning when `region` or a standard zone is missing from the public table (a typo, or a
+    location the table does not list); None when both are listed. AI zones are never in it."""
     match = _ZONE.match(zone)
     if region not in REGION_ZONES:
         near = nearest_region(region)

@@ -137,5 +137,5 @@ def test_namespace_typo_exits_2_naming_the_right_key(typo: str) -> None:
     done = run_cli("a4", "--set", f"{typo}:gpuNodes=3")
     assert done.returncode == 2, done.stdout
     assert f"{typo}:gpuNodes: the namespace" in done.stderr
-    assert "pulumi config set verl-gke:gpuNodes VALUE" in done.stderr
+    assert "pulumi config set verl-gke:gpuNodes 3 -s a4" in done.stderr
     assert "Traceback" not in done.stderr and "Plan for stack" not in done.stdout
