@@ -958,7 +958,7 @@ def _gpu_nodes_acceptor(raw: dict[str, Any], job_check: JobCheck | None) -> Call
 
 
 def _table_notices(settings: StackSettings) -> list[str]:
-    """Values the program's tables do not list but that may exist (a region or AI zone missing
+    """Values the program's tables do not list but that may exist (a region or zone missing
     from the public table, a chart released after the table was read): warned, not refused."""
     found = [
         known_values.location_notice(settings.region, settings.zone),
