@@ -9,13 +9,17 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from datetime import date
 from types import MappingProxyType
 
 # --- regions and zones -----------------------------------------------------------------------
-# Compute Engine regions and their zone letters: "Regions and zones", "Available regions and
-# zones" table (cloud.google.com/compute/docs/regions-zones), as listed in 2025; `gcloud compute
-# zones list` prints the live list. A region or zone missing here fails only when GKE creates the
-# cluster or the GPU pool, after the paid steps before it.
+# Compute Engine regions and their zone letters from the public "Regions and zones" table
+# (cloud.google.com/compute/docs/regions-zones), as listed in 2025. The table is not every
+# location a project can use: AI zones (`us-central1-ai1a`, `us-south1-ai1b`; "AI zones",
+# docs.cloud.google.com/compute/docs/regions-zones/ai-zones) are visible only to projects with
+# reserved capacity there, and regions such as us-east7 are not in the public table. So a
+# location missing here is a warning, never a refusal: only a malformed name is refused
+# (settings.py), and `gcloud compute zones list` prints the project's live list.
 REGION_ZONES: Mapping[str, str] = MappingProxyType(
     {
         "africa-south1": "abc",
@@ -70,54 +74,65 @@ def nearest_region(value: str) -> str:
     return close[0] if close else "us-central1"
 
 
-_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+# A standard zone is REGION-LETTER; an AI zone is REGION-aiN + the letter of its parent zone
+# ("AI zones": us-central1-a is the parent zone of us-central1-ai1a).
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-(?P<suffix>(?:ai[0-9]+)?[a-z])$")
 
 
 def region_for_fix(region: str, zone: str) -> str:
-    """The region a fix names: `region` if it exists, else the zone's region if that exists,
-    else the listed region nearest to what was typed (a zone typed as the region: its region)."""
-    if region in REGION_ZONES:
+    """The region a fix names: `region` if it is a region name, else the zone's region, else
+    the listed region nearest to what was typed (a zone typed as the region: its region)."""
+    if re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
         return region
     zone_match = _ZONE.match(zone)
-    if zone_match and zone_match["region"] in REGION_ZONES:
+    if zone_match:
         return zone_match["region"]
     typed = _ZONE.match(region)
-    return nearest_region(typed["region"] if typed else region)
+    return typed["region"] if typed else nearest_region(region)
 
 
 def zone_in(region: str, letter: str = "b") -> str:
-    """Zone `letter` of a listed region, or its first zone when it has no such letter."""
-    letters = REGION_ZONES[region]
+    """Zone `letter` of `region`: for a listed region one of its zones (its first when it has no
+    such letter); for another region the letter as asked."""
+    letters = REGION_ZONES.get(region)
+    if letters is None:
+        return f"{region}-{letter}"
     return f"{region}-{letter if letter in letters else letters[0]}"
 
 
-def region_problem(region: str) -> str | None:
-    if region in REGION_ZONES:
-        return None
-    return (
-        "not a Compute Engine region (gcloud compute regions list shows them; a region opened "
-        "after this program's table in config/known_values.py needs adding there)"
-    )
-
-
-def zone_problem(zone: str, region: str) -> tuple[str, str] | None:
-    """(reason, a zone that exists in `region`) when `zone` is not one of its zones; None when it
-    is, or when `region` is itself unknown (region_problem reports that)."""
-    letters = REGION_ZONES.get(region)
-    if letters is None or not zone.startswith(f"{region}-"):
-        return None
-    letter = zone.removeprefix(f"{region}-")
-    if letter in letters:
-        return None
-    zones = ", ".join(f"{region}-{z}" for z in letters)
-    return f"{region} has the zones {zones} only", f"{region}-{letters[0]}"
+def location_notice(region: str, zone: str) -> str | None:
+    """A warning when `region` or a standard zone is missing from the public table (a typo, or a
+    location the table does not list); None when both are listed. AI zones are never in it."""
+    match = _ZONE.match(zone)
+    if region not in REGION_ZONES:
+        near = nearest_region(region)
+        return (
+            f"gcp:region {region!r} is not in the public Compute Engine region table "
+            f"(config/known_values.py; nearest: {near}). If it is a typo, GKE fails when it "
+            "creates the cluster; check it with `gcloud compute regions list`."
+        )
+    if match and match["suffix"] not in REGION_ZONES[region] and not match["suffix"].startswith(
+        "ai"
+    ):
+        zones = ", ".join(f"{region}-{z}" for z in REGION_ZONES[region])
+        return (
+            f"zone {zone!r} is not in the public Compute Engine zone table ({region}: {zones}). "
+            "If it is a typo, GKE fails when it creates the GPU node pool; check it with "
+            "`gcloud compute zones list`."
+        )
+    return None
 
 
 # --- Helm chart versions ---------------------------------------------------------------------
-# Every published release of the charts the program installs; `helm install --version X` fails
-# for any other X, after the cluster (and on A4X the GPU pool) exists.
+# Every published release of the charts the program installs, up to the date each table was read;
+# `helm install --version X` fails for any other X, after the cluster (and on A4X the GPU pool)
+# exists. A version above the newest listed one may have been published since: it is accepted
+# with a warning (chart_version_notice), and only a gap inside the table is refused.
 # kuberay-operator: the chart of each release tag of ray-project/kuberay
-# (helm-chart/kuberay-operator/Chart.yaml, tags v1.0.0 ... v1.7.0, read at feeaf72, 2026-08-19).
+# (helm-chart/kuberay-operator/Chart.yaml, tags v1.0.0 ... v1.7.0, read at feeaf72, 2026-08-19;
+# the v1.1.1 tag's Chart.yaml still says 1.1.0, and the chart repository's index.yaml,
+# ray-project/kuberay-helm gh-pages, lists 1.1.1). Release candidates and the 0.x charts are
+# published too but not listed: the 0.x charts predate the ray.io/v1 API this program uses.
 KUBERAY_CHART_VERSIONS = (
     "1.0.0",
     "1.1.0",
@@ -140,37 +155,78 @@ KUBERAY_CHART_VERSIONS = (
     "1.7.0",
 )
 # nvidia-dra-driver-gpu: the chart version of each release tag of NVIDIA/k8s-dra-driver-gpu
-# (deployments/helm/nvidia-dra-driver-gpu/Chart.yaml, read at 22407113, 2026-05-15).
+# (deployments/helm/nvidia-dra-driver-gpu/Chart.yaml, read at 22407113, 2026-05-15; later
+# releases are a chart renamed dra-driver-nvidia-gpu, v0.4.0 on).
 DRA_DRIVER_CHART_VERSIONS = ("25.3.0", "25.3.1", "25.3.2", "25.8.0", "25.8.1", "25.12.0")
+_RELEASE = re.compile(
+    r"^(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.(?P<patch>[0-9]+)(?:-[0-9A-Za-z.-]+)?$"
+)
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    match = _RELEASE.match(version.removeprefix("v"))
+    return (int(match["major"]), int(match["minor"]), int(match["patch"])) if match else None
+
+
+def _newer_than_listed(value: str, published: tuple[str, ...]) -> bool:
+    release = _release(value)
+    newest = max(_release(v) or (0, 0, 0) for v in published)
+    return release is not None and release > newest
 
 
 def chart_version_problem(
     value: str, published: tuple[str, ...], usable: tuple[str, ...]
 ) -> tuple[str, str] | None:
-    """(reason, the nearest of the `usable` versions) when `value` is not a published version."""
-    if value.removeprefix("v") in published:
+    """(reason, the nearest of the `usable` versions) when `value` is not a published version;
+    None for a listed one and for one newer than every listed one (chart_version_notice)."""
+    if value.removeprefix("v") in published or _newer_than_listed(value, published):
         return None
     close = difflib.get_close_matches(value.removeprefix("v"), usable, n=1, cutoff=0.0)
     return (
-        f"not a published release of the chart (known: {', '.join(published)})",
+        f"not a published release of the chart (published up to {published[-1]}: "
+        f"{', '.join(published)})",
         close[0] if close else usable[-1],
     )
 
 
-# --- Kubernetes versions ---------------------------------------------------------------------
-# GKE offers no Kubernetes minor before upstream Kubernetes releases it; the newest upstream minor
-# this program knows is 1.37 (kubernetes-validate 1.37.0 ships schemas 1.25 ... 1.37,
-# reference/test-tooling.md). A floor above every version GKE offers fails only after the cluster
-# exists (components/gke_cluster.py compares the cluster's version with the floor).
-NEWEST_KUBERNETES_MINOR = 37
-
-
-def kubernetes_minor_problem(minor: int) -> str | None:
-    if minor <= NEWEST_KUBERNETES_MINOR:
+def chart_version_notice(key: str, value: str, published: tuple[str, ...]) -> str | None:
+    if not _newer_than_listed(value, published):
         return None
     return (
-        f"no GKE release channel offers 1.{minor}: the newest Kubernetes minor released is "
-        f"1.{NEWEST_KUBERNETES_MINOR}"
+        f"{key} = {value!r} is newer than the releases this program has read (up to "
+        f"{published[-1]}, config/known_values.py); if it was never published, `helm install` "
+        "fails after the cluster exists (`helm search repo --versions` lists them)."
+    )
+
+
+# --- Kubernetes versions ---------------------------------------------------------------------
+# GKE offers no Kubernetes minor before upstream Kubernetes releases it. The newest minor this
+# program has read is 1.37 (kubernetes-validate 1.37.0 ships schemas 1.25 ... 1.37,
+# reference/test-tooling.md), released by August 2026; upstream releases three minors a year
+# ("Kubernetes Release Cadence", KEP-2572), so no more than one every three months after it. A
+# floor above every version GKE offers fails only after the cluster exists
+# (components/gke_cluster.py compares the cluster's version with the floor); a bound that did not
+# move with the date would, from the next release on, refuse a version GKE does offer.
+NEWEST_KUBERNETES_MINOR = 37
+NEWEST_KUBERNETES_MINOR_SINCE = date(2026, 8, 1)
+
+
+def newest_possible_minor(today: date) -> int:
+    """The highest minor upstream can have released by `today` (one of slack for the month)."""
+    months = (today.year - NEWEST_KUBERNETES_MINOR_SINCE.year) * 12 + (
+        today.month - NEWEST_KUBERNETES_MINOR_SINCE.month
+    )
+    return NEWEST_KUBERNETES_MINOR + 1 + max(months, 0) // 3
+
+
+def kubernetes_minor_problem(minor: int, today: date | None = None) -> str | None:
+    newest = newest_possible_minor(today or date.today())
+    if minor <= newest:
+        return None
+    return (
+        f"no GKE release channel offers 1.{minor}: Kubernetes releases at most one minor every "
+        f"three months, and 1.{NEWEST_KUBERNETES_MINOR} came out in "
+        f"{NEWEST_KUBERNETES_MINOR_SINCE:%B %Y}"
     )
 
 
@@ -213,14 +269,16 @@ def ksa_problem(value: str) -> str | None:
 
 # --- GCS bucket names ------------------------------------------------------------------------
 # GCS "Bucket naming rules": names cannot begin with the "goog" prefix, and cannot contain
-# "google" or close misspellings such as "g00gle".
+# "google" or close misspellings such as "g00gle". The rule reads the name as written: two words
+# that only meet across a separator ("dog-ogle") are no spelling of google, so separators are not
+# removed before matching.
 _LOOKALIKE = str.maketrans({"0": "o", "1": "l", "3": "e", "9": "g"})
 _GOOGLE_LIKE = re.compile(r"g+o{1,}g+l+e")
 
 
 def google_like(name: str) -> bool:
-    squashed = re.sub(r"[-_.]", "", name.lower().translate(_LOOKALIKE))
-    return name.lower().startswith("goog") or bool(_GOOGLE_LIKE.search(squashed))
+    lowered = name.lower()
+    return lowered.startswith("goog") or bool(_GOOGLE_LIKE.search(lowered.translate(_LOOKALIKE)))
 
 
 # --- single-architecture images --------------------------------------------------------------

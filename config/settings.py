@@ -55,7 +55,8 @@ _GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+# REGION-LETTER, or an AI zone REGION-aiN-LETTER (config/known_values.py).
+_ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-(?:ai[0-9]+)?[a-z]$")
 # [projects/P/reservations/]NAME[/reservationBlocks/B[/reservationSubBlocks/S]]: the forms GKE's
 # `--reservation` takes as the reservation affinity's value (AI Hypercomputer "Create a custom
 # AI-optimized GKE cluster which uses A4X": a sub-block places the nodes in one NVL72 domain).
@@ -357,31 +358,27 @@ def _check_name(
 
 
 def _check_region(s: StackSettings) -> str | None:
-    if _REGION.match(s.region) and known_values.region_problem(s.region) is None:
+    # Only a malformed name is refused: the public region table is not every region a project
+    # can use (load_settings warns about a region missing from it).
+    if _REGION.match(s.region):
         return None
     region = known_values.region_for_fix(s.region, s.zone)
     fix = f"Fix: pulumi config set gcp:region {region} -s {s.stack}"
     if _ZONE.match(s.region):
         return f"gcp:region = {s.region!r}: a zone, not a region. {fix}"
-    why = known_values.region_problem(s.region) if _REGION.match(s.region) else None
-    return f"gcp:region = {s.region!r}: {why or 'not a region name (e.g. us-central1)'}. {fix}"
+    return f"gcp:region = {s.region!r}: not a region name (e.g. us-central1). {fix}"
 
 
 def _check_zone(s: StackSettings) -> str | None:
     match = _ZONE.match(s.zone)
     region = known_values.region_for_fix(s.region, s.zone)
-    if not match or match["region"] not in known_values.REGION_ZONES:
-        why = "not a zone name" if not match else f"region {match['region']} does not exist"
-        letter = match.group(0)[-1] if match else "b"
+    if not match:
         return (
-            f"{config_key('zone')} = {s.zone!r}: {why} (e.g. {known_values.zone_in(region)}). "
-            f"Fix: {s.fix('zone', known_values.zone_in(region, letter))} (the zone of your GPU "
-            f"reservation)"
+            f"{config_key('zone')} = {s.zone!r}: not a zone name (e.g. "
+            f"{known_values.zone_in(region)}). Fix: {s.fix('zone', known_values.zone_in(region))} "
+            f"(the zone of your GPU reservation)"
         )
-    missing = known_values.zone_problem(s.zone, match["region"])
-    if missing is not None:
-        return f"{config_key('zone')} = {s.zone!r}: {missing[0]}. Fix: {s.fix('zone', missing[1])}"
-    if s.region not in known_values.REGION_ZONES:
+    if not _REGION.match(s.region):
         return None  # _check_region names the region to set
     if match["region"] != s.region:
         return (
@@ -1032,6 +1029,7 @@ def _load_settings(
     except ValidationError as error:
         raise SettingsError(_format(stack, _describe(error, raw, job_check))) from None
     notices.extend(_image_notices(settings))
+    notices.extend(_table_notices(settings))
     notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
     return LoadedSettings(settings, tuple(notices))
 
@@ -1047,6 +1045,25 @@ def _gpu_nodes_acceptor(raw: dict[str, Any], job_check: JobCheck | None) -> Call
         return True
 
     return accept
+
+
+def _table_notices(settings: StackSettings) -> list[str]:
+    """Values the program's tables do not list but that may exist (a region or zone missing
+    from the public table, a chart released after the table was read): warned, not refused."""
+    found = [
+        known_values.location_notice(settings.region, settings.zone),
+        known_values.chart_version_notice(
+            config_key("kuberay_chart_version"),
+            settings.kuberay_chart_version,
+            known_values.KUBERAY_CHART_VERSIONS,
+        ),
+        known_values.chart_version_notice(
+            config_key("dra_driver_chart_version"),
+            settings.dra_driver_chart_version,
+            known_values.DRA_DRIVER_CHART_VERSIONS,
+        ),
+    ]
+    return [notice for notice in found if notice]
 
 
 def _image_notices(settings: StackSettings) -> list[str]:

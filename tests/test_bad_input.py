@@ -380,6 +380,9 @@ def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
 
 # --- issue 17: every refusal's fix, applied as typed, is accepted (items 12-15) ----------------
 
+from datetime import date  # noqa: E402
+
+from config import known_values  # noqa: E402
 from jobs.secret_scan import redact  # noqa: E402
 
 # Every command a refusal offers: `pulumi config set [--secret] [--path] KEY VALUE -s STACK` and
@@ -485,11 +488,11 @@ CLASSES = [
     ("a4", {"verl-gke:namespace": "gmp-public"}, "verl-gke:namespace = 'gmp-public'"),
     ("a4x", {"verl-gke:namespace": "nvidia-dra-driver-gpu"}, "'nvidia-dra-driver-gpu'"),
     ("a4", {"verl-gke:ksaName": "default"}, "verl-gke:ksaName = 'default'"),
-    ("a4", {"gcp:region": "us-central9", "verl-gke:zone": "us-central9-b"}, "'us-central9'"),
-    ("a4", {"verl-gke:zone": "us-central1-z"}, "verl-gke:zone = 'us-central1-z'"),
+    ("a4", {"gcp:region": "us_central1"}, "gcp:region = 'us_central1'"),
+    ("a4", {"verl-gke:zone": "us-central1"}, "verl-gke:zone = 'us-central1'"),
     ("a4", {"verl-gke:bucketName": "my-g00gle-ckpts"}, "verl-gke:bucketName = 'my-g00gle"),
     ("a4", {"verl-gke:bucketName": "goog-ckpts"}, "verl-gke:bucketName = 'goog-ckpts'"),
-    ("a4", {"verl-gke:kuberayChartVersion": "1.7.9"}, "verl-gke:kuberayChartVersion = '1.7.9'"),
+    ("a4", {"verl-gke:kuberayChartVersion": "1.3.5"}, "verl-gke:kuberayChartVersion = '1.3.5'"),
     ("a4x", {"verl-gke:draDriverChartVersion": "25.3.9"}, "'25.3.9'"),
     ("a4", {"verl-gke:kubernetesVersion": "1.99"}, "verl-gke:kubernetesVersion = '1.99'"),
     (
@@ -522,6 +525,72 @@ def test_every_class_is_refused_with_a_fix_that_is_accepted(
     message = refused(stack, config)
     assert "nothing was created" in message and named in message, message
     assert full_preflight(stack, apply_fixes(config, message)).spec
+
+
+# Locations the public "Regions and zones" table does not list but a project can use: AI zones
+# ("AI zones", docs.cloud.google.com/compute/docs/regions-zones/ai-zones: us-central1-ai1a,
+# us-south1-ai1b, where reserved GPU capacity lives) and regions outside the public table
+# (us-east7, zones b-e, seen in GKE provisioning-request logs). A table cannot prove a name does
+# not exist, so these are accepted (with a warning when the table lacks them), never refused.
+@pytest.mark.parametrize(
+    ("region", "zone"),
+    [
+        ("us-central1", "us-central1-ai1a"),
+        ("us-south1", "us-south1-ai1b"),
+        ("europe-west4", "europe-west4-ai1a"),
+        ("us-east7", "us-east7-b"),
+        # Names the table lacks, typos or not: warned, since the table cannot tell.
+        ("us-central1", "us-central1-d"),
+        ("us-central9", "us-central9-b"),
+    ],
+)
+def test_a_location_missing_from_the_table_is_accepted_with_a_warning(
+    region: str, zone: str
+) -> None:
+    config = {**GOOD, "gcp:region": region, "verl-gke:zone": zone}
+    loaded = load_settings("a4", config, offline=False, job_check=training_job, redact=redact)
+    assert loaded.settings.zone == zone
+    if region not in known_values.REGION_ZONES or zone.endswith("-d"):
+        assert any(zone in n or region in n for n in loaded.notices), loaded.notices
+
+
+def test_every_zone_of_the_table_is_accepted_without_a_warning() -> None:
+    for region, letters in known_values.REGION_ZONES.items():
+        config = {**GOOD, "gcp:region": region, "verl-gke:zone": f"{region}-{letters[-1]}"}
+        loaded = load_settings("a4", config, offline=False)
+        assert not any("zone table" in n or "region table" in n for n in loaded.notices)
+
+
+# A chart released after the table was read (KubeRay published 1.6.1 two months after 1.6.0) is
+# accepted with a warning; a version inside the table's range that no release tag has is refused.
+@pytest.mark.parametrize(
+    ("stack", "key", "value"),
+    [
+        ("a4", "verl-gke:kuberayChartVersion", "1.7.1"),
+        ("a4x", "verl-gke:draDriverChartVersion", "25.12.1"),
+    ],
+)
+def test_a_chart_newer_than_the_table_is_accepted_with_a_warning(
+    stack: str, key: str, value: str
+) -> None:
+    loaded = load_settings(stack, {**GOOD, key: value}, offline=False)
+    assert any(key in n and "newer" in n for n in loaded.notices), loaded.notices
+
+
+def test_kubernetes_minor_bound_moves_with_the_date() -> None:
+    # Upstream ships three minors a year (KEP-2572): 1.38 must pass once it can exist, and a
+    # minor that cannot exist yet is refused.
+    assert known_values.kubernetes_minor_problem(38, date(2026, 12, 1)) is None
+    assert known_values.kubernetes_minor_problem(40, date(2027, 6, 1)) is None
+    assert known_values.kubernetes_minor_problem(41, date(2026, 12, 1)) is not None
+    assert known_values.kubernetes_minor_problem(99, date(2030, 1, 1)) is not None
+
+
+@pytest.mark.parametrize("name", ["dog-ogle-ckpts", "ego-glee-data", "big-ogg-le"])
+def test_a_bucket_name_that_spells_no_google_is_accepted(name: str) -> None:
+    # GCS naming rules refuse "google" and close misspellings ("g00gle"); words that only meet
+    # across a separator are neither.
+    assert load_settings("a4", {**GOOD, "verl-gke:bucketName": name}, offline=False).settings
 
 
 def test_a_refused_switch_gets_its_default_never_a_destructive_guess() -> None:
