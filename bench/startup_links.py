@@ -403,6 +403,20 @@ RESOURCE_LINKS: Mapping[str, Link] = MappingProxyType(
             "est.: read-modify-write of the repository IAM policy",
             estimate=True,
         ),
+        "gcp:serviceaccount/account:Account": _link(
+            "service-account",
+            "node service account",
+            0.1,
+            "est.: one IAM create call",
+            estimate=True,
+        ),
+        "gcp:projects/iAMMember:IAMMember": _link(
+            "project-iam",
+            "project IAM member",
+            0.3,
+            "est.: read-modify-write of the project IAM policy",
+            estimate=True,
+        ),
         DAEMON_SET: _link(
             "daemonset",
             "DaemonSet",

@@ -11,6 +11,12 @@ import pulumi_kubernetes as k8s
 
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
 from components.image_registry import ImageRegistry
+from components.node_identity import NodeIdentity
+from config.cluster_security import (
+    CLOUD_PLATFORM_SCOPE,
+    MONITORING_COMPONENTS,
+    open_endpoint_warning,
+)
 from config.profiles import Mode
 from config.settings import StackSettings, config_key, version_tuple
 
@@ -20,8 +26,13 @@ CPU_POOL_DISK_GB = 200
 # separately managed GPU pool in nodePools too, which would otherwise read as a change that
 # replaces the cluster (terraform-provider-google#408). The CPU pool is therefore create-only.
 CLUSTER_IGNORED_CHANGES = ["nodePools"]
-# Cluster operations on GKE regularly exceed the provider's 40-minute default.
-CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="60m")
+# The provider's own default for every cluster operation: 90 min (resource_container_cluster.go
+# Timeouts in terraform-provider-google-beta, the same at v7.45.0 and after the 8.0.0 merge,
+# 93c65b2d; pulumi-gcp 10.2.0 bridges an 8.x release). A custom
+# timeout replaces that default rather than adding to it, so a shorter one would end `pulumi up`
+# while GKE goes on creating a cluster that is then outside the state; stated here so the plan
+# shows how long `pulumi up` waits for the cluster.
+CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="90m", delete="90m")
 
 # No automatic minor upgrades and no node upgrades until the cluster's minor version reaches end
 # of support (GKE's scope for AI workloads; Cluster Toolkit's A4X, A4 and A3 Ultra blueprints set
@@ -57,7 +68,46 @@ def maintenance_policy() -> gcp.container.ClusterMaintenancePolicyArgs:
     )
 
 
-def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
+def authorized_networks(
+    s: StackSettings,
+) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    """Only `verl-gke:authorizedNetworks` reach the public endpoint; None (no list) leaves it
+    open to any address, since an empty block would shut out the deploying machine too
+    (config/cluster_security.py). An open endpoint is reported as a warning."""
+    cidrs = s.authorized_networks
+    exposure = open_endpoint_warning(config_key("authorized_networks"), cidrs)
+    if exposure:
+        pulumi.log.warn(exposure)
+    if not cidrs:
+        return None
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+        cidr_blocks=[
+            gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name="verl-gke:authorizedNetworks"
+            )
+            for cidr in cidrs
+        ],
+        # Only the list: off, GKE's switch that also admits every Google Cloud public IP (any
+        # customer's VM). The provider sends it only when set, leaving GKE's default otherwise;
+        # Cluster Toolkit gke-cluster sets it false by default.
+        gcp_public_cidrs_access_enabled=False,
+    )
+
+
+def monitoring_config() -> gcp.container.ClusterMonitoringConfigArgs:
+    """System metrics, the observability packages and DCGM GPU metrics, through Managed Service
+    for Prometheus (config/cluster_security.py)."""
+    return gcp.container.ClusterMonitoringConfigArgs(
+        enable_components=list(MONITORING_COMPONENTS),
+        managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+            enabled=True
+        ),
+    )
+
+
+def cpu_pool_args(
+    s: StackSettings, service_account: pulumi.Input[str]
+) -> gcp.container.ClusterNodePoolArgs:
     """The Standard cluster's CPU pool, created inside the cluster operation (no default pool).
 
     Create-only (CLUSTER_IGNORED_CHANGES): GKE's autoscaler sizes it between cpuNodes and
@@ -86,7 +136,10 @@ def cpu_pool_args(s: StackSettings) -> gcp.container.ClusterNodePoolArgs:
             workload_metadata_config=gcp.container.ClusterNodePoolNodeConfigWorkloadMetadataConfigArgs(
                 mode="GKE_METADATA"
             ),
-            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            # The nodes' own account (components/node_identity.py); cloud-platform is the
+            # scope GKE gives a custom account, access being limited by its IAM roles.
+            service_account=service_account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
         ),
     )
 
@@ -163,6 +216,8 @@ def get_credentials_command(settings: StackSettings) -> str:
 class GkeClusterArgs:
     settings: StackSettings
     host_network: HostNetwork
+    # The service account every node runs as.
+    node_identity: NodeIdentity
     # With image streaming: the cluster waits for the Container File System API, which a pool
     # with gcfsConfig needs when it is created (the CPU pool is created inside the cluster).
     image_registry: ImageRegistry | None = None
@@ -177,13 +232,18 @@ class GkeCluster(pulumi.ComponentResource):
     cpu_pool_name: str | None
     provider: k8s.Provider
     kubeconfig: pulumi.Output[str]
+    # The email of the service account the nodes run as (the GPU pool sets it too).
+    node_service_account: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        """Long because it is one Cluster's declarative argument list, each argument with the
+        reason it has that value, then what is built on the cluster."""
         super().__init__("verl-gke:gke_cluster:GkeCluster", name, None, opts)
         s = args.settings
         autopilot = s.mode is Mode.AUTOPILOT
+        self.node_service_account = args.node_identity.email
 
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
@@ -203,14 +263,16 @@ class GkeCluster(pulumi.ComponentResource):
             # the settings and against the version GKE returns (check_cluster_version).
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=s.release_channel),
             maintenance_policy=maintenance_policy(),
+            master_authorized_networks_config=authorized_networks(s),
+            monitoring_config=monitoring_config(),
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
-            **(self._autopilot_args() if autopilot else self._standard_args(s)),
+            **self._mode_args(s, self.node_service_account),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 custom_timeouts=CLUSTER_TIMEOUTS,
                 ignore_changes=[] if autopilot else CLUSTER_IGNORED_CHANGES,
-                depends_on=[args.image_registry.streaming_api] if args.image_registry else [],
+                depends_on=self._prerequisites(args),
             ),
         )
 
@@ -239,20 +301,42 @@ class GkeCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"name": self.cluster.name, "endpoint": self.cluster.endpoint})
 
-    @staticmethod
-    def _autopilot_args() -> dict[str, object]:
-        # Autopilot brings Workload Identity, GCS FUSE CSI and Dataplane V2 by itself.
-        return {"enable_autopilot": True}
+    @classmethod
+    def _mode_args(cls, s: StackSettings, service_account: pulumi.Input[str]) -> dict[str, object]:
+        if s.mode is Mode.AUTOPILOT:
+            return cls._autopilot_args(service_account)
+        return cls._standard_args(s, service_account)
 
     @staticmethod
-    def _standard_args(s: StackSettings) -> dict[str, object]:
+    def _prerequisites(args: GkeClusterArgs) -> list[pulumi.Resource]:
+        """The node account and its roles (nodes log and pull from their first boot) and, with
+        image streaming, the Container File System API."""
+        streaming = [args.image_registry.streaming_api] if args.image_registry else []
+        return [*args.node_identity.ready, *streaming]
+
+    @staticmethod
+    def _autopilot_args(service_account: pulumi.Input[str]) -> dict[str, object]:
+        # Autopilot brings Workload Identity, GCS FUSE CSI and Dataplane V2 by itself. Its nodes
+        # run as the account of the auto-provisioning defaults (gcloud container clusters
+        # create-auto --service-account).
+        return {
+            "enable_autopilot": True,
+            "cluster_autoscaling": gcp.container.ClusterClusterAutoscalingArgs(
+                auto_provisioning_defaults=gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                    service_account=service_account, oauth_scopes=[CLOUD_PLATFORM_SCOPE]
+                )
+            ),
+        }
+
+    @staticmethod
+    def _standard_args(s: StackSettings, service_account: pulumi.Input[str]) -> dict[str, object]:
         return {
             # The cluster is created with its CPU pool and no default pool: with
             # remove_default_node_pool the provider deletes default-pool inside the cluster's
             # create, minutes before the GPU pool may start (terraform-provider-google
             # resource_container_cluster.go). GKE API Cluster.nodePools: set instead of
             # initial_node_count / node_config.
-            "node_pools": [cpu_pool_args(s)],
+            "node_pools": [cpu_pool_args(s, service_account)],
             "node_locations": [s.zone],
             "datapath_provider": "ADVANCED_DATAPATH",
             # Pods attach the gVNIC/RDMA NICs through GKENetworkParamSet/Network objects.

@@ -11,6 +11,7 @@ import pulumi_gcp as gcp
 from components.gke_cluster import GkeCluster
 from components.rdma_networks import RdmaNetworks
 from config.capacity import CapacityPlan
+from config.cluster_security import CLOUD_PLATFORM_SCOPE
 from config.networking import NetworkingPlan, NodeNics
 from config.settings import StackSettings
 
@@ -19,8 +20,12 @@ GPU_POOL_NAME = "gpu-pool"
 # devices; an "auto" accelerator network profile alone does not (GKE DRANET docs; Cluster
 # Toolkit's enable_dranet sets the same label).
 DRANET_DRIVER_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
-# Creating reserved GPU nodes routinely takes longer than the provider defaults.
-GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="60m", delete="60m")
+# The provider's own default for every node-pool operation: 2 h (terraform-provider-google-beta
+# resource_container_node_pool.go Timeouts, v7.45.0 through 8.0.0). A custom timeout replaces
+# that default, so a shorter one would end `pulumi up` while GKE goes on creating the GPU nodes of
+# a pool that is then outside the state; stated here so the plan shows how long `pulumi up` waits
+# for the pool.
+GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="120m")
 # GKE reports the local-SSD config of machines whose SSD count is fixed by the machine type in its
 # own terms; Cluster Toolkit's gke-node-pool ignores changes to it for that reason. Any change
 # to node_config replaces the pool, so a spurious diff here would recreate the GPU nodes.
@@ -113,7 +118,13 @@ class GpuNodePool(pulumi.ComponentResource):
 
         self.placement_policy = None
         placement = None
-        if profile.placement is not None:
+        if profile.placement is not None and s.placement_policy_name is not None:
+            # An existing workload policy (verl-gke:placementPolicy), e.g. the one the
+            # reservation's sub-blocks are already bound to; GKE takes it by name.
+            placement = gcp.container.NodePoolPlacementPolicyArgs(
+                type="COMPACT", policy_name=s.placement_policy_name
+            )
+        elif profile.placement is not None:
             self.placement_policy = gcp.compute.ResourcePolicy(
                 f"{name}-workload-policy",
                 name=f"{s.cluster_name}-workload-policy",
@@ -176,7 +187,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                # The nodes' own account and the scope GKE gives one (components/node_identity.py).
+                service_account=args.cluster.node_service_account,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 labels=(
                     DRANET_DRIVER_LABEL
                     if s.networking.node_nics is NodeNics.ACCELERATOR_PROFILE

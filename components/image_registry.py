@@ -2,11 +2,12 @@
 
 With image streaming (the x86 stacks by default): the two Google APIs streaming needs, an Artifact
 Registry remote repository in front of Docker Hub in the cluster's region, and the reader role on
-it for the nodes' service account. Nothing here needs the cluster, so it is created alongside the
-network, and the cluster waits for the Container File System API (a Standard pool with gcfsConfig
-needs it at create time; components/gke_cluster.py). The pods' Docker Hub images are rewritten to
-the repository (config/image_streaming.through_registry); those pods wait for `ready`, so their
-first pull does not race the repository's creation or the role grant.
+it for the nodes' service account (components/node_identity.py). Nothing here needs the cluster,
+so it is created alongside the network, and the cluster waits for the Container File System API
+(a Standard pool with gcfsConfig needs it at create time; components/gke_cluster.py). The pods'
+Docker Hub images are rewritten to the repository (config/image_streaming.through_registry);
+those pods wait for `ready`, so their first pull does not race the repository's creation or the
+role grant.
 
 Without streaming the worker image is pre-pulled instead (components/image_prepull.py).
 """
@@ -23,7 +24,6 @@ from config.image_streaming import (
     CONTAINER_FILE_SYSTEM_API,
     DOCKER_HUB_UPSTREAM,
     READER_ROLE,
-    node_service_account,
 )
 from config.settings import StackSettings
 
@@ -31,6 +31,8 @@ from config.settings import StackSettings
 @dataclass(frozen=True)
 class ImageRegistryArgs:
     settings: StackSettings
+    # The nodes' service account as an IAM member (NodeIdentity.member): the nodes pull.
+    node_member: pulumi.Input[str]
 
 
 class ImageRegistry(pulumi.ComponentResource):
@@ -86,17 +88,15 @@ class ImageRegistry(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.registry_api]),
         )
-        # The nodes run as the Compute Engine default service account (no pool or cluster here
-        # sets one); where its automatic Editor grant is disabled it cannot read the repository
-        # without this.
-        project = gcp.organizations.get_project_output(project_id=s.project)
+        # The nodes pull as their own service account, which has no other access to Artifact
+        # Registry.
         self.reader = gcp.artifactregistry.RepositoryIamMember(
             f"{name}-node-reader",
             project=s.project,
             location=s.region,
             repository=self.repository.repository_id,
             role=READER_ROLE,
-            member=project.number.apply(node_service_account),
+            member=args.node_member,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.ready = [self.streaming_api, self.repository, self.reader]

@@ -13,8 +13,8 @@ Sources:
   Image streaming to pull eligible images"; Standard turns it on per node pool (gcfsConfig);
   "During the first pull of an eligible image you might not notice the benefit".
 - Artifact Registry "Integrate with GKE" (docs.cloud.google.com/artifact-registry/docs/
-  integrate-gke): "The Compute Engine default service account is the identity for nodes"; where
-  the automatic Editor grant is disabled, grant the roles yourself (here: reader on the repo).
+  integrate-gke): nodes pull as the node service account, which needs the reader role on the
+  repository (here: the stack's dedicated node service account, config/cluster_security.py).
 - Artifact Registry "Reduce latency with image prewarming" (docs.cloud.google.com/
   artifact-registry/docs/prewarm-images): the Image streaming cache "typically populates on the
   first pull from a client that has image streaming enabled" (bench/startup_links.py models it).
@@ -165,8 +165,25 @@ def _rewrite(node: Any, plan: ImagePullPlan) -> None:
         _rewrite(value, plan)
 
 
-def node_service_account(project_number: str) -> str:
-    """The IAM member of the Compute Engine default service account, which the nodes run as:
-    neither the Standard pools nor the Autopilot cluster set a service account (Artifact
-    Registry "Integrate with GKE": the default service account is the identity for nodes)."""
-    return f"serviceAccount:{project_number}-compute@developer.gserviceaccount.com"
+@dataclass(frozen=True)
+class RegistryRepository:
+    """An Artifact Registry repository, as its IAM binding names it."""
+
+    location: str
+    project: str
+    repository: str
+
+
+def artifact_registry_repository(image: str) -> RegistryRepository | None:
+    """The repository of an image at LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/IMAGE (the
+    Artifact Registry Docker path form), or None for an image elsewhere. The stack's own remote
+    repository is granted by components/image_registry.py; a user's image in another repository
+    needs the nodes' reader role there too, since the nodes no longer run as the Compute Engine
+    default service account (config/cluster_security.py)."""
+    if not in_artifact_registry(image):
+        return None
+    host, _, rest = image.partition("/")
+    parts = rest.split("/")
+    if len(parts) < 3:
+        return None
+    return RegistryRepository(host.removesuffix("-docker.pkg.dev"), parts[0], parts[1])

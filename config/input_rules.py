@@ -206,3 +206,99 @@ def free_range(
         if not any(candidate.overlaps(t) for t in taken):
             return candidate
     raise ValueError(f"no free /{prefix} in {pool}")
+
+
+# --- whole numbers ---------------------------------------------------------------------------
+# Pulumi hands config values over as text (and `--path` objects as JSON). YAML 1.1 reads `010` as
+# the octal 8 while Python reads 10, and pydantic's lax mode takes `true` as 1: both are refused
+# rather than guessed.
+_LEADING_ZERO = re.compile(r"[+-]?0[0-9]+")
+
+
+def whole_number(value: object) -> object:
+    """`value` unchanged, or ValueError when it is a boolean or a number with a leading zero."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean where a whole number belongs (true is not read as 1)")
+    if isinstance(value, str) and _LEADING_ZERO.fullmatch(value.strip()):
+        raise ValueError(
+            "has a leading zero, which YAML 1.1 reads as an octal number (010 is 8) and Python "
+            "as a decimal one; write the number without it"
+        )
+    return value
+
+
+def number_candidates(value: object) -> list[str]:
+    """What a refused whole number most likely meant (`010` -> 10, `true` -> 1, `4.0` -> 4)."""
+    if isinstance(value, bool):
+        return [str(int(value))]
+    text = str(value).strip()
+    if _LEADING_ZERO.fullmatch(text):
+        return [str(int(text, 10))]
+    try:
+        number = float(text)
+    except ValueError:
+        return []
+    return [str(round(number))] if math.isfinite(number) else []
+
+
+def nearest_choice(value: object, choices: list[str]) -> str | None:
+    """The choice `value` most likely meant: equal ignoring case and separators
+    (first_step -> firstStep), else the closest spelling."""
+    squashed = re.sub(r"[-_ ]", "", str(value)).lower()
+    for choice in choices:
+        if re.sub(r"[-_ ]", "", choice).lower() == squashed:
+            return choice
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+# --- keys a user typed -----------------------------------------------------------------------
+# Keys users set under verl-gke: that belong to another namespace.
+OTHER_NAMESPACE_KEYS = {
+    "region": "the region is gcp:region (verl-gke:zone must be one of its zones)",
+    "project": "the project is gcp:project",
+}
+
+
+def flat_object_key(key: str, value: str, stack: str, known: list[str]) -> str | None:
+    """`verl-gke:job.trainBatchSize` set without --path: Pulumi stores a flat key of that name
+    (`pulumi config set` docs: `--path` sets a field of an object), which the program never
+    reads."""
+    base, _, path = key.partition(".")
+    if not path or base not in known:
+        return None
+    return (
+        f"{key} = {value!r}: set without --path, so Pulumi stored a key named {key!r} instead "
+        f"of the field {path!r} of {base}. Fix: pulumi config rm {key} -s {stack}, then "
+        f"pulumi config set --path {key} {value} -s {stack}"
+    )
+
+
+def unknown_key_hint(key: str, stack: str, known: list[str]) -> str:
+    """What a key that is no setting was meant to be, and the fix (removing it)."""
+    typed = key.split(":", 1)[1]
+    remove = f"pulumi config rm {key} -s {stack}"
+    if typed in OTHER_NAMESPACE_KEYS:
+        return f"{OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}"
+    # Compare without the shared "verl-gke:" prefix, which would make everything look close, and
+    # ignoring case; 0.8 keeps a typo's match and drops unrelated keys (region -> rayVersion).
+    short = {k.split(":", 1)[1].lower(): k for k in known}
+    close = difflib.get_close_matches(typed.lower(), list(short), n=1, cutoff=0.8)
+    if close:
+        return f"did you mean {short[close[0]]}? Fix: {remove}, then set {short[close[0]]}"
+    return f"valid keys: {', '.join(known)}. Fix: {remove}"
+
+
+def type_error_candidates(kind: str, value: object, ctx: dict | None) -> list[str]:
+    """Values a pydantic type, range or choice error most likely meant, likeliest first: the
+    nearest allowed choice, the violated bound, the number meant. Booleans get none: a refused
+    switch gets its default, never a guess."""
+    ctx = ctx or {}
+    candidates: list[str] = []
+    if "expected" in ctx:
+        nearest = nearest_choice(value, re.findall(r"'([^']*)'", str(ctx["expected"])))
+        candidates += [nearest] if nearest else []
+    candidates += [str(ctx[bound]) for bound in ("ge", "le", "gt", "lt") if bound in ctx]
+    if kind.startswith(("int_", "float_", "value_error")):
+        candidates += number_candidates(value)
+    return candidates

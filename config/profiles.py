@@ -27,6 +27,9 @@ class Capacity(StrEnum):
     # GKE's Dynamic Workload Scheduler flex-start (Preview for A4 / A3 Ultra).
     FLEX_START = "flexStart"
     SPOT = "spot"
+    # Compute Engine's default provisioning model. No profile here offers it (AI Hypercomputer lists
+    # no on-demand option for A4X, A4 or A3 Ultra); kept so that `onDemand` is refused with that
+    # reason and a fix, not as an unknown value.
     ON_DEMAND = "onDemand"
 
 
@@ -319,9 +322,12 @@ _X86_RAY_WORKERS = _frozen(
 #   or without --enable-queued-provisioning) or "Spot"; its RDMA (multi-network) section shows only
 #   the reservation and flex-start tabs, while Google's verl tutorial itself runs Spot A3 Ultra
 #   nodes with the 8 RDMA networks (`--spot --num-nodes=0 --additional-node-network ...`), so Spot
-#   is kept. Flex-start needs GKE >= 1.32.2-gke.1652000 (the profiles' floor is 1.34). On-demand is
-#   Compute Engine's default provisioning model for these machines (no tab of its own: capacity is
-#   rarely there, which the plan says).
+#   is kept. Flex-start needs GKE >= 1.32.2-gke.1652000 (the profiles' floor is 1.34).
+# - No on-demand: AI Hypercomputer "Choose a consumption option"
+#   (docs.cloud.google.com/ai-hypercomputer/docs/consumption-models, comparison table) offers A4 and
+#   A3 Ultra as future reservations (also in calendar mode), flex-start and Spot only; its "Capacity
+#   overview" (.../obtain-capacity) lists the same options. A node pool asking for on-demand
+#   machines would wait for nodes that are not sold that way.
 # - Queued provisioning (all nodes at once): GKE "Run a large-scale workload with flex-start with
 #   queued provisioning" (docs.cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest):
 #   recommended when "workloads are required to run across multiple nodes simultaneously".
@@ -336,7 +342,10 @@ _X86_RAY_WORKERS = _frozen(
 _X86_CAPACITY = _frozen(
     {
         mode: CapacitySupport(
-            supported=(Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT, Capacity.ON_DEMAND)
+            supported=(Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT),
+            refused_reason="AI Hypercomputer offers A4 and A3 Ultra as reservations, flex-start "
+            "and Spot only, not on-demand: docs.cloud.google.com/ai-hypercomputer/docs/"
+            "consumption-models",
         )
         for mode in (Mode.STANDARD, Mode.AUTOPILOT)
     }

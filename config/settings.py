@@ -6,12 +6,11 @@ reader is about to pay for GPUs by the hour and should not have to read this fil
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +22,13 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from config import input_rules
+from config import cluster_security, input_rules, known_values, placement
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan, streaming_refusal
@@ -56,16 +56,23 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 _ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+# [projects/P/reservations/]NAME[/reservationBlocks/B[/reservationSubBlocks/S]]: the forms GKE's
+# `--reservation` takes as the reservation affinity's value (AI Hypercomputer "Create a custom
+# AI-optimized GKE cluster which uses A4X": a sub-block places the nodes in one NVL72 domain).
+_RESERVATION_PART = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _RESERVATION = re.compile(
-    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?"
-    r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
+    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+    rf"(/reservationBlocks/{_RESERVATION_PART}(/reservationSubBlocks/{_RESERVATION_PART})?)?$"
 )
+_RESERVATION_FORM = "RESERVATION_NAME[/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]]"
 _BUCKET = re.compile(r"^[a-z0-9][-a-z0-9_]{1,61}[a-z0-9]$")
 _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$")
 # The first nvidia-dra-driver-gpu chart whose DeviceClasses use resource.k8s.io/v1 when the
 # cluster serves it (NVIDIA/k8s-dra-driver-gpu 960b0e10, issue #533); older charts need the
 # v1beta1 DRA APIs, which this program does not enable on the cluster.
 DRA_DRIVER_MIN_CHART = "25.3.2"
+# The DRA driver chart's namespace (manifests/dra_driver.py NAMESPACE; config may not import it).
+DRA_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 _K8S_VERSION = re.compile(r"^1\.(?P<minor>[0-9]+)(\.[0-9]+(-gke\.[0-9]+)?)?$")
 # Longest cluster name the tutorial allows; derived names (e.g. "<cluster>-rdma-sub-7") must
 # stay within GCE's 63-character limit.
@@ -115,8 +122,11 @@ class StackSettings(BaseModel):
     zone: str = Field(description="Zone of the GPU reservation (RoCE profiles are zonal)")
     mode: Mode
     reservation: str | None = None
+    # An existing workload policy for the GPU pool's placement (A4X), by name or self-link; unset,
+    # the stack creates its own 1x72 policy (components/gpu_node_pool.py).
+    placement_policy: str | None = None
     # How the GPU nodes are obtained (config/capacity.py); default: `reservation` when
-    # verl-gke:reservation is set, else `onDemand`.
+    # verl-gke:reservation is set, else `flexStart` where the profile offers it (_default_capacity).
     capacity: Capacity
     # How long `pulumi up` waits for the GPU nodes outside a reservation (the RayCluster's
     # readiness timeout is this plus the start-up margin, config/capacity.py).
@@ -167,6 +177,9 @@ class StackSettings(BaseModel):
     host_subnet_cidr: str = "10.128.0.0/20"
     pods_cidr: str = "10.4.0.0/14"
     services_cidr: str = "10.0.32.0/20"
+    # IPv4 ranges allowed to reach the public control-plane endpoint (config/cluster_security.py);
+    # empty: any address can (the plan says so). The deploying machine must be in the list.
+    authorized_networks: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -212,14 +225,27 @@ class StackSettings(BaseModel):
                 raise ValueError(f"not a JSON object ({error.msg})") from None
         return value
 
+    @field_validator("authorized_networks", mode="before")
+    @classmethod
+    def _cidr_list(cls, value: Any) -> Any:
+        return cluster_security.parse_cidr_list(value)
+
+    @field_validator(
+        "gpu_nodes", "cpu_nodes", "cpu_max_nodes", "capacity_wait_minutes", mode="before"
+    )
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        return input_rules.whole_number(value)
+
     @field_validator("job_wait", mode="before")
     @classmethod
     def _job_wait_legacy(cls, value: Any) -> Any:
         return job_wait_setting.coerce(value)
 
     @model_validator(mode="after")
-    def _check(self) -> StackSettings:
-        problems = [p for p in _problems(self) if p]
+    def _check(self, info: ValidationInfo) -> StackSettings:
+        accept = (info.context or {}).get(ACCEPT_GPU_NODES)
+        problems = [p for p in _problems(self, accept) if p]
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -256,6 +282,13 @@ class StackSettings(BaseModel):
         )
 
     @property
+    def placement_policy_name(self) -> str | None:
+        """verl-gke:placementPolicy as GKE takes it: the policy's name."""
+        if self.placement_policy is None:
+            return None
+        return placement.policy_name(self.placement_policy)
+
+    @property
     def total_gpus(self) -> int:
         return self.gpu_nodes * self.profile.gpus_per_node
 
@@ -268,7 +301,14 @@ class StackSettings(BaseModel):
         return f"pulumi config set {config_key(field_name)} {value} -s {self.stack}"
 
 
-def _problems(s: StackSettings) -> list[str | None]:
+# Validation context key: a callable (gpu_nodes -> bool) that says whether the whole stack,
+# the GRPO job included, accepts that node count (load_settings builds it from `job_check`).
+ACCEPT_GPU_NODES = "accept_gpu_nodes"
+
+
+def _problems(
+    s: StackSettings, accept_gpu_nodes: Callable[[int], bool] | None = None
+) -> list[str | None]:
     """Each rule returns None or one message: key = value, why, and the fix."""
     profile = s.profile
     return [
@@ -277,20 +317,27 @@ def _problems(s: StackSettings) -> list[str | None]:
         _check_zone(s),
         _check_mode(s, profile),
         _check_reservation(s, profile),
+        _check_placement_policy(s, profile),
         _check_capacity(s, profile),
-        _check_gpu_nodes(s, profile),
+        _check_gpu_nodes(s, profile, accept_gpu_nodes),
         _check_cluster_name(s),
-        _check_name(s, "namespace", s.namespace, _DNS_LABEL, "a DNS-1123 label", 63),
-        _check_name(s, "ksa_name", s.ksa_name, _DNS_LABEL, "a DNS-1123 label", 63),
+        _check_namespace(s, profile),
+        _check_ksa(s),
         _check_bucket(s),
         _check_cpu_machine(s),
         _check_cpu_nodes(s),
         _check_release_channel(s),
         _check_kubernetes_version(s, profile),
         _check_cidrs(s),
+        _check_authorized_networks(s),
         *_input_class_problems(s, profile),
-        _check_chart_version(s, "kuberay_chart_version", "1.7.0"),
-        _check_chart_version(s, "dra_driver_chart_version", DRA_DRIVER_MIN_CHART),
+        _check_chart_version(s, "kuberay_chart_version", known_values.KUBERAY_CHART_VERSIONS),
+        _check_chart_version(
+            s,
+            "dra_driver_chart_version",
+            known_values.DRA_DRIVER_CHART_VERSIONS,
+            _dra_charts(profile),
+        ),
         _check_dra_driver_chart(s, profile),
     ]
 
@@ -310,27 +357,39 @@ def _check_name(
 
 
 def _check_region(s: StackSettings) -> str | None:
-    if _REGION.match(s.region):
+    if _REGION.match(s.region) and known_values.region_problem(s.region) is None:
         return None
-    return (
-        f"gcp:region = {s.region!r}: not a region name (e.g. us-central1). "
-        f"Fix: pulumi config set gcp:region us-central1 -s {s.stack}"
-    )
+    region = known_values.region_for_fix(s.region, s.zone)
+    fix = f"Fix: pulumi config set gcp:region {region} -s {s.stack}"
+    if _ZONE.match(s.region):
+        return f"gcp:region = {s.region!r}: a zone, not a region. {fix}"
+    why = known_values.region_problem(s.region) if _REGION.match(s.region) else None
+    return f"gcp:region = {s.region!r}: {why or 'not a region name (e.g. us-central1)'}. {fix}"
 
 
 def _check_zone(s: StackSettings) -> str | None:
     match = _ZONE.match(s.zone)
-    if not match:
+    region = known_values.region_for_fix(s.region, s.zone)
+    if not match or match["region"] not in known_values.REGION_ZONES:
+        why = "not a zone name" if not match else f"region {match['region']} does not exist"
+        letter = match.group(0)[-1] if match else "b"
         return (
-            f"{config_key('zone')} = {s.zone!r}: not a zone name (e.g. {s.region}-b). "
-            f"Fix: {s.fix('zone', f'{s.region}-b')} (the zone of your GPU reservation)"
+            f"{config_key('zone')} = {s.zone!r}: {why} (e.g. {known_values.zone_in(region)}). "
+            f"Fix: {s.fix('zone', known_values.zone_in(region, letter))} (the zone of your GPU "
+            f"reservation)"
         )
+    missing = known_values.zone_problem(s.zone, match["region"])
+    if missing is not None:
+        return f"{config_key('zone')} = {s.zone!r}: {missing[0]}. Fix: {s.fix('zone', missing[1])}"
+    if s.region not in known_values.REGION_ZONES:
+        return None  # _check_region names the region to set
     if match["region"] != s.region:
         return (
             f"{config_key('zone')} = {s.zone!r} is not in gcp:region {s.region!r}: the GPU nodes, "
             f"the RoCE network profile and the subnets must share one region. Fix: "
-            f"pulumi config set gcp:region {match['region']} -s {s.stack}, or pick a zone in "
-            f"{s.region}"
+            f"pulumi config set gcp:region {match['region']} -s {s.stack}, or "
+            f"{s.fix('zone', known_values.zone_in(s.region, s.zone[-1]))} (the zone of your "
+            f"reservation)"
         )
     return None
 
@@ -351,24 +410,49 @@ def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | N
             return (
                 f"{config_key('reservation')} is not set: {profile.name} machines "
                 f"({profile.machine_type}) are only available through a reservation. Fix: "
-                f"{s.fix('reservation', 'RESERVATION_NAME[/reservationBlocks/BLOCK]')}"
+                f"{s.fix('reservation', _RESERVATION_FORM)}"
             )
         return None
     if _RESERVATION.match(s.reservation):
         return None
     return (
         f"{config_key('reservation')} = {s.reservation!r}: expected NAME, "
-        f"NAME/reservationBlocks/BLOCK or projects/PROJECT/reservations/NAME (lowercase "
+        f"NAME/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK] or "
+        f"projects/PROJECT/reservations/NAME[/...] (lowercase "
         f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
     )
 
 
+def _check_placement_policy(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    """An existing workload policy instead of the stack's own (config/placement.py)."""
+    if s.placement_policy is None:
+        return None
+    key = config_key("placement_policy")
+    drop = f"pulumi config rm {key} -s {s.stack}"
+    if profile.placement is None:
+        return (
+            f"{key} = {s.placement_policy!r}: {profile.name} GPU pools use no workload policy "
+            f"(only A4X's 1x72 NVL72 placement does). Fix: {drop}"
+        )
+    why = placement.policy_problem(s.placement_policy, s.project, s.region)
+    if why is None:
+        return None
+    return (
+        f"{key} = {s.placement_policy!r}: {why}. Fix: {drop} (the stack then creates its own "
+        f"policy), or create one in {s.region}: gcloud beta compute resource-policies create "
+        f"workload-policy NAME --type {profile.placement.type} --accelerator-topology "
+        f"{profile.placement.accelerator_topology} --project {s.project} --region {s.region}"
+    )
+
+
 def _default_capacity(profile: AcceleratorProfile, mode: str, reservation: object) -> str:
+    """`reservation` with a reservation; without one flex-start, where GKE offers it for the
+    profile (on-demand is not offered for these machines, config/profiles.py)."""
     if reservation:
         return Capacity.RESERVATION.value
     supported = profile.capacity.get(Mode(mode)) if mode in set(Mode) else None
-    if supported is None or Capacity.ON_DEMAND in supported.supported:
-        return Capacity.ON_DEMAND.value
+    if supported is None or Capacity.FLEX_START in supported.supported:
+        return Capacity.FLEX_START.value  # (no support entry: _check_mode reports the mode)
     # Reservation-only profiles (A4X): _check_reservation says the reservation is missing.
     return supported.supported[0].value
 
@@ -388,7 +472,8 @@ def _check_capacity(s: StackSettings, profile: AcceleratorProfile) -> str | None
         return (
             f"{key} = {s.capacity.value!r}: {profile.name} on GKE {s.mode.value} supports only "
             f"{allowed} ({support.refused_reason}). Fix: "
-            f"{s.fix('capacity', support.supported[0].value)}{elsewhere}"
+            f"{s.fix('capacity', _default_capacity(profile, s.mode.value, s.reservation))}"
+            f"{elsewhere}"
         )
     if s.capacity is Capacity.RESERVATION and s.reservation is None:
         if profile.reservation_required:
@@ -413,13 +498,19 @@ def _supported_anywhere(profile: AcceleratorProfile) -> set[Capacity]:
     return {c for support in profile.capacity.values() for c in support.supported}
 
 
-def _check_gpu_nodes(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_gpu_nodes(
+    s: StackSettings, profile: AcceleratorProfile, accept: Callable[[int], bool] | None
+) -> str | None:
     if 1 <= s.gpu_nodes <= profile.max_gpu_nodes:
         return None
+    # The nearest count in range that every other rule (the GRPO job's batch split and memory
+    # fit included, through `accept`) takes as well.
+    in_range = sorted(range(1, profile.max_gpu_nodes + 1), key=lambda n: abs(n - s.gpu_nodes))
+    fix = next((n for n in in_range if accept is None or accept(n)), in_range[0])
     return (
         f"{config_key('gpu_nodes')} = {s.gpu_nodes}: {profile.name} allows 1 to "
         f"{profile.max_gpu_nodes} GPU nodes ({profile.max_gpu_nodes_reason}). Fix: "
-        f"{s.fix('gpu_nodes', min(max(s.gpu_nodes, 1), profile.max_gpu_nodes))}"
+        f"{s.fix('gpu_nodes', fix)}"
     )
 
 
@@ -435,14 +526,40 @@ def _check_cluster_name(s: StackSettings) -> str | None:
     return problem and f"{problem} Fix: {s.fix('cluster_name', 'verl-' + s.profile_name)}"
 
 
+def _check_namespace(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    key, value = config_key("namespace"), s.namespace
+    fix = s.fix("namespace", known_values.SUGGESTED_NAMESPACE)
+    if not (_DNS_LABEL.match(value) and len(value) <= 63):
+        return f"{key} = {value!r}: must be a DNS-1123 label, at most 63 characters. Fix: {fix}"
+    # The DRA driver's chart gets its own namespace (manifests/dra_driver.py); KubeRay shares the
+    # workload namespace.
+    taken = {DRA_DRIVER_NAMESPACE: "the NVIDIA DRA driver"} if profile.multi_node_nvlink else {}
+    why = known_values.namespace_problem(value, taken)
+    return f"{key} = {value!r}: {why}. Fix: {fix}" if why else None
+
+
+def _check_ksa(s: StackSettings) -> str | None:
+    key, value = config_key("ksa_name"), s.ksa_name
+    fix = s.fix("ksa_name", known_values.SUGGESTED_KSA)
+    if not (_DNS_LABEL.match(value) and len(value) <= 63):
+        return f"{key} = {value!r}: must be a DNS-1123 label, at most 63 characters. Fix: {fix}"
+    why = known_values.ksa_problem(value)
+    return f"{key} = {value!r}: {why}. Fix: {fix}" if why else None
+
+
+def _bucket_ok(name: str) -> bool:
+    return bool(_BUCKET.match(name)) and not known_values.google_like(name)
+
+
 def _check_bucket(s: StackSettings) -> str | None:
     name = s.bucket_name
-    if _BUCKET.match(name) and not name.startswith("goog") and "google" not in name:
+    if _bucket_ok(name):
         return None
     return (
         f"{config_key('bucket_name')} = {name!r}: GCS bucket names are 3-63 lowercase letters, "
         f"digits, hyphens or underscores, start and end with a letter or digit, and must not "
-        f"start with 'goog' or contain 'google'. Fix: "
+        f"start with 'goog' or contain 'google' or a close misspelling of it (GCS bucket naming "
+        f"rules). Fix: "
         f"{s.fix('bucket_name', _bucket_suggestion(s))}"
     )
 
@@ -487,9 +604,14 @@ def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> 
     # breaks cluster creation once it leaves the channel); components/gke_cluster.py checks the
     # version GKE returns against this floor before the GPU pool exists.
     floor = profile.kubernetes_floor(s.mode)
-    if _K8S_VERSION.match(s.kubernetes_version) and version_tuple(
-        s.kubernetes_version
-    ) >= version_tuple(floor):
+    match = _K8S_VERSION.match(s.kubernetes_version)
+    too_new = match and known_values.kubernetes_minor_problem(int(match["minor"]))
+    if too_new:
+        return (
+            f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: {too_new}, so the "
+            f"cluster could never meet this floor. Fix: {s.fix('kubernetes_version', floor)}"
+        )
+    if match and version_tuple(s.kubernetes_version) >= version_tuple(floor):
         return None
     return (
         f"{config_key('kubernetes_version')} = {s.kubernetes_version!r}: the lowest GKE version "
@@ -515,6 +637,24 @@ def _check_cidrs(s: StackSettings) -> str | None:
             return f"{config_key(name)} = {value!r}: {parsed}. Fix: {s.fix(name, default)}"
         networks[name] = parsed
     return _cidr_size_problem(s, networks) or _cidr_overlap_problem(s, networks)
+
+
+def _check_authorized_networks(s: StackSettings) -> str | None:
+    key = config_key("authorized_networks")
+    for cidr in s.authorized_networks:
+        problem = cluster_security.cidr_problem(cidr)
+        if problem is None:
+            continue
+        shown = ",".join(s.authorized_networks)
+        fixed = ",".join(cluster_security.corrected_cidrs(s.authorized_networks))
+        fix = (
+            s.fix("authorized_networks", fixed)
+            if fixed
+            else f"pulumi config rm {key} -s {s.stack} (the endpoint is then open to the "
+            f"internet), or set your machine's IPv4 address as A.B.C.D/32"
+        )
+        return f"{key} = {shown!r}: {cidr!r} is {problem[0]}. Fix: {fix}"
+    return None
 
 
 def _cidr_size_problem(s: StackSettings, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
@@ -596,14 +736,27 @@ def _check_dra_driver_chart(s: StackSettings, profile: AcceleratorProfile) -> st
     )
 
 
-def _check_chart_version(s: StackSettings, field_name: str, example: str) -> str | None:
+def _dra_charts(profile: AcceleratorProfile) -> tuple[str, ...]:
+    """Published DRA driver charts this profile can install (_check_dra_driver_chart)."""
+    if not profile.multi_node_nvlink:
+        return known_values.DRA_DRIVER_CHART_VERSIONS
+    floor = version_tuple(DRA_DRIVER_MIN_CHART)
+    return tuple(v for v in known_values.DRA_DRIVER_CHART_VERSIONS if version_tuple(v) >= floor)
+
+
+def _check_chart_version(
+    s: StackSettings,
+    field_name: str,
+    published: tuple[str, ...],
+    usable: tuple[str, ...] | None = None,
+) -> str | None:
     # A bad chart version would only fail in `helm install`, after the cluster exists.
     value = getattr(s, field_name)
-    if _CHART_VERSION.match(value):
+    problem = known_values.chart_version_problem(value, published, usable or published)
+    if problem is None:
         return None
     return (
-        f"{config_key(field_name)} = {value!r}: expected a Helm chart version such as "
-        f"{example} (MAJOR.MINOR.PATCH). Fix: {s.fix(field_name, example)}"
+        f"{config_key(field_name)} = {value!r}: {problem[0]}. Fix: {s.fix(field_name, problem[1])}"
     )
 
 
@@ -644,7 +797,7 @@ def _bucket_suggestion(s: StackSettings) -> str:
     base = re.sub(r"[^a-z0-9_-]+", "-", f"{s.project}-verl".lower()).strip("-_")
     base = base.replace("google", "g").removeprefix("goog")
     candidate = base[:63].strip("-_")
-    if _BUCKET.match(candidate) and candidate[0].isalnum():
+    if _bucket_ok(candidate) and candidate[0].isalnum():
         return candidate
     return f"verl-{s.profile_name}-checkpoints"
 
@@ -679,7 +832,18 @@ def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list
         )
     problems.append(_check_dranet_channel(s))
     problems.append(_check_image_streaming(s))
+    problems.append(_check_installer_arch(s, profile))
     return problems
+
+
+def _check_installer_arch(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+    why = known_values.image_arch_problem(s.nccl_installer_image, profile.arch)
+    if why is None:
+        return None
+    return (
+        f"{config_key('nccl_installer_image')} = {s.nccl_installer_image!r}: {why}. "
+        f"Fix: {s.fix('nccl_installer_image', profile.nccl_installer_image)}"
+    )
 
 
 def _reason(
@@ -737,9 +901,28 @@ _OFFLINE_EXAMPLES = {
 }
 
 
+# What the offline plan reads for a value the stack file holds encrypted (`secure: v1:...`, written
+# by `pulumi config set --secret`; tools/offline_engine.py): only the Pulumi engine can decrypt it,
+# with the stack's secrets provider. The value is set, so it is planned with a stand-in.
+ENCRYPTED_VALUE = "[encrypted in the stack file]"
+OFFLINE_SECRET_STAND_IN = "offline-plan-secret"
+
+
+def _plan_encrypted_values(values: dict[str, str], notices: list[str], where: str) -> None:
+    """Every encrypted value (hfToken, wandbApiKey, any key set with --secret) counts as set; the
+    plan uses a stand-in that passes the key's checks and says so."""
+    for key in sorted(k for k, v in values.items() if v == ENCRYPTED_VALUE):
+        example = _OFFLINE_EXAMPLES.get(key)
+        values[key] = example(values) if example else OFFLINE_SECRET_STAND_IN
+        notices.append(
+            f"{key} is encrypted in {where} (set with --secret): the offline plan cannot decrypt "
+            f"it and plans with a stand-in; pulumi up uses the real value"
+        )
+
+
 def _drop_unused_reservation_placeholder(values: dict[str, str], notices: list[str]) -> None:
     """The committed stack files carry a reservation placeholder; a stack that asks for capacity
-    outside a reservation (verl-gke:capacity flexStart, spot, onDemand) has no use for it."""
+    outside a reservation (verl-gke:capacity flexStart, spot) has no use for it."""
     key = f"{NAMESPACE}:reservation"
     capacity = values.get(f"{NAMESPACE}:capacity")
     if capacity in (None, "", Capacity.RESERVATION.value) or not is_placeholder(values.get(key)):
@@ -759,18 +942,53 @@ def valid_keys() -> list[str]:
     )
 
 
+# Rules from layers config may not import, handed in by the composition root: `job_check` raises
+# ValueError when the GRPO job cannot run on the settings (training/assembly.training_job), and
+# `redact(text, known)` hides every secret-looking value in an error (jobs/secret_scan.redact).
+JobCheck = Callable[[StackSettings], object]
+Redact = Callable[[str, Mapping[str, str]], str]
+
+
 def load_settings(
-    stack: str, config: Mapping[str, str], *, offline: bool, stack_file: str | None = None
+    stack: str,
+    config: Mapping[str, str],
+    *,
+    offline: bool,
+    stack_file: str | None = None,
+    job_check: JobCheck | None = None,
+    redact: Redact | None = None,
+    secret_keys: Collection[str] = (),
 ) -> LoadedSettings:
     """Validate raw Pulumi config (`{"namespace:key": value}`) into StackSettings.
 
     offline=True (the offline plan) plans placeholders and a missing hfToken with example values
     and reports them as notices; a real deployment rejects them.
     """
+    try:
+        return _load_settings(stack, config, offline, stack_file, job_check)
+    except SettingsError as error:
+        if redact is None:
+            raise
+        known = {
+            str(value): f"<redacted: {key}>"
+            for key, value in config.items()
+            if (_SECRET_KEY_NAME.search(key) or key in secret_keys) and value
+        }
+        raise SettingsError(redact(str(error), known)) from None
+
+
+def _load_settings(
+    stack: str,
+    config: Mapping[str, str],
+    offline: bool,
+    stack_file: str | None,
+    job_check: JobCheck | None,
+) -> LoadedSettings:
     where = stack_file or f"Pulumi.{stack}.yaml"
-    problems = _unknown_keys(config)
+    problems = _unknown_keys(config, stack)
     values = dict(config)
     notices: list[str] = []
+    _plan_encrypted_values(values, notices, where)
     _drop_unused_reservation_placeholder(values, notices)
     for key, example in _OFFLINE_EXAMPLES.items():
         value = values.get(key)
@@ -808,12 +1026,27 @@ def load_settings(
         if key.startswith(prefix):
             raw[key[len(prefix) :]] = value
     try:
-        settings = StackSettings.model_validate(raw)
+        settings = StackSettings.model_validate(
+            raw, context={ACCEPT_GPU_NODES: _gpu_nodes_acceptor(raw, job_check)}
+        )
     except ValidationError as error:
-        raise SettingsError(_format(stack, _describe(error))) from None
+        raise SettingsError(_format(stack, _describe(error, raw, job_check))) from None
     notices.extend(_image_notices(settings))
     notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
     return LoadedSettings(settings, tuple(notices))
+
+
+def _gpu_nodes_acceptor(raw: dict[str, Any], job_check: JobCheck | None) -> Callable[[int], bool]:
+    def accept(nodes: int) -> bool:
+        try:
+            settings = StackSettings.model_validate({**raw, "gpuNodes": nodes})
+            if job_check is not None:
+                job_check(settings)
+        except (ValidationError, ValueError):
+            return False
+        return True
+
+    return accept
 
 
 def _image_notices(settings: StackSettings) -> list[str]:
@@ -831,32 +1064,34 @@ def _image_notices(settings: StackSettings) -> list[str]:
     ]
 
 
-def _unknown_keys(config: Mapping[str, str]) -> list[str]:
+def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
     known = valid_keys()
     problems = []
     for key in sorted(config):
         if input_rules.near_miss_namespace(key, NAMESPACE):
             # Pulumi hands such a key to the program, which would silently ignore it.
             meant = f"{NAMESPACE}:{key.split(':', 1)[1]}"
+            secret = bool(_SECRET_KEY_NAME.search(key))
+            value = "VALUE" if secret or " " in str(config[key]) else str(config[key])
             problems.append(
                 f"{key}: the namespace {key.split(':', 1)[0]!r} is not {NAMESPACE!r}, so this "
-                f"setting would be ignored. Fix: pulumi config rm {key}, then pulumi config set "
-                f"{meant} VALUE (or rename the key in the stack file)"
+                f"setting would be ignored. Fix: pulumi config rm {key} -s {stack}, then "
+                f"pulumi config set {'--secret ' if secret else ''}{meant} {value} -s {stack} "
+                f"(or rename the key in the stack file)"
             )
             continue
         if not key.startswith(f"{NAMESPACE}:") or key in known:
             continue
-        # Compare without the shared "verl-gke:" prefix, which would make everything look close.
-        short = [k.split(":", 1)[1] for k in known]
-        close = difflib.get_close_matches(key.split(":", 1)[1], short, n=1, cutoff=0.6)
-        hint = (
-            f"did you mean {NAMESPACE}:{close[0]}?" if close else f"valid keys: {', '.join(known)}"
-        )
-        problems.append(f"{key} is not a setting of this program ({hint})")
+        flat = input_rules.flat_object_key(key, str(config[key]), stack, known)
+        if flat:
+            problems.append(flat)
+            continue
+        hint = input_rules.unknown_key_hint(key, stack, known)
+        problems.append(f"{key} is not a setting of this program: {hint}")
     return problems
 
 
-def _describe(error: ValidationError) -> list[str]:
+def _describe(error: ValidationError, raw: dict[str, Any], job_check: JobCheck | None) -> list[str]:
     problems = []
     for item in error.errors():
         if not item["loc"]:
@@ -873,8 +1108,70 @@ def _describe(error: ValidationError) -> list[str]:
             problems.append(f"{key} is required. Fix: pulumi config set {key} VALUE")
             continue
         shown = "<secret>" if name in SECRET_FIELDS else repr(item["input"])
-        problems.append(f"{key} = {shown}: {item['msg']}")
+        message = str(item["msg"]).removeprefix("Value error, ")
+        fix = _type_error_fix(item, field_alias, key, raw, job_check)
+        problems.append(f"{key} = {shown}: {message}.{f' Fix: {fix}' if fix else ''}")
     return problems
+
+
+def _type_error_fix(
+    item: Any, alias: str, key: str, raw: dict[str, Any], job_check: JobCheck | None
+) -> str | None:
+    """The first value, most likely meant first, that the field accepts with the rest of `raw`:
+    the nearest allowed choice, the violated bound, the number meant, then the default."""
+    candidates = input_rules.type_error_candidates(item["type"], item["input"], item.get("ctx"))
+    # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
+    candidates += _default_candidates(alias, raw)
+    stack = raw.get("stack", "STACK")
+    for candidate in candidates:
+        if _field_accepts(raw, alias, key, candidate, job_check):
+            return f"pulumi config set {key} {candidate} -s {stack}"
+    if _field_accepts(raw, alias, key, None, job_check):
+        return f"pulumi config rm {key} -s {stack} (the default applies)"
+    return None
+
+
+def _default_candidates(alias: str, raw: dict[str, Any]) -> list[str]:
+    rest = {k: v for k, v in raw.items() if k != alias}
+    try:
+        defaults = StackSettings._profile_defaults(rest)
+    except ValueError:
+        defaults = {}
+    name = next((n for n, f in StackSettings.model_fields.items() if f.alias == alias), "")
+    field = StackSettings.model_fields.get(name)
+    default = None if field is None or field.is_required() else field.get_default()
+    found = [defaults.get(alias), {} if name == "job" else default]
+    return [
+        json.dumps(v)
+        if isinstance(v, dict)
+        else str(v).lower()
+        if isinstance(v, bool)
+        else str(getattr(v, "value", v))
+        for v in found
+        if v is not None and not isinstance(v, SecretStr)
+    ]
+
+
+def _field_accepts(
+    raw: dict[str, Any], alias: str, key: str, value: str | None, job_check: JobCheck | None
+) -> bool:
+    """No rule refuses `value` (None: the key removed) for `alias`; when the rest of `raw` is
+    valid too, the GRPO job accepts the result as well."""
+    data = {k: v for k, v in raw.items() if k != alias} if value is None else {**raw, alias: value}
+    try:
+        settings = StackSettings.model_validate(data)
+        if job_check is not None:
+            job_check(settings)
+    except ValidationError as error:
+        for item in error.errors():
+            if item["loc"] and item["loc"][0] == alias:
+                return False
+            lines = str((item.get("ctx") or {}).get("error", "")).split("\n")
+            if not item["loc"] and any(line.startswith(f"{key} ") for line in lines):
+                return False
+    except ValueError:  # the GRPO job refuses the settings
+        return False
+    return True
 
 
 def _format(stack: str, problems: list[str]) -> str:
@@ -882,14 +1179,24 @@ def _format(stack: str, problems: list[str]) -> str:
     return f"stack {stack!r}: invalid configuration, nothing was created:\n{lines}"
 
 
-def settings_from_pulumi() -> LoadedSettings:
-    """Read this stack's config from the Pulumi runtime (real engine or the offline plan)."""
+def settings_from_pulumi(
+    job_check: JobCheck | None = None, redact: Redact | None = None
+) -> LoadedSettings:
+    """Read this stack's config from the Pulumi runtime (real engine or the offline plan);
+    `job_check` and `redact` as in load_settings."""
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     offline = os.environ.get(OFFLINE_PLAN_ENV) == "1"
     # The engine lists the keys set with --secret (PULUMI_CONFIG_SECRET_KEYS, or in-process).
     secret = set(runtime_config.get_config_secret_keys_env())
     secret |= {key for key in raw if runtime_config.is_config_secret(key)}
-    loaded = load_settings(pulumi.get_stack(), raw, offline=offline)
+    loaded = load_settings(
+        pulumi.get_stack(),
+        raw,
+        offline=offline,
+        job_check=job_check,
+        redact=redact,
+        secret_keys=secret,
+    )
     return LoadedSettings(
         loaded.settings, (*plain_secret_notices(raw, secret, pulumi.get_stack()), *loaded.notices)
     )

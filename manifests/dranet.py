@@ -22,7 +22,7 @@ RDMA_NIC_CLAIM_TEMPLATE = "verl-rdma-nic"
 
 _RESERVATION = re.compile(
     r"^(projects/(?P<project>[^/]+)/reservations/)?(?P<name>[^/]+)"
-    r"(/reservationBlocks/(?P<block>[^/]+))?$"
+    r"(/reservationBlocks/(?P<block>[^/]+)(/reservationSubBlocks/(?P<sub_block>[^/]+))?)?$"
 )
 
 
@@ -32,8 +32,9 @@ def compute_class_name(settings: StackSettings) -> str:
 
 
 def reservation_reference(settings: StackSettings) -> dict[str, object] | None:
-    """The ComputeClass form of `verl-gke:reservation` (NAME, NAME/reservationBlocks/B or
-    projects/P/reservations/NAME)."""
+    """The ComputeClass form of `verl-gke:reservation` (NAME, NAME/reservationBlocks/B,
+    NAME/reservationBlocks/B/reservationSubBlocks/S or projects/P/reservations/NAME...): GKE
+    ComputeClass CRD reference, `reservations.specific[].reservationBlock.reservationSubBlock`."""
     if settings.reservation is None:
         return None
     match = _RESERVATION.match(settings.reservation)
@@ -44,7 +45,10 @@ def reservation_reference(settings: StackSettings) -> dict[str, object] | None:
         "project": match["project"] or settings.project,
     }
     if match["block"]:
-        reference["reservationBlock"] = {"name": match["block"]}
+        block: dict[str, object] = {"name": match["block"]}
+        if match["sub_block"]:
+            block["reservationSubBlock"] = {"name": match["sub_block"]}
+        reference["reservationBlock"] = block
     return reference
 
 

@@ -220,7 +220,7 @@ def test_every_suggested_fix_is_accepted(stack: str, changes: dict[str, str]) ->
 def test_namespace_typo_refused_with_the_right_key(key: str) -> None:
     message = error_of("a4", {key: "4"})
     assert f"{key}: the namespace" in message
-    assert "pulumi config set verl-gke:gpuNodes VALUE" in message
+    assert "pulumi config set verl-gke:gpuNodes 4 -s a4" in message
 
 
 def test_other_namespaces_are_not_namespace_typos() -> None:
@@ -301,9 +301,7 @@ def test_secret_in_any_job_setting_refused_before_any_resource(
 
 def test_the_stacks_own_secret_is_refused_and_shown_by_its_key() -> None:
     own = "hf_short_but_real_token"  # not the hf_ + 30 shape: found because it is the stack's
-    message = job_error(
-        "a4", {"extraOverrides": [f"+foo.x={own}"]}, **{"verl-gke:hfToken": own}
-    )
+    message = job_error("a4", {"extraOverrides": [f"+foo.x={own}"]}, **{"verl-gke:hfToken": own})
     assert "'+foo.x=<redacted: verl-gke:hfToken>'" in message and own not in message
 
 
@@ -378,3 +376,264 @@ def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
     fitting = int(fix[1])
     assert fitting < length and fitting & (fitting - 1) == 0  # a power of two
     assert job_accepted(stack, {"maxResponseLength": fitting}).spec.max_response_length == fitting
+
+
+# --- issue 17: every refusal's fix, applied as typed, is accepted (items 12-15) ----------------
+
+from jobs.secret_scan import redact  # noqa: E402
+
+# Every command a refusal offers: `pulumi config set [--secret] [--path] KEY VALUE -s STACK` and
+# `pulumi config rm KEY -s STACK`.
+_COMMAND = re.compile(
+    r"pulumi config (?P<verb>set|rm)(?P<flags>(?: --secret| --path)*) (?P<key>\S+)"
+    r"(?: (?P<value>(?!-s )\S+))? -s (?P<stack>\S+)"
+)
+
+
+# Values only the user has (their project, reservation, token): a fix names them by role.
+USER_VALUES = {
+    "PROJECT_ID": GOOD["gcp:project"],
+    "RESERVATION_NAME": GOOD["verl-gke:reservation"],
+    "RESERVATION_NAME[/reservationBlocks/BLOCK]": GOOD["verl-gke:reservation"],
+    "RESERVATION_NAME[/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]]": GOOD[
+        "verl-gke:reservation"
+    ],
+    "hf_...": GOOD["verl-gke:hfToken"],
+}
+
+
+def apply_fixes(config: dict[str, str], message: str, alternative: int = 0) -> dict[str, str]:
+    """`config` after every command in the message's `Fix:` parts, as Pulumi would store it;
+    where a fix offers alternatives (`A, or B`), the one numbered `alternative` (else the first)."""
+    fixed = dict(config)
+    lines = [part for part in message.split("\n") if "Fix: " in part]
+    assert lines, message
+    fixes = []
+    for line in lines:
+        choices = line.split("Fix: ", 1)[1].split(", or ")
+        fixes.append(choices[alternative] if alternative < len(choices) else choices[0])
+    for line, fix in zip(lines, fixes, strict=True):
+        if _job_fix(fixed, line, fix):
+            continue
+        commands = list(_COMMAND.finditer(fix))
+        assert commands, fix
+        for command in commands:
+            key, value = command["key"], command["value"]
+            if command["verb"] == "rm":
+                fixed.pop(key, None)
+            elif "--path" in (command["flags"] or ""):
+                base, _, field = key.partition(".")
+                job = json.loads(fixed.get(base, "{}"))
+                job[field] = (
+                    json.loads(value) if re.fullmatch(r"-?[0-9.]+|true|false", value) else value
+                )
+                fixed[base] = json.dumps(job)
+            else:
+                fixed[key] = USER_VALUES.get(value, value)
+    return fixed
+
+
+def _job_fix(config: dict[str, str], line: str, fix: str) -> bool:
+    """A GRPO job refusal's `set it to V` / `remove verl-gke:job.F`, applied to verl-gke:job."""
+    field = re.match(r"\s*- verl-gke:job\.(\w+) = ", line)
+    if field is None:
+        return False
+    job = json.loads(config.get("verl-gke:job", "{}"))
+    if fix.startswith("set it to "):
+        job[field[1]] = json.loads(fix.removeprefix("set it to ").split()[0])
+    elif fix.startswith(f"remove verl-gke:job.{field[1]}"):
+        job.pop(field[1], None)
+    else:
+        return False
+    config["verl-gke:job"] = json.dumps(job)
+    return True
+
+
+def full_preflight(stack: str, config: dict[str, str]) -> TrainingJob:
+    """What `pulumi up` runs before the first resource: the settings, then the GRPO job."""
+    settings = load_settings(
+        stack, config, offline=False, job_check=training_job, redact=redact
+    ).settings
+    return training_job(settings)
+
+
+def refused(stack: str, config: dict[str, str]) -> str:
+    with pytest.raises((SettingsError, GrpoPreflightError)) as caught:
+        full_preflight(stack, config)
+    return str(caught.value)
+
+
+# One member per class the issue names; each is refused naming key and value, and the fix as
+# typed makes the stack (GRPO job included) accepted.
+CLASSES = [
+    # item 12: pydantic type, range and choice errors; name rules; a flat --path key
+    ("a4x", {"verl-gke:gpuNodes": "two"}, "verl-gke:gpuNodes = 'two'"),
+    ("a4x", {"verl-gke:capacityWaitMinutes": "9"}, "verl-gke:capacityWaitMinutes = '9'"),
+    ("a4", {"verl-gke:jobWait": "first_step"}, "verl-gke:jobWait = 'first_step'"),
+    ("a4", {"verl-gke:exportModel": "gs://bucket/model"}, "verl-gke:exportModel = 'gs://"),
+    ("a4", {"verl-gke:mode": "autopylot"}, "verl-gke:mode = 'autopylot'"),
+    ("a4x", {"verl-gke:capacity": "spott"}, "verl-gke:capacity = 'spott'"),
+    ("a4", {"verl-gke:cpuNodes": "0"}, "verl-gke:cpuNodes = '0'"),
+    ("a4", {"verl-gke:fabricMinBusbwGbps": "fast"}, "verl-gke:fabricMinBusbwGbps = 'fast'"),
+    ("a4", {"verl-gke:imageStreaming": "sometimes"}, "verl-gke:imageStreaming = 'sometimes'"),
+    ("a4", {"verl-gke:job": "not json"}, "verl-gke:job = 'not json'"),
+    ("a4", {"verl-gke:namespace": "Verl_NS"}, "verl-gke:namespace = 'Verl_NS'"),
+    ("a4", {"verl-gke:ksaName": "Verl_KSA"}, "verl-gke:ksaName = 'Verl_KSA'"),
+    ("a4x", {"verl-gke:job.trainBatchSize": "64"}, "verl-gke:job.trainBatchSize = '64'"),
+    # item 13: accepted before, failing later on paid hardware
+    ("a4", {"verl-gke:namespace": "kube-system"}, "verl-gke:namespace = 'kube-system'"),
+    ("a4", {"verl-gke:namespace": "gmp-public"}, "verl-gke:namespace = 'gmp-public'"),
+    ("a4x", {"verl-gke:namespace": "nvidia-dra-driver-gpu"}, "'nvidia-dra-driver-gpu'"),
+    ("a4", {"verl-gke:ksaName": "default"}, "verl-gke:ksaName = 'default'"),
+    ("a4", {"gcp:region": "us-central9", "verl-gke:zone": "us-central9-b"}, "'us-central9'"),
+    ("a4", {"verl-gke:zone": "us-central1-z"}, "verl-gke:zone = 'us-central1-z'"),
+    ("a4", {"verl-gke:bucketName": "my-g00gle-ckpts"}, "verl-gke:bucketName = 'my-g00gle"),
+    ("a4", {"verl-gke:bucketName": "goog-ckpts"}, "verl-gke:bucketName = 'goog-ckpts'"),
+    ("a4", {"verl-gke:kuberayChartVersion": "1.7.9"}, "verl-gke:kuberayChartVersion = '1.7.9'"),
+    ("a4x", {"verl-gke:draDriverChartVersion": "25.3.9"}, "'25.3.9'"),
+    ("a4", {"verl-gke:kubernetesVersion": "1.99"}, "verl-gke:kubernetesVersion = '1.99'"),
+    (
+        "a4x",
+        {
+            "verl-gke:ncclInstallerImage": "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/"
+            "nccl-plugin-gib:v1.1.1"
+        },
+        "verl-gke:ncclInstallerImage = 'us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin",
+    ),
+    ("a4", {"verl-gke:job": '{"totalEpochs": true}'}, "verl-gke:job.totalEpochs = True"),
+    ("a4", {"verl-gke:gpuNodes": "010"}, "verl-gke:gpuNodes = '010'"),
+    ("a4", {"verl-gke:job": '{"trainBatchSize": "0256"}'}, "verl-gke:job.trainBatchSize = '0256'"),
+    # item 14: fixes that used to be refused by the next rule, or pointed the wrong way
+    ("a4x", {"verl-gke:gpuNodes": "19"}, "verl-gke:gpuNodes = 19"),
+    ("a4", {"gcp:region": "us-central1-b"}, "gcp:region = 'us-central1-b'"),
+    ("a4", {"verl-gke:region": "us-central1"}, "verl-gke:region"),
+]
+
+
+@pytest.mark.parametrize(
+    ("stack", "changes", "named"),
+    CLASSES,
+    ids=[f"{stack}-{'-'.join(changes.values())[:40]}" for stack, changes, _ in CLASSES],
+)
+def test_every_class_is_refused_with_a_fix_that_is_accepted(
+    stack: str, changes: dict[str, str], named: str
+) -> None:
+    config = {**GOOD, **changes}
+    message = refused(stack, config)
+    assert "nothing was created" in message and named in message, message
+    assert full_preflight(stack, apply_fixes(config, message)).spec
+
+
+def test_a_refused_switch_gets_its_default_never_a_destructive_guess() -> None:
+    message = refused("a4", {**GOOD, "verl-gke:deleteBucketOnDestroy": "2"})
+    assert "Fix: pulumi config set verl-gke:deleteBucketOnDestroy false -s a4" in message
+
+
+def test_unrelated_keys_are_not_suggested() -> None:
+    message = refused("a4", {**GOOD, "verl-gke:region": "us-central1"})
+    assert "rayVersion" not in message and "gcp:region" in message
+    message = refused("a4", {**GOOD, "verl-gke:gpuNode": "2"})
+    assert "did you mean verl-gke:gpuNodes?" in message
+
+
+def test_a_zone_given_as_region_offers_one_fix_only() -> None:
+    message = refused("a4", {**GOOD, "gcp:region": "us-central1-b"})
+    assert message.count("Fix: ") == 1, message
+    assert "pulumi config set gcp:region us-central1 -s a4" in message
+
+
+def test_gpu_nodes_fix_passes_the_batch_rules_that_the_nearest_count_breaks() -> None:
+    # a4x: 18 nodes = 72 GPUs; trainBatchSize 256 x rolloutN 8 = 2048 does not split over 72.
+    with pytest.raises(GrpoPreflightError):
+        full_preflight("a4x", {**GOOD, "verl-gke:gpuNodes": "18"})
+    message = refused("a4x", {**GOOD, "verl-gke:gpuNodes": "19"})
+    assert "Fix: pulumi config set verl-gke:gpuNodes 18 " not in message
+    assert full_preflight("a4x", apply_fixes({**GOOD, "verl-gke:gpuNodes": "19"}, message)).spec
+
+
+def test_memory_fix_through_offload_policy_is_one_the_memory_check_reads() -> None:
+    # verl 0.6.1 fsdp_workers.py: the actor's fsdp_config.offload_policy (FSDP2 CPUOffloadPolicy)
+    # applies only with strategy fsdp2, and verl-gke models it only as an extraOverrides entry.
+    job: dict[str, object] = {
+        "maxResponseLength": 4096,
+        "ppoMicroBatchSizePerGpu": 16,
+        "actorStrategy": "fsdp2",
+    }
+    message = refused("a3u", {**GOOD, "verl-gke:job": json.dumps(job)})
+    offered = (
+        "verl-gke:job.actorStrategy=fsdp2 with "
+        "'actor_rollout_ref.actor.fsdp_config.offload_policy=True' in verl-gke:job.extraOverrides"
+    )
+    assert offered in message, message
+    job["extraOverrides"] = ["actor_rollout_ref.actor.fsdp_config.offload_policy=True"]
+    assert full_preflight("a3u", {**GOOD, "verl-gke:job": json.dumps(job)}).spec
+    # Under strategy fsdp verl ignores the key, and so does the memory check.
+    job["actorStrategy"] = "fsdp"
+    assert "memory-fit" in refused("a3u", {**GOOD, "verl-gke:job": json.dumps(job)})
+
+
+SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123456789ab"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"verl-gke:clusterName": SECRET},
+        {"verl-gke:namespace": SECRET},
+        {"verl-gke:bucketName": f"Bad-{SECRET}"},
+        {"verl-gke:mode": SECRET},
+        {"verl-gke:jobWait": SECRET},
+        {"verl-gke:verlRef": f"v1 {SECRET}"},
+        {"verl-gke:clusterName": GOOD["verl-gke:hfToken"]},  # the stack's own token
+        {"verl-gke:job": json.dumps({"logger": [SECRET]})},
+        {"verl-gke:job": json.dumps({SECRET: 1})},
+        {"verl-gke:job": json.dumps({"experimentName": 7, "totalEpochs": SECRET})},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_no_error_echoes_a_secret_looking_value(changes: dict[str, str]) -> None:
+    message = refused("a4", {**GOOD, **changes})
+    assert "hf_abcdefghij" not in message and "nothing was created" in message
+    assert next(iter(changes)) in message
+
+
+# Every refusal class of the tests above (issue 9), each member's fix applied as typed: the
+# stack, GRPO job included, is then accepted. Each alternative a single fix offers is tried.
+SWEEP = [
+    *[(stack, {key: "verlai/verl"}) for key in IMAGE_KEYS for stack in ("a4", "a4x")],
+    *[("a4", {"verl-gke:rayVersion": v}) for v in ("latest", "2.47", "2.47.0; curl x")],
+    *[("a4", {"verl-gke:verlRef": v}) for v in ("latest", " ", "v0.6.1 && rm -rf /", "v0..6")],
+    *[("a4", {"verl-gke:model": v}) for v in ("Qwen2.5-7B-Instruct", "Qwen/Qwen 7B")],
+    *[("a4", {"verl-gke:hfToken": v}) for v in ("abc123", " hf_abcdef")],
+    *[("a4x", {"verl-gke:fabricMinBusbwGbps": v}) for v in ("inf", "901")],
+    ("a4", {"verl-gke:mode": "autopilot", "verl-gke:releaseChannel": "STABLE"}),
+    ("a4", {"verl-gke:releaseChannel": "rapid"}),
+    *[("a4", {"verl-gke:cpuMachineType": v}) for v in ("n4-highmem-12", "n9-highmem-16")],
+    *[("a4", {"verl-gke:podsCidr": v}) for v in ("fd00::/64", "10.4.0.0/24", "10.128.0.0/14")],
+    ("a4", {"verl-gke:hostSubnetCidr": "10.128.0.1/20"}),
+    *[("a4", {"gcp:project": v}) for v in ("My_Project", "123456789012")],
+    ("a4", {"verl-gke:reservation": "My Reservation"}),
+    ("a4x", {"verl-gke:reservation": ""}),
+    ("a4", {"verl-gke:capacity": "flexStart"}),
+    ("a4", {"verl-gke:capacity": "reservation", "verl-gke:reservation": ""}),
+    ("a4", {"verl-gke:clusterName": "Verl_Cluster"}),
+    ("a4", {"verl-gke:cpuNodes": "6"}),
+    ("a4", {"verl-gke:kubernetesVersion": "1.33"}),
+    ("a4x", {"verl-gke:draDriverChartVersion": "25.3.1"}),
+    ("a4x", {"verl-gke:imageStreaming": "true"}),
+    ("a4", {"verl_gke:gpuNodes": "4"}),
+    ("a4", {"verl-gke:gpuNode": "4"}),
+    ("a4", {"verl-gke:zone": "us-east1-b"}),
+]
+
+
+@pytest.mark.parametrize(("stack", "changes"), SWEEP, ids=[str(c) for _, c in SWEEP])
+def test_each_earlier_refusal_fix_is_accepted_with_the_job(
+    stack: str, changes: dict[str, str]
+) -> None:
+    config = {k: v for k, v in {**GOOD, **changes}.items() if v != ""}
+    message = refused(stack, config)
+    lines = [part for part in message.split("\n") if "Fix: " in part]
+    alternatives = lines[0].count(", or ") + 1 if len(lines) == 1 else 1
+    for alternative in range(alternatives):
+        assert full_preflight(stack, apply_fixes(config, message, alternative)).spec, alternative

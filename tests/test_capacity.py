@@ -152,8 +152,8 @@ def test_flex_start_standard_asks_for_all_nodes_at_once(stack: str) -> None:
         ("a4", "autopilot", "flexStart"),
         ("a3u", "standard", "spot"),
         ("a3u", "autopilot", "spot"),
-        ("a4", "standard", "onDemand"),
-        ("a3u", "autopilot", "onDemand"),
+        ("a3u", "standard", "flexStart"),
+        ("a4", "autopilot", "spot"),
     ],
 )
 def test_outside_a_reservation_workers_and_nodes_scale_to_zero(
@@ -231,28 +231,62 @@ UNSUPPORTED = [
 ]
 
 
-def test_the_support_matrix_refuses_a4x_outside_its_reservation() -> None:
-    assert {(s, m, c) for s, m, c in UNSUPPORTED} == {
-        ("a4x", "standard", "flexStart"),
-        ("a4x", "standard", "spot"),
-        ("a4x", "standard", "onDemand"),
-    }
+# AI Hypercomputer "Choose a consumption option" (docs.cloud.google.com/ai-hypercomputer/docs/
+# consumption-models, comparison table; "Capacity overview" lists the same): future reservations
+# for A4X, A4 and A3 Ultra (calendar mode for A4 and A3 Ultra too), flex-start and Spot for any GPU
+# machine except A4X. On-demand is not among them for any of these machines.
+AI_HYPERCOMPUTER_OPTIONS = {
+    "a4x-highgpu-4g": {Capacity.RESERVATION},
+    "a4-highgpu-8g": {Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT},
+    "a3-ultragpu-8g": {Capacity.RESERVATION, Capacity.FLEX_START, Capacity.SPOT},
+}
+EVERY_MODE = [(p.name, m.value) for p in PROFILES.values() for m in p.modes]
+
+
+def test_the_support_matrix_offers_only_what_ai_hypercomputer_sells() -> None:
     for profile in PROFILES.values():
         assert set(profile.capacity) == set(profile.modes), profile.name
+        for mode, support in profile.capacity.items():
+            sold = AI_HYPERCOMPUTER_OPTIONS[profile.machine_type]
+            assert set(support.supported) <= sold, (profile.name, mode)
+
+
+@pytest.mark.parametrize(("stack", "mode"), EVERY_MODE)
+@pytest.mark.parametrize("reservation", ["gpu-res", None])
+def test_the_default_capacity_is_one_ai_hypercomputer_sells(
+    stack: str, mode: str, reservation: str | None
+) -> None:
+    sold = AI_HYPERCOMPUTER_OPTIONS[PROFILES[stack].machine_type]
+    if PROFILES[stack].reservation_required and reservation is None:
+        with pytest.raises(SettingsError) as caught:
+            settings_for(stack, mode, {"verl-gke:reservation": None})
+        assert "verl-gke:reservation is not set" in str(caught.value)
+        return
+    loaded = settings_for(stack, mode, {"verl-gke:reservation": reservation})
+    assert loaded.settings.capacity in sold
+    assert loaded.settings.capacity is not Capacity.ON_DEMAND
 
 
 @pytest.mark.parametrize(("stack", "mode", "capacity"), UNSUPPORTED)
+@pytest.mark.parametrize("reservation", ["gpu-res", None])
 def test_unsupported_combinations_are_refused_with_reason_and_fix(
-    stack: str, mode: str, capacity: str
+    stack: str, mode: str, capacity: str, reservation: str | None
 ) -> None:
-    line = _refusal(stack, mode, {"verl-gke:capacity": capacity})
+    config = {"verl-gke:capacity": capacity, "verl-gke:reservation": reservation}
+    line = _refusal(stack, mode, config)
     assert f"verl-gke:capacity = {capacity!r}" in line
-    assert "reservation-bound only" in line
-    fixed = settings_for(stack, mode, {"verl-gke:capacity": capacity, **_fix_config(line, stack)})
-    assert fixed.settings.capacity is Capacity.RESERVATION
+    assert PROFILES[stack].capacity[Mode(mode)].refused_reason in line
+    if PROFILES[stack].reservation_required and reservation is None:
+        return  # the reservation itself is missing too; test_settings covers that message
+    fixed = settings_for(stack, mode, {**config, **_fix_config(line, stack)})
+    assert fixed.settings.capacity in AI_HYPERCOMPUTER_OPTIONS[PROFILES[stack].machine_type]
 
 
-@pytest.mark.parametrize("capacity", ["flexStart", "spot", "onDemand"])
+def test_on_demand_is_refused_everywhere() -> None:
+    assert {(s, m) for s, m, c in UNSUPPORTED if c == Capacity.ON_DEMAND.value} == set(EVERY_MODE)
+
+
+@pytest.mark.parametrize("capacity", ["flexStart", "spot"])
 def test_a_reservation_with_capacity_outside_it_is_refused(capacity: str) -> None:
     line = _refusal("a3u", "standard", {"verl-gke:capacity": capacity})
     assert "NO_RESERVATION" in line
@@ -272,9 +306,9 @@ def test_reservation_capacity_without_a_reservation_is_refused() -> None:
     assert fixed.settings.capacity is Capacity.FLEX_START
 
 
-def test_without_a_reservation_the_default_is_on_demand_scaled_from_zero() -> None:
+def test_without_a_reservation_the_default_is_flex_start_scaled_from_zero() -> None:
     loaded = settings_for("a3u", "standard", {"verl-gke:reservation": None})
-    assert loaded.settings.capacity is Capacity.ON_DEMAND
+    assert loaded.settings.capacity is Capacity.FLEX_START
     assert loaded.settings.capacity_plan.scale_to_zero
 
 

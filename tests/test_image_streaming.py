@@ -31,7 +31,7 @@ from tests.program import COMBINATIONS, REAL, plan
 from tests.support import schemas
 from tools import offline_engine
 from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import FAKE_PROJECT_NUMBER, PlanResult, RecordedResource, run_stack
+from tools.offline_engine import PlanResult, RecordedResource, run_stack
 
 REPOSITORY = "gcp:artifactregistry/repository:Repository"
 READER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
@@ -127,9 +127,9 @@ def test_x86_standard_streams_through_its_repository(stack: str, mode: str) -> N
     assert upstream == "DOCKER_HUB"
     reader = result.one(READER).inputs
     assert reader["role"] == "roles/artifactregistry.reader"
-    assert reader["member"] == (
-        f"serviceAccount:{FAKE_PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
-    )
+    # The nodes pull, as the service account they run as (Artifact Registry "Integrate with GKE").
+    node_account = result.one(NODE_POOL).inputs["nodeConfig"]["serviceAccount"]
+    assert reader["member"] == f"serviceAccount:{node_account}"
     assert reader["location"] == "us-central1"
     # Image streaming on the CPU pool (created inside the cluster) and on the GPU pool.
     assert cpu_pool_gcfs(result) is True

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from components.gpu_node_pool import GPU_POOL_TIMEOUTS
 from manifests import data_prep
 from tests.program import COMBINATIONS, plan
+from tests.support.durations import minutes
 from tests.support.schemas import walk
 from tools import offline_engine
 from tools.offline_engine import PlanResult, RecordedResource
@@ -865,7 +867,7 @@ def test_pulumi_waits_until_the_ray_cluster_is_ready(stack: str, mode: str) -> N
     # status.state is "ready" in KubeRay 1.7 once all pods are (see crds/ray.io_rayclusters.yaml).
     assert annotations == {"pulumi.com/waitFor": "jsonpath={.status.state}=ready"}
     # Longer than the GPU pool's own create timeout: the cluster waits for its nodes.
-    gpu_wait = 90
+    gpu_wait = minutes(GPU_POOL_TIMEOUTS.create or "0m")
     assert int(resource.custom_timeouts["create"].rstrip("m")) > gpu_wait
     assert resource.delete_before_replace is True
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.program import COMBINATIONS, plan
+from config.settings import ENCRYPTED_VALUE
+from tests.program import COMBINATIONS, REAL, plan
 from tools import plan as plan_cli
-from tools.offline_engine import REPO_ROOT
+from tools.offline_engine import REPO_ROOT, stack_config
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -137,5 +138,47 @@ def test_namespace_typo_exits_2_naming_the_right_key(typo: str) -> None:
     done = run_cli("a4", "--set", f"{typo}:gpuNodes=3")
     assert done.returncode == 2, done.stdout
     assert f"{typo}:gpuNodes: the namespace" in done.stderr
-    assert "pulumi config set verl-gke:gpuNodes VALUE" in done.stderr
+    assert "pulumi config set verl-gke:gpuNodes 3 -s a4" in done.stderr
     assert "Traceback" not in done.stderr and "Plan for stack" not in done.stdout
+
+
+# What `pulumi config set --secret` writes into Pulumi.<stack>.yaml (the passphrase or cloud
+# secrets provider's ciphertext); the offline plan has no way to decrypt it.
+CIPHERTEXT = "v1:2nK4bWZ3Sx0tFMpH:0Jkq1c3YQvQ6z0m6m5b9n6ZkTg=="
+
+
+def project_with_encrypted_secrets(folder: Path, stack: str) -> Path:
+    """A copy of the project whose stack file holds hfToken and wandbApiKey as `secure:` values,
+    the rest as a user fills it in (tests/program.py REAL)."""
+    for name in ("Pulumi.yaml", "__main__.py"):
+        (folder / name).write_text((REPO_ROOT / name).read_text())
+    committed = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    config = {**committed, **REAL}
+    config["verl-gke:hfToken"] = {"secure": CIPHERTEXT}
+    config["verl-gke:wandbApiKey"] = {"secure": CIPHERTEXT}
+    (folder / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
+    return folder
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_secrets_set_with_pulumi_config_set_secret_are_planned_as_set(
+    strict: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(plan_cli, "PROJECT_DIR", project_with_encrypted_secrets(tmp_path, "a4"))
+    assert plan_cli.main(["a4", *(["--strict"] if strict else [])]) == 0
+    printed = capsys.readouterr()
+    for key in ("verl-gke:hfToken", "verl-gke:wandbApiKey"):
+        assert f"note: {key} is encrypted in Pulumi.a4.yaml (set with --secret)" in printed.out
+        # Encrypted means it was set with --secret: no plain-text warning.
+        assert f"WARNING: {key} is not a Pulumi secret" not in printed.out
+    assert CIPHERTEXT not in printed.out + printed.err
+
+
+def test_the_stack_file_reader_marks_encrypted_values(tmp_path: Path) -> None:
+    project = project_with_encrypted_secrets(tmp_path, "a3u")
+    config = stack_config("a3u", project)
+    assert config["verl-gke:hfToken"] == ENCRYPTED_VALUE
+    assert config["gcp:project"] == REAL["gcp:project"]

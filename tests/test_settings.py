@@ -215,7 +215,7 @@ def test_kubernetes_version_is_a_floor_defaulting_to_the_profile_minimum(stack: 
     assert floor == expected[stack]
 
 
-@pytest.mark.parametrize("version", ["1.35", "1.34.2", "1.34.1-gke.1829001", "1.40"])
+@pytest.mark.parametrize("version", ["1.35", "1.34.2", "1.34.1-gke.1829001", "1.37"])
 def test_kubernetes_version_floor_accepts_the_dranet_floor_and_later(version: str) -> None:
     assert load(**{"verl-gke:kubernetesVersion": version}).settings.kubernetes_version == version
 

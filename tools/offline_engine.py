@@ -33,7 +33,7 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from config.settings import NAMESPACE, OFFLINE_PLAN_ENV
+from config.settings import ENCRYPTED_VALUE, NAMESPACE, OFFLINE_PLAN_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "verl-gke"
@@ -239,6 +239,10 @@ class OfflineMocks(mocks.Mocks):
             state.setdefault(
                 "masterVersion", rpc.UNKNOWN if self.unknown_outputs else FAKE_MASTER_VERSION
             )
+        if args.typ == "gcp:serviceaccount/account:Account" and not self.unknown_outputs:
+            # IAM's email of a user-managed account: ACCOUNT_ID@PROJECT.iam.gserviceaccount.com.
+            email = f"{state.get('accountId')}@{state.get('project')}.iam.gserviceaccount.com"
+            state.setdefault("email", email)
         if args.typ.startswith("pulumi-python:dynamic"):
             # A dynamic provider computes its outputs (job status, checkpoints) at apply time;
             # a preview knows none of them.
@@ -285,6 +289,9 @@ def _stack_files(project_dir: Path) -> Iterator[Path]:
 
 
 def _config_text(value: Any) -> str:
+    if isinstance(value, dict) and set(value) == {"secure"}:
+        # `pulumi config set --secret` stores `secure: <ciphertext>`; only the engine decrypts it.
+        return ENCRYPTED_VALUE
     # The engine hands structured config to programs as JSON text.
     if isinstance(value, (dict, list)):
         return json.dumps(value)
@@ -315,7 +322,8 @@ def run_stack(
     config = {**stack_config(stack, project_dir), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
-    secret = set(secret_keys)
+    # A value encrypted in the stack file was set with --secret.
+    secret = set(secret_keys) | {key for key, value in config.items() if value == ENCRYPTED_VALUE}
     set_all_config(config, [key for key in config if key in secret])
     engine_mocks = OfflineMocks(unknown_outputs)
     monitor = RecordingMonitor(engine_mocks)

@@ -23,8 +23,11 @@ import yaml
 
 from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import PlanResult, RecordedResource, run_stack, stack_config
+from tools.offline_engine import REPO_ROOT, PlanResult, RecordedResource, run_stack, stack_config
 from tools.plan_redaction import redacted, secret_markers
+
+# The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
+PROJECT_DIR = REPO_ROOT
 
 # Dotted input paths worth showing per resource type; everything else is in --out / the tests.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -42,6 +45,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "datapathProvider",
         "enableMultiNetworking",
         "deletionProtection",
+        "monitoringConfig.enableComponents",
     ),
     "gcp:container/nodePool:NodePool": (
         "name",
@@ -54,6 +58,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
         "networkConfig.acceleratorNetworkProfile",
         "networkConfig.additionalNodeNetworkConfigs",
         "placementPolicy.type",
+        "placementPolicy.policyName",
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
@@ -82,6 +87,8 @@ def describe(resource: RecordedResource) -> str:
             continue
         if path == "networkConfig.additionalNodeNetworkConfigs":
             value = f"{len(value)} additional networks"
+        elif path == "monitoringConfig.enableComponents":
+            value = ",".join(value)
         elif path == "nodeConfig.guestAccelerators":
             value = ",".join(f"{a.get('type')}x{a.get('count')}" for a in value)
         parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
@@ -140,7 +147,7 @@ def write_manifests(
 
 def planned_settings(stack: str, overrides: dict[str, str], strict: bool) -> StackSettings:
     """The settings the planned run used (the same config run_stack read)."""
-    config = {**stack_config(stack), **overrides}
+    config = {**stack_config(stack, PROJECT_DIR), **overrides}
     return load_settings(stack, config, offline=not strict).settings
 
 
@@ -200,8 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
     markers = secret_markers(overrides)
     try:
-        markers = secret_markers({**stack_config(args.stack), **overrides})
-        result = run_stack(args.stack, overrides, strict=args.strict, secret_keys=secret_keys)
+        markers = secret_markers({**stack_config(args.stack, PROJECT_DIR), **overrides})
+        result = run_stack(
+            args.stack,
+            overrides,
+            strict=args.strict,
+            secret_keys=secret_keys,
+            project_dir=PROJECT_DIR,
+        )
     except (pulumi.RunError, FileNotFoundError) as error:
         # RunError: settings or job preflight problems, each with its fix.
         print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
@@ -224,11 +237,26 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
         yield f"  note: {notice}"
     yield render_tree(result)
     yield from result.messages
-    yield from what_you_pay_for(result, planned_settings(result.stack, overrides, strict))
+    settings = planned_settings(result.stack, overrides, strict)
+    yield from teardown_notes(settings)
+    yield from what_you_pay_for(result, settings)
     yield "Outputs:"
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
         yield f"  {key}: {shown}"
+
+
+def teardown_notes(settings: StackSettings) -> Iterator[str]:
+    """What `pulumi destroy` leaves behind for this stack (README, "Tear down")."""
+    if settings.networking.rdma_vpcs:
+        return
+    yield (
+        f"note: GKE creates this stack's RDMA networks (gke-anp-<cluster hash>-*, accelerator "
+        f"network profile 'auto'); `pulumi destroy` does not delete them. Before destroying, "
+        f"record the hash: gcloud container clusters describe {settings.cluster_name} "
+        f"--location={settings.region} --project={settings.project} --format='value(id)' "
+        f"| cut -c1-8; then follow README, Tear down"
+    )
 
 
 if __name__ == "__main__":

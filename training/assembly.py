@@ -18,10 +18,12 @@ from config.settings import StackSettings
 from payloads.fabric import fabric_check
 from training.grpo_spec import (
     CONFIG_KEY,
+    OFFLOAD_POLICY_KEY,
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
+    extra_override_flag,
     in_config_terms,
     preflight,
     render_entrypoint,
@@ -156,6 +158,8 @@ def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemory
         gradient_checkpointing=spec.enable_gradient_checkpointing is not False,
         param_offload=bool(spec.actor_param_offload),
         optimizer_offload=bool(spec.actor_optimizer_offload),
+        offload_policy=spec.actor_strategy == "fsdp2"
+        and extra_override_flag(spec, OFFLOAD_POLICY_KEY),
         use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
         ref_param_offload=bool(spec.ref_param_offload),
     )
@@ -182,9 +186,7 @@ def fabric_check_run(settings: StackSettings) -> FabricCheckRun:
     threshold = settings.fabric_min_busbw_gbps or profile.fabric_min_busbw_gbps
     script = Path(fabric_check.__file__).read_bytes()
     return FabricCheckRun(
-        entrypoint=(
-            f"python fabric_check.py --min-busbw-gbps {threshold:g}"
-        ),
+        entrypoint=(f"python fabric_check.py --min-busbw-gbps {threshold:g}"),
         runtime_env={
             "working_dir": FABRIC_CHECK_DIR,
             "excludes": ["__pycache__"],

@@ -31,6 +31,7 @@ import pulumi
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     NonNegativeFloat,
     PositiveFloat,
@@ -50,8 +51,10 @@ from config.bucket_layout import (
     is_shared,
     model_path,
 )
+from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
 from config.settings import DEFAULT_MODEL
+from jobs.secret_scan import redact
 from training.memory_fit import KNOWN_MODELS, known_model
 
 CONFIG_KEY = "verl-gke:job"
@@ -119,6 +122,9 @@ def _loggers(value: tuple[str, ...]) -> tuple[str, ...]:
     return value
 
 
+# `true` is not 1 and `010` is not ten (config/input_rules.whole_number): refused, not coerced.
+WholeNumber = Annotated[int, BeforeValidator(whole_number)]
+PositiveWhole = Annotated[PositiveInt, BeforeValidator(whole_number)]
 HydraString = Annotated[str, AfterValidator(_hydra_safe)]
 ExperimentName = Annotated[str, AfterValidator(_experiment_name)]
 Loggers = Annotated[tuple[str, ...], AfterValidator(_loggers)]
@@ -138,32 +144,32 @@ class GrpoSpec(BaseModel):
     adv_estimator: Literal["grpo"]
     train_files: HydraString
     val_files: HydraString
-    train_batch_size: PositiveInt
-    max_prompt_length: PositiveInt
-    max_response_length: PositiveInt
+    train_batch_size: PositiveWhole
+    max_prompt_length: PositiveWhole
+    max_response_length: PositiveWhole
     model_path: HydraString
     lr: PositiveFloat
-    ppo_mini_batch_size: PositiveInt
+    ppo_mini_batch_size: PositiveWhole
     # The deprecated global `ppo_micro_batch_size` variants are not modelled: verl wants exactly
     # one of each pair, and the per-GPU one is always set here.
-    ppo_micro_batch_size_per_gpu: PositiveInt
+    ppo_micro_batch_size_per_gpu: PositiveWhole
     use_kl_loss: bool | None = None
     kl_loss_coef: NonNegativeFloat | None = None
     use_kl_in_reward: bool | None = None
     actor_strategy: Literal["fsdp", "fsdp2"]
     rollout_name: Literal["vllm"]
-    rollout_tensor_parallel_size: PositiveInt
+    rollout_tensor_parallel_size: PositiveWhole
     gpu_memory_utilization: float
-    rollout_n: PositiveInt
-    rollout_log_prob_micro_batch_size_per_gpu: PositiveInt
-    ref_log_prob_micro_batch_size_per_gpu: PositiveInt
+    rollout_n: PositiveWhole
+    rollout_log_prob_micro_batch_size_per_gpu: PositiveWhole
+    ref_log_prob_micro_batch_size_per_gpu: PositiveWhole
     kl_coef: NonNegativeFloat | None = None
     logger: Loggers
-    n_gpus_per_node: PositiveInt
-    nnodes: PositiveInt
-    save_freq: int
-    test_freq: int
-    total_epochs: PositiveInt
+    n_gpus_per_node: PositiveWhole
+    nnodes: PositiveWhole
+    save_freq: WholeNumber
+    test_freq: WholeNumber
+    total_epochs: PositiveWhole
     val_before_train: bool | None = None
     experiment_name: ExperimentName
     default_local_dir: HydraString
@@ -266,11 +272,29 @@ def _modelled_keys() -> dict[str, str]:
     return {key: _alias(name) for name, keys in _HYDRA_KEYS.items() for key in keys}
 
 
+# verl keys the memory model reads from extraOverrides (training/assembly.memory_fit_inputs).
+# verl 0.6.1 fsdp_workers.py applies the actor's offload_policy only with strategy fsdp2.
+OFFLOAD_POLICY_KEY = "actor_rollout_ref.actor.fsdp_config.offload_policy"
+
+
 def in_config_terms(text: str) -> str:
     """`text` with verl's Hydra keys replaced by the `verl-gke:job.<key>` settings that set them."""
+    text = text.replace(
+        f"{OFFLOAD_POLICY_KEY}=True",
+        f"{_setting('actorStrategy')}=fsdp2 with '{OFFLOAD_POLICY_KEY}=True' in "
+        f"{_setting('extraOverrides')}",
+    )
     for hydra_key, alias in sorted(_modelled_keys().items(), key=lambda kv: -len(kv[0])):
         text = text.replace(hydra_key, f"{CONFIG_KEY}.{alias}")
     return text
+
+
+def extra_override_flag(spec: GrpoSpec, key: str) -> bool:
+    """Whether extraOverrides turns the boolean verl key `key` on."""
+    values = [
+        o.split("=", 1)[1] for o in spec.extra_overrides if o.lstrip("+").split("=")[0] == key
+    ]
+    return bool(values) and values[-1].strip().lower() == "true"
 
 
 # --- tutorial defaults (the per-profile values live in config/profiles.py) ------------------
@@ -283,7 +307,8 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
     """
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = tuple(problems)
+        # No message echoes a secret-looking value, whatever setting it was typed into.
+        self.problems = tuple(redact(p) for p in problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         count = len(self.problems)
         super().__init__(
@@ -314,6 +339,7 @@ def default_grpo_spec(
     name = experiment if experiment is not None else default_experiment_name(profile, model_path)
     values = {
         **per_mode[mode],
+        "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model_path),
         "modelPath": model_path,
         "nGpusPerNode": profile.gpus_per_node,
         "nnodes": gpu_nodes,
@@ -321,6 +347,16 @@ def default_grpo_spec(
         "defaultLocalDir": checkpoint_dir(name),
     }
     return _validate(values)
+
+
+def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model_path: str) -> int:
+    """The tutorial's rollout TP, or for a known model whose heads it does not divide the nearest
+    TP that vLLM can shard them over (so choosing verl-gke:model alone gives a job that runs)."""
+    tp = int(defaults["rolloutTensorParallelSize"])
+    arch = known_model(model_path)
+    if arch is None or _tp_fits(tp, arch.num_attention_heads, arch.num_key_value_heads):
+        return tp
+    return _best_tp(tp, profile.gpus_per_node, arch.num_attention_heads, arch.num_key_value_heads)
 
 
 def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
@@ -384,10 +420,33 @@ def _validate(values: Mapping[str, Any]) -> GrpoSpec:
     try:
         return GrpoSpec.model_validate(dict(values))
     except ValidationError as error:
-        raise GrpoPreflightError(_describe(error)) from None
+        raise GrpoPreflightError(_describe(error, values)) from None
 
 
-def _describe(error: ValidationError) -> list[str]:
+def _value_fix(item: Any, values: Mapping[str, Any]) -> str:
+    """A value the field takes with the rest of `values`: the number meant (`true` -> 1,
+    `010` -> 10), the violated bound or the nearest choice; else removing the key."""
+    alias, ctx = str(item["loc"][0]), item.get("ctx") or {}
+    candidates: list[object] = []
+    if not isinstance(item["input"], bool | dict | list):
+        candidates += [int(n) for n in number_candidates(item["input"])]
+    candidates += [ctx[b] for b in ("ge", "gt", "le", "lt") if b in ctx]
+    if "expected" in ctx:
+        nearest = nearest_choice(item["input"], re.findall(r"'([^']*)'", str(ctx["expected"])))
+        candidates += [nearest] if nearest else []
+    if isinstance(item["input"], bool):
+        candidates.insert(0, int(item["input"]))
+    for candidate in candidates:
+        try:
+            GrpoSpec.model_validate({**values, alias: candidate})
+        except ValidationError as error:
+            if any(e["loc"][:1] == (alias,) for e in error.errors()):
+                continue
+        return f"set it to {_hydra_value(candidate)}"
+    return f"remove {_setting(alias)} (the stack's default applies)"
+
+
+def _describe(error: ValidationError, values: Mapping[str, Any] | None = None) -> list[str]:
     problems = []
     for item in error.errors():
         message = str(item["msg"]).removeprefix("Value error, ")
@@ -397,6 +456,9 @@ def _describe(error: ValidationError) -> list[str]:
         where = _setting(".".join(str(part) for part in item["loc"]))
         if item["type"] == "missing":
             problems.append(f"{where} is required")
+        elif values is not None and len(item["loc"]) == 1:
+            fix = _value_fix(item, values)
+            problems.append(f"{where} = {item['input']!r}: {message}. Fix: {fix}")
         else:
             problems.append(f"{where} = {item['input']!r}: {message}")
     return problems

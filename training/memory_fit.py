@@ -502,9 +502,7 @@ def _log_prob_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
     )
     # When the ref log-probs run, verl loads the ref even if it is offloaded; the actor's params
     # are resident unless param_offload moved them out.
-    actor_params_during_ref = (
-        0.0 if inputs.param_offload or not r.on_gpu_states else r.shard_params
-    )
+    actor_params_during_ref = 0.0 if inputs.param_offload or not r.on_gpu_states else r.shard_params
     worst_params = max(actor_params_lp + r.ref_resident, actor_params_during_ref + r.ref_shard)
     items = [
         Item("actor/ref params (sharded, worst of the two passes)", worst_params),

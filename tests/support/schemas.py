@@ -29,7 +29,8 @@ CRDS_MISSING = (
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # cloud.google.com/v1 ComputeClass: the fields used here (GKE docs, "About custom compute
-# classes" and the DRANET tutorial). Strict, so a typo in a field name fails.
+# classes", the ComputeClass CRD reference and the DRANET tutorial). Strict, so a typo in a
+# field name fails.
 _STRING = {"type": "string"}
 COMPUTE_CLASS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -112,7 +113,15 @@ COMPUTE_CLASS_SCHEMA: dict[str, Any] = {
                                                     "type": "object",
                                                     "additionalProperties": False,
                                                     "required": ["name"],
-                                                    "properties": {"name": _STRING},
+                                                    "properties": {
+                                                        "name": _STRING,
+                                                        "reservationSubBlock": {
+                                                            "type": "object",
+                                                            "additionalProperties": False,
+                                                            "required": ["name"],
+                                                            "properties": {"name": _STRING},
+                                                        },
+                                                    },
                                                 },
                                             },
                                         },
