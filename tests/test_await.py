@@ -11,6 +11,7 @@ that installs one, skips the await; what needs their work waits for it on its ow
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -101,3 +102,84 @@ def test_a_daemon_set_with_no_gpu_placement_counts_as_on_gpu_nodes() -> None:
     assert can_run_on_gpu_nodes({"containers": []})
     assert not can_run_on_gpu_nodes({"nodeSelector": {"cloud.google.com/gke-nodepool": "cpu"}})
     assert can_run_on_gpu_nodes({"nodeSelector": {ACCELERATOR_LABEL: "nvidia-b200"}})
+
+
+def _host_files(pod: dict[str, Any], container: dict[str, Any], paths: list[str]) -> set[str]:
+    """The node's files behind `paths` in `container`. A file in an emptyDir is named by the
+    volume: it starts empty with the pod, and init containers run one after another (Kubernetes
+    "Init Containers"), so no other pod can write it. Other volumes (the bucket) are skipped."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    found = set()
+    for path in paths:
+        for mount in container.get("volumeMounts", []):
+            volume = volumes[mount["name"]]
+            if not path.startswith(mount["mountPath"] + "/"):
+                continue
+            rest = path.removeprefix(mount["mountPath"])
+            if "hostPath" in volume:
+                found.add(volume["hostPath"]["path"] + rest)
+            elif "emptyDir" in volume:
+                found.add(f"emptyDir {mount['name']} of the pod: {rest}")
+    return found
+
+
+def waited_node_files(pod: dict[str, Any]) -> set[str]:
+    """Node files the pod's init containers loop on (`until [ -f FILE ]`) before it starts."""
+    found: set[str] = set()
+    for c in pod.get("initContainers", []):
+        script = " ".join(c.get("args", []))
+        found |= _host_files(pod, c, re.findall(r"until \[ -f (\S+) \]", script))
+    return found
+
+
+def written_node_files(pod: dict[str, Any]) -> set[str]:
+    """Node files a DaemonSet's init containers create (`touch FILE`)."""
+    found: set[str] = set()
+    for c in pod.get("initContainers", []):
+        script = " ".join(c.get("args", []))
+        found |= _host_files(pod, c, re.findall(r"^touch (\S+)$", script, re.MULTILINE))
+    return found
+
+
+def _worker(result: Any) -> dict[str, Any]:
+    (ray,) = result.of_type("kubernetes:ray.io/v1:RayCluster")
+    return ray.inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+
+def unwritten_waits(result: Any) -> set[str]:
+    """Node files a GPU worker waits for that no DaemonSet placed on its GPU type writes."""
+    worker = _worker(result)
+    gpu_type = worker["nodeSelector"].get(ACCELERATOR_LABEL)
+    written: set[str] = set()
+    for daemon_set in result.of_type(DAEMON_SET):
+        pod = daemon_set.inputs["spec"]["template"]["spec"]
+        values = [e.get("values", []) for e in _expressions(pod) if e["key"] == ACCELERATOR_LABEL]
+        if any(gpu_type in v for v in values):
+            written |= written_node_files(pod)
+    return waited_node_files(worker) - written
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_workers_wait_only_for_node_files_a_daemon_set_writes(stack: str, mode: str) -> None:
+    """An init container that loops until a file exists on the node never ends where nothing
+    writes that file: the installer DaemonSet runs on Standard only (manifests/nccl_installer.py
+    needs_installer; the Autopilot workers install the gIB plugin into their own pod), so a
+    worker waits for the installer's marker exactly where that DaemonSet selects its node."""
+    result = plan(stack, mode)
+    assert unwritten_waits(result) == set()
+    if mode == "standard":
+        assert waited_node_files(_worker(result)), "workers would not wait for the installer"
+
+
+def test_a_wait_for_a_file_nothing_writes_is_caught() -> None:
+    """The rule above fails for an Autopilot worker given the Standard worker's wait."""
+    standard = _worker(plan("a4", "standard"))
+    autopilot = plan("a4", "autopilot")
+    worker = _worker(autopilot)
+    worker["initContainers"].insert(0, standard["initContainers"][0])
+    # On its own gib emptyDir, and on the Standard worker's node folder.
+    assert unwritten_waits(autopilot)
+    host = [v for v in standard["volumes"] if "hostPath" in v]
+    names = {v["name"] for v in host}
+    worker["volumes"] = [v for v in worker["volumes"] if v["name"] not in names] + host
+    assert unwritten_waits(autopilot)
