@@ -102,14 +102,19 @@ from pulumi.output import Unknown
 # The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
-from jobs import dashboard_access, job_evidence, job_logs, secret_scan, verl_log
+from jobs import dashboard_access, job_evidence, job_logs, provider_errors, secret_scan, verl_log
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root, parse_gcs_url
+from jobs.provider_errors import ProviderInputError, ProviderRuntimeError, ProviderTimeoutError
 
 if TYPE_CHECKING:
     from ray.dashboard.modules.job.pydantic_models import JobDetails
     from ray.job_submission import JobSubmissionClient
 
 T = TypeVar("T")
+
+# In the dynamic host (which imports this module to unpickle the provider), the provider's own
+# errors reach the engine as their message, without a traceback (jobs/provider_errors.py).
+provider_errors.install_in_dynamic_host()
 
 
 WAIT_MODES = ("running", "first_step", "finished")
@@ -162,6 +167,8 @@ CLIENT_MAX_AGE_S = 300.0
 PROGRESS_EVERY_S = 60.0
 # Without the state API, the whole driver log is read to find the first step: at most this often.
 FULL_LOG_EVERY_S = 60.0
+# A first-step wait whose log reads fail this many times in a row, for deadline_submit_s, ends.
+LOG_READ_FAILURES = 3
 # connect, read timeouts of one HTTP request to the dashboard (capped by what is left of the
 # operation's patience).
 REQUEST_TIMEOUT_S = (10.0, 60.0)
@@ -259,7 +266,9 @@ class JobInputs:
     def parse(cls, props: Mapping[str, Any]) -> JobInputs:
         problems = input_problems(props)
         if problems:
-            raise ValueError("invalid RayJob inputs:\n" + "\n".join(f"- {p}" for _, p in problems))
+            raise ProviderInputError(
+                "invalid RayJob inputs:\n" + "\n".join(f"- {p}" for _, p in problems)
+            )
         deadlines = JobDeadlines(
             **{
                 f.name: float(props[f"deadline_{f.name}"])
@@ -494,8 +503,15 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         with self._dashboard(job, job.deadlines.submit_s) as dashboard:
             sid = self._submit_or_adopt(dashboard, job)
             info, first_step = self._await(dashboard, job, sid)
+            if _supervisor_lost(info, first_step):
+                _progress(sid, _SUPERVISOR_LOST)
+                # sid now ended FAILED: the next attempt gets a fresh -rN id.
+                sid = self._submit_or_adopt(dashboard, job)
+                info, first_step = self._await(dashboard, job, sid)
             if info.status.value in ("FAILED", "STOPPED"):
-                raise RuntimeError(_failure_report(dashboard, sid, info, job.wait_for, first_step))
+                raise ProviderRuntimeError(
+                    _failure_report(dashboard, sid, info, job.wait_for, first_step)
+                )
             result = _tagged_result(dashboard, job, sid, info)
             outs = _outputs(job, sid, info, _discover(job.checkpoint_root, None), result, dashboard)
         outs["first_step"] = first_step
@@ -579,7 +595,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 _progress(sid, f"{info.status.value if info else 'gone'}")
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise ProviderTimeoutError(
                     f"Ray job {sid} is still {info.status.value} {job.deadlines.stop_s:.0f}s "
                     f"after the stop request (dashboard {dashboard.address}); stop it with "
                     f"{_stop_command(job.dashboard, sid)} and run the command again"
@@ -610,7 +626,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 "Ray head. Nothing to stop.",
             )
             return
-        raise RuntimeError(_no_evidence_message(job, sid, exc, evidence)) from exc
+        raise ProviderRuntimeError(_no_evidence_message(job, sid, exc, evidence)) from exc
 
     def _read_unreachable(
         self,
@@ -764,30 +780,43 @@ _MODE_POINT = {
 
 
 class _LogScan:
-    """Reads the driver log's tail while waiting for the first training step."""
+    """Reads the driver log's tail while waiting for the first training step, and counts the
+    reads that failed in a row (the status may answer while the log endpoints do not)."""
 
     def __init__(self) -> None:
         self.phase = verl_log.NO_OUTPUT
         self._last_whole_log = -math.inf
+        self.failures = 0  # consecutive failed reads
+        self.failing_since: float | None = None
+        self.last_error = ""
 
     def poll(
         self, dashboard: _Dashboard, sid: str, info: JobDetails
     ) -> verl_log.StepMetrics | None:
         now = time.monotonic()
-        whole_log_ok = now - self._last_whole_log >= FULL_LOG_EVERY_S
+        # A run of failures tries the whole log (GET /api/jobs/<id>/logs) too, once at least.
+        streak = self.failing_since is not None and self._last_whole_log < self.failing_since
+        whole_log_ok = streak or now - self._last_whole_log >= FULL_LOG_EVERY_S
+        driver_node_id = getattr(info, "driver_node_id", None)
+        if not driver_node_id and not whole_log_ok:
+            return None  # no driver node yet: nothing to read until the whole log is due
         if whole_log_ok:
             self._last_whole_log = now
         try:
             lines = dashboard.log_tail(
                 sid,
-                getattr(info, "driver_node_id", None),
+                driver_node_id,
                 job_logs.SCAN_LINES,
                 job_logs.SCAN_LINE_MAX_CHARS,
                 whole_log_fallback=whole_log_ok,
                 patience_s=min(dashboard.reach_s, 10.0),
             )
-        except Exception:  # the log is a hint; the job's status decides, on the next poll
+        except Exception as exc:  # counted; _running_phase decides when the run is too long
+            self.failures += 1
+            self.failing_since = now if self.failing_since is None else self.failing_since
+            self.last_error = redact(str(exc))[:500]
             return None
+        self.failures, self.failing_since = 0, None
         text = "\n".join(lines)
         phase = verl_log.startup_phase(text)
         # A tail can scroll past a marker: the phase never moves backwards.
@@ -828,7 +857,7 @@ def _job_info_while_waiting(dashboard: _Dashboard, sid: str) -> JobDetails:
             exc.last_error,
         ) from exc
     if info is None:
-        raise RuntimeError(
+        raise ProviderRuntimeError(
             f"Ray job {sid} disappeared from the cluster at {dashboard.address} while "
             "starting (was the head restarted?)"
         )
@@ -864,16 +893,24 @@ def _running_phase(
             watch.first_step = _first_step_output(step)
             return None
         phase = watch.scan.phase
+        _check_log_readable(dashboard, job, sid, watch.scan, now)
         if ran > deadlines.first_step_s:
-            raise TimeoutError(
-                f"Ray job {sid} has run for {_duration(ran)} without logging a "
-                f"training step (deadline_first_step_s={deadlines.first_step_s:.0f}; "
+            scan = watch.scan
+            seen = (
+                f"while its driver log could not be read ({scan.failures} attempts in a row; "
+                f"last error: {scan.last_error}), so whether it logged a training step is unknown"
+                if scan.failing_since is not None
+                else "without logging a training step"
+            )
+            raise ProviderTimeoutError(
+                f"Ray job {sid} has run for {_duration(ran)} {seen} "
+                f"(deadline_first_step_s={deadlines.first_step_s:.0f}; "
                 f"last phase: {phase}). It keeps running; the next `pulumi up` "
                 f"adopts it. Look at its log: "
                 f"{dashboard_access.dashboard_hint(job.dashboard, sid)}"
             )
     if mode == "finished" and ran > deadlines.wait_s:
-        raise TimeoutError(
+        raise ProviderTimeoutError(
             f"Ray job {sid} still RUNNING after the wait deadline "
             f"({deadlines.wait_s:.0f}s); it keeps running and the next `pulumi up` "
             "adopts it"
@@ -881,10 +918,54 @@ def _running_phase(
     return phase
 
 
+# Ray 2.x job_manager.py: the message of a job whose supervisor actor died (JobErrorType
+# JOB_SUPERVISOR_ACTOR_DIED). Measured on a Ray 2.60 head: a submission id reused right after its
+# job was stopped and deleted (`ray job stop` + `ray job delete`) fails this way before the
+# entrypoint starts.
+_SUPERVISOR_DIED = "Job supervisor actor died"
+_SUPERVISOR_LOST = (
+    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died; e.g. the "
+    "submission id was used by a job stopped and deleted outside Pulumi): submitting it once "
+    "more under the next attempt's id"
+)
+
+
+def _supervisor_lost(info: JobDetails, first_step: Mapping[str, Any] | None) -> bool:
+    """The job failed because Ray lost its supervisor before its entrypoint ran."""
+    return (
+        info.status.value == "FAILED"
+        and (info.message or "").startswith(_SUPERVISOR_DIED)
+        and getattr(info, "driver_exit_code", None) is None
+        and first_step is None
+    )
+
+
+def _check_log_readable(
+    dashboard: _Dashboard, job: JobInputs, sid: str, scan: _LogScan, now: float
+) -> None:
+    """A driver log that could not be read LOG_READ_FAILURES times in a row, for at least
+    deadline_submit_s (how long a wait tolerates the dashboard not answering), fails the wait:
+    the job's steps cannot be seen. The job keeps running."""
+    if scan.failing_since is None or scan.failures < LOG_READ_FAILURES:
+        return
+    failing = now - scan.failing_since
+    if failing < job.deadlines.submit_s:
+        return
+    raise ProviderTimeoutError(
+        f"Ray job {sid} is RUNNING, but its driver log could not be read for "
+        f"{_duration(failing)} ({scan.failures} attempts in a row, deadline_submit_s="
+        f"{job.deadlines.submit_s:.0f}; last error: {scan.last_error}), so whether verl logged "
+        "a training step is unknown. It keeps running; the next `pulumi up` adopts it. The "
+        f"dashboard at {dashboard.address} answers the job's status but not its log "
+        f"(GET /api/v0/logs/file, Ray's state API, and GET /api/jobs/{sid}/logs); read the log "
+        f"yourself: {dashboard_access.dashboard_hint(job.dashboard, sid)}"
+    )
+
+
 def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: float) -> None:
     """A job not RUNNING yet after deadline_start_s fails the wait; it stays submitted."""
     if waited > job.deadlines.start_s:
-        raise TimeoutError(
+        raise ProviderTimeoutError(
             f"Ray job {sid} still {info.status.value} after {job.deadlines.start_s:.0f}s "
             f"({_short_message(info.message)}); it stays submitted and the next "
             f"`pulumi up` adopts it; stop it with {_stop_command(job.dashboard, sid)} "
@@ -892,7 +973,7 @@ def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: fl
         )
 
 
-class DashboardUnreachableError(RuntimeError):
+class DashboardUnreachableError(ProviderRuntimeError):
     """The dashboard did not answer within the operation's patience, or is not there at all."""
 
     def __init__(self, message: str, address: str, waited_s: float, last_error: str) -> None:
@@ -921,6 +1002,7 @@ class _Dashboard:
     _client: Any = None
     _args: dashboard_access.ClientArgs | None = None
     _client_born: float = 0.0
+    _answered: bool = False  # the last call was answered: the next one's requests get their own
 
     def call(
         self,
@@ -931,18 +1013,21 @@ class _Dashboard:
         """Run operation(client), retrying transient failures for patience_s (default: the
         reachability budget), then raise DashboardUnreachableError."""
         began = time.monotonic()
-        deadline = began + (self.patience_s if patience_s is None else patience_s)
+        budget = self._budget(began, self.patience_s if patience_s is None else patience_s)
+        deadline = budget.retry_until
         backoff = 0.25
         attempts = 0
         while True:
             attempts += 1
             try:
-                client = self._fresh_client(deadline)
-                client.request_timeout = _request_timeout(deadline)
-                return operation(client)
+                client = self._fresh_client(budget)
+                client.budget = budget
+                result = operation(client)
+                self._answered = True
+                return result
             except Exception as exc:  # classified right below
                 if _is_auth_failure(exc):
-                    raise RuntimeError(
+                    raise ProviderRuntimeError(
                         f"Ray dashboard at {self.address} refused the credentials while trying "
                         f"to {what}: {redact(_first_line(exc))[:500]}. Through the GKE service "
                         "proxy the account of Application Default Credentials needs the "
@@ -961,11 +1046,11 @@ class _Dashboard:
                         last_error,
                     ) from exc
                 if not _is_transient(exc):
-                    raise RuntimeError(
+                    raise ProviderRuntimeError(
                         f"Ray dashboard at {self.address}: could not {what}: "
                         f"{redact(_describe(exc))[:2000]}"
                     ) from exc
-                self._client = None
+                self._client, self._answered, budget.answered = None, False, False
                 if time.monotonic() + backoff > deadline:
                     waited = time.monotonic() - began
                     raise DashboardUnreachableError(
@@ -979,6 +1064,12 @@ class _Dashboard:
                     ) from exc
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _budget(self, began: float, window: float) -> _RequestBudget:
+        """Retry for `window`; once answered, each request may take the larger of the window
+        and deadline_reach_s, at most REQUEST_TIMEOUT_S[1]."""
+        per_request_s = min(REQUEST_TIMEOUT_S[1], max(window, self.reach_s))
+        return _RequestBudget(began + window, per_request_s, answered=self._answered)
 
     def job_info(self, sid: str, patience_s: float | None = None) -> JobDetails | None:
         """The job's details, or None when the Ray head does not know the id."""
@@ -1017,22 +1108,38 @@ class _Dashboard:
 
         return self.call(f"read the log of {sid}", fetch, patience_s)
 
-    def _fresh_client(self, deadline: float) -> Any:
+    def _fresh_client(self, budget: _RequestBudget) -> Any:
         now = time.monotonic()
         if self._client is None or now - self._client_born > CLIENT_MAX_AGE_S:
             args = self.make_args()
             client = _new_client(args)
-            client.request_timeout = _request_timeout(deadline)
+            client.budget = budget
             self.session = client.head_session()
             self._client, self._args, self._client_born = client, args, now
         return self._client
 
 
-def _request_timeout(deadline: float) -> tuple[float, float]:
-    """Per-request (connect, read) timeouts that end with the operation's patience: one request
-    to a black-holed address cannot outlast the budget."""
-    left = max(0.5, deadline - time.monotonic())
-    return (min(REQUEST_TIMEOUT_S[0], left), min(REQUEST_TIMEOUT_S[1], left))
+@dataclass
+class _RequestBudget:
+    """The (connect, read) timeouts of one operation's requests to the dashboard.
+
+    Until the dashboard has answered (a response below 500, not 429), every request ends by
+    retry_until, the operation's patience: a silent or black-holed dashboard is decided
+    unreachable then. Once it has answered, each request gets per_request_s of its own (at most
+    REQUEST_TIMEOUT_S[1]), ending by retry_until + per_request_s at the latest: a slow dashboard
+    that answers every request is not declared unreachable because the connection check and the
+    call shared one budget.
+    """
+
+    retry_until: float
+    per_request_s: float
+    answered: bool = False
+
+    def timeout(self) -> tuple[float, float]:
+        now = time.monotonic()
+        until = self.retry_until + (self.per_request_s if self.answered else 0.0)
+        read = max(0.5, min(self.per_request_s, until - now))
+        return (min(REQUEST_TIMEOUT_S[0], read), read)
 
 
 @functools.cache
@@ -1042,7 +1149,12 @@ def _client_class() -> type:
 
     class _TimedClient(JobSubmissionClient):  # type: ignore[misc]
         # The SDK sends requests without a timeout; a black-holed address would hang forever.
-        request_timeout: tuple[float, float] = REQUEST_TIMEOUT_S
+        # _Dashboard.call sets the operation's budget before each attempt.
+        budget = _RequestBudget(math.inf, REQUEST_TIMEOUT_S[1])
+
+        @property
+        def request_timeout(self) -> tuple[float, float]:
+            return self.budget.timeout()
 
         def _check_connection_and_version(self, *args: Any, **kwargs: Any) -> None:
             # JobSubmissionClient.__init__ checks the connection; here that request happens in
@@ -1051,8 +1163,11 @@ def _client_class() -> type:
             return None
 
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
-            kwargs.setdefault("timeout", self.request_timeout)
-            return super()._do_request(method, endpoint, **kwargs)
+            kwargs.setdefault("timeout", self.budget.timeout())
+            response = super()._do_request(method, endpoint, **kwargs)
+            if response.status_code < 500 and response.status_code != 429:
+                self.budget.answered = True
+            return response
 
         def head_session(self) -> str | None:
             """GET /api/version: the connection check, and the head's session name."""
