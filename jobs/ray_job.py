@@ -16,10 +16,11 @@ Inputs. "spec": a change replaces the job (old one stopped first); the rest upda
                                        `wait: bool`; it still reads as True -> "finished",
                                        False -> "running", and RayJobArgs(wait=...) still works.
   deadline_submit_s = 600              create: how long the dashboard of a new cluster may take
-                                       to answer at all, and how long a wait tolerates it not
-                                       answering
+                                       to answer at all, and how long a wait tolerates it (or,
+                                       in "first_step", the driver log) not answering
   deadline_reach_s = 45                read/delete: how long a dashboard that does not answer is
-                                       retried before the operation decides it is unreachable
+                                       retried before the operation decides it is unreachable;
+                                       once it has answered, each request may take this long
   deadline_start_s = 3600              PENDING -> RUNNING
   deadline_startup_grace_s = 30        "running": RUNNING for this long
   deadline_first_step_s = 7200         "first_step": RUNNING -> first training step logged
@@ -63,14 +64,19 @@ Lifecycle (DESIGN.md, Decisions and Real contracts):
 - delete: stops the job if it still runs and waits until it is terminal. Checkpoints and the job
   record are kept.
 
-Faults (issue 9). A job is forgotten only on positive evidence that it is gone: the Ray head
+Faults (issues 9, 17). A job is forgotten only on positive evidence that it is gone: the Ray head
 says it does not know the id (404), or, when the dashboard does not answer within
 deadline_reach_s, the Kubernetes API (the head Service is gone, or no head pod is running) or the
 GKE API (the cluster is gone) says so (jobs/job_evidence.py, at most 15 s more). Without
 evidence, read keeps the resource and its last outputs with status UNREACHABLE and prints a
 warning; delete fails with what could not be reached and what to do, so an engine replacement
 (delete first) never submits the new job next to a running old one. No lock is held across a
-network call: concurrent operations in one provider process do not wait for each other.
+network call: concurrent operations in one provider process do not wait for each other. A
+first-step wait whose driver log cannot be read (3 failures in a row over deadline_submit_s)
+ends saying so, the job left running. A job whose supervisor actor died before its entrypoint
+ran (Ray writes that over a submission id reused after `ray job stop` + `ray job delete`) is
+submitted once more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
+reach `pulumi up` as their message, without the host's traceback.
 
 Rules of pulumi.dynamic that shape this module (verl-ray-pulumi-facts.md §C): the provider is
 pickled with dill into the state and runs in a separate process, so it holds no client, socket or
@@ -102,7 +108,15 @@ from pulumi.output import Unknown
 # The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
-from jobs import dashboard_access, job_evidence, job_logs, provider_errors, secret_scan, verl_log
+from jobs import (
+    dashboard_access,
+    job_evidence,
+    job_logs,
+    job_wait,
+    provider_errors,
+    secret_scan,
+    verl_log,
+)
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root, parse_gcs_url
 from jobs.provider_errors import ProviderInputError, ProviderRuntimeError, ProviderTimeoutError
 
@@ -165,13 +179,6 @@ FIRST_STEP_KEYS = (
 # Rebuild the client (and so fetch a new OAuth token) at least this often during long waits.
 CLIENT_MAX_AGE_S = 300.0
 PROGRESS_EVERY_S = 60.0
-# Without the state API, the whole driver log is read to find the first step: at most this often.
-FULL_LOG_EVERY_S = 60.0
-# A first-step wait whose log reads fail this many times in a row, for deadline_submit_s, ends.
-LOG_READ_FAILURES = 3
-# connect, read timeouts of one HTTP request to the dashboard (capped by what is left of the
-# operation's patience).
-REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
@@ -503,8 +510,8 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         with self._dashboard(job, job.deadlines.submit_s) as dashboard:
             sid = self._submit_or_adopt(dashboard, job)
             info, first_step = self._await(dashboard, job, sid)
-            if _supervisor_lost(info, first_step):
-                _progress(sid, _SUPERVISOR_LOST)
+            if job_wait.supervisor_lost(info, first_step):
+                _progress(sid, job_wait.SUPERVISOR_LOST)
                 # sid now ended FAILED: the next attempt gets a fresh -rN id.
                 sid = self._submit_or_adopt(dashboard, job)
                 info, first_step = self._await(dashboard, job, sid)
@@ -779,52 +786,6 @@ _MODE_POINT = {
 }
 
 
-class _LogScan:
-    """Reads the driver log's tail while waiting for the first training step, and counts the
-    reads that failed in a row (the status may answer while the log endpoints do not)."""
-
-    def __init__(self) -> None:
-        self.phase = verl_log.NO_OUTPUT
-        self._last_whole_log = -math.inf
-        self.failures = 0  # consecutive failed reads
-        self.failing_since: float | None = None
-        self.last_error = ""
-
-    def poll(
-        self, dashboard: _Dashboard, sid: str, info: JobDetails
-    ) -> verl_log.StepMetrics | None:
-        now = time.monotonic()
-        # A run of failures tries the whole log (GET /api/jobs/<id>/logs) too, once at least.
-        streak = self.failing_since is not None and self._last_whole_log < self.failing_since
-        whole_log_ok = streak or now - self._last_whole_log >= FULL_LOG_EVERY_S
-        driver_node_id = getattr(info, "driver_node_id", None)
-        if not driver_node_id and not whole_log_ok:
-            return None  # no driver node yet: nothing to read until the whole log is due
-        if whole_log_ok:
-            self._last_whole_log = now
-        try:
-            lines = dashboard.log_tail(
-                sid,
-                driver_node_id,
-                job_logs.SCAN_LINES,
-                job_logs.SCAN_LINE_MAX_CHARS,
-                whole_log_fallback=whole_log_ok,
-                patience_s=min(dashboard.reach_s, 10.0),
-            )
-        except Exception as exc:  # counted; _running_phase decides when the run is too long
-            self.failures += 1
-            self.failing_since = now if self.failing_since is None else self.failing_since
-            self.last_error = redact(str(exc))[:500]
-            return None
-        self.failures, self.failing_since = 0, None
-        text = "\n".join(lines)
-        phase = verl_log.startup_phase(text)
-        # A tail can scroll past a marker: the phase never moves backwards.
-        if verl_log.PHASES.index(phase) > verl_log.PHASES.index(self.phase):
-            self.phase = phase
-        return verl_log.first_training_step(text)
-
-
 @dataclass
 class _Watch:
     """What one wait for a submitted job (RayJobProvider._await) has seen so far."""
@@ -834,7 +795,7 @@ class _Watch:
     last_status: str = ""
     last_phase: str = ""
     last_progress: float = field(init=False)
-    scan: _LogScan = field(default_factory=_LogScan)
+    scan: job_wait.LogScan = field(default_factory=job_wait.LogScan)
     first_step: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -893,7 +854,14 @@ def _running_phase(
             watch.first_step = _first_step_output(step)
             return None
         phase = watch.scan.phase
-        _check_log_readable(dashboard, job, sid, watch.scan, now)
+        job_wait.check_log_readable(
+            watch.scan,
+            now,
+            sid,
+            job.deadlines.submit_s,
+            dashboard.address,
+            dashboard_access.dashboard_hint(job.dashboard, sid),
+        )
         if ran > deadlines.first_step_s:
             scan = watch.scan
             seen = (
@@ -916,50 +884,6 @@ def _running_phase(
             "adopts it"
         )
     return phase
-
-
-# Ray 2.x job_manager.py: the message of a job whose supervisor actor died (JobErrorType
-# JOB_SUPERVISOR_ACTOR_DIED). Measured on a Ray 2.60 head: a submission id reused right after its
-# job was stopped and deleted (`ray job stop` + `ray job delete`) fails this way before the
-# entrypoint starts.
-_SUPERVISOR_DIED = "Job supervisor actor died"
-_SUPERVISOR_LOST = (
-    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died; e.g. the "
-    "submission id was used by a job stopped and deleted outside Pulumi): submitting it once "
-    "more under the next attempt's id"
-)
-
-
-def _supervisor_lost(info: JobDetails, first_step: Mapping[str, Any] | None) -> bool:
-    """The job failed because Ray lost its supervisor before its entrypoint ran."""
-    return (
-        info.status.value == "FAILED"
-        and (info.message or "").startswith(_SUPERVISOR_DIED)
-        and getattr(info, "driver_exit_code", None) is None
-        and first_step is None
-    )
-
-
-def _check_log_readable(
-    dashboard: _Dashboard, job: JobInputs, sid: str, scan: _LogScan, now: float
-) -> None:
-    """A driver log that could not be read LOG_READ_FAILURES times in a row, for at least
-    deadline_submit_s (how long a wait tolerates the dashboard not answering), fails the wait:
-    the job's steps cannot be seen. The job keeps running."""
-    if scan.failing_since is None or scan.failures < LOG_READ_FAILURES:
-        return
-    failing = now - scan.failing_since
-    if failing < job.deadlines.submit_s:
-        return
-    raise ProviderTimeoutError(
-        f"Ray job {sid} is RUNNING, but its driver log could not be read for "
-        f"{_duration(failing)} ({scan.failures} attempts in a row, deadline_submit_s="
-        f"{job.deadlines.submit_s:.0f}; last error: {scan.last_error}), so whether verl logged "
-        "a training step is unknown. It keeps running; the next `pulumi up` adopts it. The "
-        f"dashboard at {dashboard.address} answers the job's status but not its log "
-        f"(GET /api/v0/logs/file, Ray's state API, and GET /api/jobs/{sid}/logs); read the log "
-        f"yourself: {dashboard_access.dashboard_hint(job.dashboard, sid)}"
-    )
 
 
 def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: float) -> None:
@@ -1065,11 +989,13 @@ class _Dashboard:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
-    def _budget(self, began: float, window: float) -> _RequestBudget:
+    def _budget(self, began: float, window: float) -> dashboard_access.RequestBudget:
         """Retry for `window`; once answered, each request may take the larger of the window
-        and deadline_reach_s, at most REQUEST_TIMEOUT_S[1]."""
-        per_request_s = min(REQUEST_TIMEOUT_S[1], max(window, self.reach_s))
-        return _RequestBudget(began + window, per_request_s, answered=self._answered)
+        and deadline_reach_s, at most dashboard_access.REQUEST_TIMEOUT_S[1]."""
+        per_request_s = min(dashboard_access.REQUEST_TIMEOUT_S[1], max(window, self.reach_s))
+        return dashboard_access.RequestBudget(
+            began + window, per_request_s, answered=self._answered
+        )
 
     def job_info(self, sid: str, patience_s: float | None = None) -> JobDetails | None:
         """The job's details, or None when the Ray head does not know the id."""
@@ -1108,7 +1034,7 @@ class _Dashboard:
 
         return self.call(f"read the log of {sid}", fetch, patience_s)
 
-    def _fresh_client(self, budget: _RequestBudget) -> Any:
+    def _fresh_client(self, budget: dashboard_access.RequestBudget) -> Any:
         now = time.monotonic()
         if self._client is None or now - self._client_born > CLIENT_MAX_AGE_S:
             args = self.make_args()
@@ -1119,29 +1045,6 @@ class _Dashboard:
         return self._client
 
 
-@dataclass
-class _RequestBudget:
-    """The (connect, read) timeouts of one operation's requests to the dashboard.
-
-    Until the dashboard has answered (a response below 500, not 429), every request ends by
-    retry_until, the operation's patience: a silent or black-holed dashboard is decided
-    unreachable then. Once it has answered, each request gets per_request_s of its own (at most
-    REQUEST_TIMEOUT_S[1]), ending by retry_until + per_request_s at the latest: a slow dashboard
-    that answers every request is not declared unreachable because the connection check and the
-    call shared one budget.
-    """
-
-    retry_until: float
-    per_request_s: float
-    answered: bool = False
-
-    def timeout(self) -> tuple[float, float]:
-        now = time.monotonic()
-        until = self.retry_until + (self.per_request_s if self.answered else 0.0)
-        read = max(0.5, min(self.per_request_s, until - now))
-        return (min(REQUEST_TIMEOUT_S[0], read), read)
-
-
 @functools.cache
 def _client_class() -> type:
     import requests
@@ -1150,7 +1053,7 @@ def _client_class() -> type:
     class _TimedClient(JobSubmissionClient):  # type: ignore[misc]
         # The SDK sends requests without a timeout; a black-holed address would hang forever.
         # _Dashboard.call sets the operation's budget before each attempt.
-        budget = _RequestBudget(math.inf, REQUEST_TIMEOUT_S[1])
+        budget = dashboard_access.RequestBudget(math.inf, dashboard_access.REQUEST_TIMEOUT_S[1])
 
         @property
         def request_timeout(self) -> tuple[float, float]:
