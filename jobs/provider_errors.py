@@ -9,7 +9,7 @@ its last line. The host offers no other channel, and `format_exc` is looked up o
 module's `traceback` global at call time: `install_in_dynamic_host` gives that global a stand-in
 whose `format_exc` answers a `ProviderError` with its message alone (the error says what happened
 and what to do; the provider's frames do not). Any other exception (a bug) keeps the full
-traceback. With `VERL_GKE_DEBUG` set in the environment of `pulumi` (the host inherits it), every
+traceback. With `VERL_GKE_DEBUG=1` in the environment of `pulumi` (the host inherits it), every
 error keeps its traceback.
 """
 
@@ -42,10 +42,15 @@ class ProviderInputError(ProviderError, ValueError):
     pass
 
 
+def debug() -> bool:
+    """VERL_GKE_DEBUG is set to anything but empty, 0 or false."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false")
+
+
 def format_exc(limit: int | None = None, chain: bool = True) -> str:
     """traceback.format_exc, except a ProviderError (outside debug mode) gives its message."""
     exc = sys.exc_info()[1]
-    if isinstance(exc, ProviderError) and not os.environ.get(DEBUG_ENV):
+    if isinstance(exc, ProviderError) and not debug():
         return f"{exc}\n{DEBUG_HINT}"
     return traceback.format_exc(limit=limit, chain=chain)
 

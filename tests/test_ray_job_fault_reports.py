@@ -267,3 +267,46 @@ def test_verl_gke_debug_keeps_the_traceback_of_provider_errors(head: RayHead) ->
     message = failure.value.details()
     assert message.startswith("Traceback (most recent call last):")
     assert "ProviderInputError: invalid RayJob inputs:" in message
+
+
+class _FlakyLog:
+    """A log source whose reads fail or answer as scripted (True: a step line, False: 500)."""
+
+    reach_s = 1.0
+
+    def __init__(self, script: list[bool]) -> None:
+        self.script = script
+
+    def log_tail(self, *_args: Any, **_kwargs: Any) -> list[str]:
+        if not self.script.pop(0):
+            raise RuntimeError("Request failed with status code 500: log endpoint down")
+        return ["(TaskRunner pid=1) step:1 - timing_s/step:3.0 - training/global_step:1"]
+
+
+def test_a_log_read_that_succeeds_restarts_the_count_of_failures() -> None:
+    from types import SimpleNamespace
+
+    from jobs import job_wait
+    from jobs.provider_errors import ProviderTimeoutError
+
+    info = SimpleNamespace(driver_node_id="node-1")
+    scan, source = job_wait.LogScan(), _FlakyLog([False, False, True, False, False, False])
+
+    def poll_at(now: float) -> None:
+        scan.poll(source, "job", info)  # type: ignore[arg-type]
+        job_wait.check_log_readable(scan, now, "job", 10.0, "http://dash", "hint")
+
+    for _ in range(2):
+        poll_at(time.monotonic() + 100)  # two failures: fewer than LOG_READ_FAILURES
+    poll_at(time.monotonic() + 100)  # a read that works: the count starts again
+    assert (scan.failures, scan.failing_since) == (0, None)
+    for _ in range(2):
+        poll_at(time.monotonic() + 100)
+    with pytest.raises(ProviderTimeoutError, match="driver log could not be read") as failure:
+        poll_at(time.monotonic() + 100)  # the third failure in a row, 100 s > 10 s
+    assert "status code 500: log endpoint down" in str(failure.value)
+    # Three failures in a row within deadline_submit_s are not enough.
+    fresh = job_wait.LogScan()
+    for _ in range(3):
+        fresh.poll(_FlakyLog([False]), "job", info)  # type: ignore[arg-type]
+    job_wait.check_log_readable(fresh, time.monotonic(), "job", 10.0, "http://dash", "hint")
