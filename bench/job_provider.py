@@ -11,8 +11,13 @@
    pod: no evidence; the head Service gone: evidence); four concurrent refreshes in one process.
 4. The failure tail of a job that prints three 5 MB lines: the old report (the whole log, last
    50 lines) against the capped one, and the bytes each fetch moves.
+5. Fault reports through the real `python -m pulumi.dynamic` host (default deadlines unless
+   said): refresh through a proxy that holds every response 22 s, 30 s or 50 s; a first-step wait
+   whose log endpoints answer 500 while the status answers (deadline_submit_s 60 s instead of
+   600 s, to keep the run short); the `up` after a job was stopped and deleted out of band; the
+   size of a failed create's error with and without VERL_GKE_DEBUG.
 
-    .venv/bin/python bench/job_provider.py [--runs 5] [--only discovery,submit,faults,tail]
+    .venv/bin/python bench/job_provider.py [--runs 5] [--only discovery,submit,faults,tail,reports]
 """
 
 from __future__ import annotations
@@ -43,11 +48,16 @@ from jobs.checkpoints import TRACKER_FILE, discover_checkpoints  # noqa: E402
 from jobs.job_evidence import gke_cluster_input  # noqa: E402
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider  # noqa: E402
 from tests.job_fixtures.fake_trainer import write_checkpoint  # noqa: E402
+from tests.support.dynamic_host import engine_inputs  # noqa: E402
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator  # noqa: E402
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token  # noqa: E402
 from tests.support.ray_head import start_ray_head  # noqa: E402
 
 CHECKPOINTS, RANKS = 60, 16
+URN = (
+    "urn:pulumi:bench::verl-gke::verl-gke:training:GrpoTraining"
+    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
+)
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
 
 
@@ -335,10 +345,98 @@ def bench_tail() -> None:
               "(streamed and cut while reading)")  # fmt: skip
 
 
+def _host_create(host: Any, props: dict[str, Any]) -> str:
+    """Create through the host: the id, or the first line of the error and its size."""
+    import grpc
+
+    checked = host.check(URN, None, engine_inputs(props, RayJobProvider()))
+    try:
+        return f"created {host.create(URN, checked.inputs).id}"
+    except grpc.RpcError as exc:
+        details = exc.details() or ""
+        return (
+            f"error ({len(details):,d} chars, {details.count(chr(10)) + 1} lines): "
+            + (details.splitlines()[0][:90])
+        )
+
+
+def _reports_props(url: str, run: str, wait_for: str, *args: str, **deadlines: float) -> Any:
+    return RayJobArgs(
+        entrypoint=shlex.join([sys.executable, str(STARTUP_JOB), "--run", run, *args]),
+        runtime_env={},
+        dashboard=dashboard_access.url_dashboard(url),
+        checkpoint_root=None,
+        submission_id_prefix="bench-reports",
+        wait_for=wait_for,
+        deadlines=JobDeadlines(**deadlines),
+    ).to_props()
+
+
+def bench_reports() -> None:
+    print("\n== 5. fault reports through the real dynamic host ==")
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.support.dynamic_host import from_wire, start_dynamic_host, wire
+    from tests.support.local_proxies import start_fault_proxy
+
+    head = start_ray_head(Path(tempfile.mkdtemp(prefix="rjb", dir="/tmp")))
+    host = start_dynamic_host()
+    client = JobSubmissionClient(head.dashboard_url)
+    try:
+        props = _reports_props(head.dashboard_url, "slow", "running", "--hold-seconds", "900")
+        checked = host.check(URN, None, engine_inputs(props, RayJobProvider()))
+        created = host.create(URN, checked.inputs)
+        for delay in (22.0, 30.0, 50.0):
+            proxy = start_fault_proxy(head.dashboard_url, delay_s=delay)
+            outs = {**from_wire(created.properties),
+                    "dashboard": dashboard_access.url_dashboard(proxy.endpoint)}  # fmt: skip
+            _timed(f"refresh, every response held {delay:.0f} s (reach 45 s)",
+                   lambda o=outs: from_wire(host.read(URN, created.id, wire(o)).properties)[
+                       "status"])  # fmt: skip
+            proxy.stop()
+        client.stop_job(created.id)
+
+        proxy = start_fault_proxy(
+            head.dashboard_url, fail_paths=r"^/api/v0/logs/|^/api/jobs/[^/]+/logs"
+        )
+        props = _reports_props(proxy.endpoint, "no-log", "first_step", "--hold-seconds", "900",
+                               submit_s=60.0)  # fmt: skip
+        _timed(
+            "first_step wait, log endpoints 500, status answers", lambda: _host_create(host, props)
+        )
+        proxy.stop()
+        for job in client.list_jobs():
+            if job.submission_id and not job.status.is_terminal():
+                client.stop_job(job.submission_id)
+
+        props = _reports_props(head.dashboard_url, "deleted", "running", "--hold-seconds", "900")
+        first = _host_create(host, props)
+        sid = first.split()[-1]
+        client.stop_job(sid)
+        while not client.get_job_status(sid).is_terminal():
+            time.sleep(0.2)
+        client.delete_job(sid)
+        _timed(
+            f"up after {sid} was stopped + deleted out of band", lambda: _host_create(host, props)
+        )
+
+        props = _reports_props(head.dashboard_url, "fails", "first_step", "--fail-before-step")
+        _timed("failed create, error as the engine gets it", lambda: _host_create(host, props))
+        host.stop()
+        host = start_dynamic_host(env={"VERL_GKE_DEBUG": "1"})
+        props = _reports_props(
+            head.dashboard_url, "fails-debug", "first_step", "--fail-before-step"
+        )
+        _timed("same with VERL_GKE_DEBUG=1", lambda: _host_create(host, props))
+    finally:
+        host.stop()
+        head.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", default="discovery,submit,faults,tail")
+    parser.add_argument("--only", default="discovery,submit,faults,tail,reports")
     args = parser.parse_args()
     parts = set(args.only.split(","))
     if "discovery" in parts:
@@ -349,6 +447,8 @@ def main() -> None:
         bench_faults()
     if "tail" in parts:
         bench_tail()
+    if "reports" in parts:
+        bench_reports()
 
 
 if __name__ == "__main__":

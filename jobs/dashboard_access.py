@@ -20,12 +20,16 @@ import base64
 import binascii
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 TokenProvider = Callable[[], str]
+
+# connect, read timeouts of one HTTP request to the dashboard (see RequestBudget).
+REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _KUBE_KEYS = frozenset(
@@ -252,3 +256,26 @@ def client_args(
     finally:
         if ca_path is not None:
             os.unlink(ca_path)
+
+
+@dataclass
+class RequestBudget:
+    """The (connect, read) timeouts of one operation's requests to the dashboard.
+
+    Until the dashboard has answered (a response below 500, not 429), every request ends by
+    retry_until, the operation's patience: a silent or black-holed dashboard is decided
+    unreachable then. Once it has answered, each request gets per_request_s of its own (at most
+    REQUEST_TIMEOUT_S[1]), ending by retry_until + per_request_s at the latest: a slow dashboard
+    that answers every request is not declared unreachable because the connection check and the
+    call shared one budget.
+    """
+
+    retry_until: float  # time.monotonic() value
+    per_request_s: float
+    answered: bool = False
+
+    def timeout(self) -> tuple[float, float]:
+        now = time.monotonic()
+        until = self.retry_until + (self.per_request_s if self.answered else 0.0)
+        read = max(0.5, min(self.per_request_s, until - now))
+        return (min(REQUEST_TIMEOUT_S[0], read), read)

@@ -16,10 +16,11 @@ Inputs. "spec": a change replaces the job (old one stopped first); the rest upda
                                        `wait: bool`; it still reads as True -> "finished",
                                        False -> "running", and RayJobArgs(wait=...) still works.
   deadline_submit_s = 600              create: how long the dashboard of a new cluster may take
-                                       to answer at all, and how long a wait tolerates it not
-                                       answering
+                                       to answer at all, and how long a wait tolerates it (or,
+                                       in "first_step", the driver log) not answering
   deadline_reach_s = 45                read/delete: how long a dashboard that does not answer is
-                                       retried before the operation decides it is unreachable
+                                       retried before the operation decides it is unreachable;
+                                       once it has answered, each request may take this long
   deadline_start_s = 3600              PENDING -> RUNNING
   deadline_startup_grace_s = 30        "running": RUNNING for this long
   deadline_first_step_s = 7200         "first_step": RUNNING -> first training step logged
@@ -63,14 +64,19 @@ Lifecycle (DESIGN.md, Decisions and Real contracts):
 - delete: stops the job if it still runs and waits until it is terminal. Checkpoints and the job
   record are kept.
 
-Faults (issue 9). A job is forgotten only on positive evidence that it is gone: the Ray head
+Faults (issues 9, 17). A job is forgotten only on positive evidence that it is gone: the Ray head
 says it does not know the id (404), or, when the dashboard does not answer within
 deadline_reach_s, the Kubernetes API (the head Service is gone, or no head pod is running) or the
 GKE API (the cluster is gone) says so (jobs/job_evidence.py, at most 15 s more). Without
 evidence, read keeps the resource and its last outputs with status UNREACHABLE and prints a
 warning; delete fails with what could not be reached and what to do, so an engine replacement
 (delete first) never submits the new job next to a running old one. No lock is held across a
-network call: concurrent operations in one provider process do not wait for each other.
+network call: concurrent operations in one provider process do not wait for each other. A
+first-step wait whose driver log cannot be read (3 failures in a row over deadline_submit_s)
+ends saying so, the job left running. A job whose supervisor actor died before its entrypoint
+ran (Ray writes that over a submission id reused after `ray job stop` + `ray job delete`) is
+submitted once more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
+reach `pulumi up` as their message, without the host's traceback.
 
 Rules of pulumi.dynamic that shape this module (verl-ray-pulumi-facts.md §C): the provider is
 pickled with dill into the state and runs in a separate process, so it holds no client, socket or
@@ -102,14 +108,27 @@ from pulumi.output import Unknown
 # The wire form of a value not known until apply (preview); the host turns it into an Unknown.
 from pulumi.runtime.rpc import UNKNOWN
 
-from jobs import dashboard_access, job_evidence, job_logs, secret_scan, verl_log
+from jobs import (
+    dashboard_access,
+    job_evidence,
+    job_logs,
+    job_wait,
+    provider_errors,
+    secret_scan,
+    verl_log,
+)
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root, parse_gcs_url
+from jobs.provider_errors import ProviderInputError, ProviderRuntimeError, ProviderTimeoutError
 
 if TYPE_CHECKING:
     from ray.dashboard.modules.job.pydantic_models import JobDetails
     from ray.job_submission import JobSubmissionClient
 
 T = TypeVar("T")
+
+# In the dynamic host (which imports this module to unpickle the provider), the provider's own
+# errors reach the engine as their message, without a traceback (jobs/provider_errors.py).
+provider_errors.install_in_dynamic_host()
 
 
 WAIT_MODES = ("running", "first_step", "finished")
@@ -160,11 +179,6 @@ FIRST_STEP_KEYS = (
 # Rebuild the client (and so fetch a new OAuth token) at least this often during long waits.
 CLIENT_MAX_AGE_S = 300.0
 PROGRESS_EVERY_S = 60.0
-# Without the state API, the whole driver log is read to find the first step: at most this often.
-FULL_LOG_EVERY_S = 60.0
-# connect, read timeouts of one HTTP request to the dashboard (capped by what is left of the
-# operation's patience).
-REQUEST_TIMEOUT_S = (10.0, 60.0)
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
@@ -259,7 +273,9 @@ class JobInputs:
     def parse(cls, props: Mapping[str, Any]) -> JobInputs:
         problems = input_problems(props)
         if problems:
-            raise ValueError("invalid RayJob inputs:\n" + "\n".join(f"- {p}" for _, p in problems))
+            raise ProviderInputError(
+                "invalid RayJob inputs:\n" + "\n".join(f"- {p}" for _, p in problems)
+            )
         deadlines = JobDeadlines(
             **{
                 f.name: float(props[f"deadline_{f.name}"])
@@ -498,8 +514,15 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         with self._dashboard(job, job.deadlines.submit_s) as dashboard:
             sid = self._submit_or_adopt(dashboard, job)
             info, first_step = self._await(dashboard, job, sid)
+            if job_wait.supervisor_lost(info, first_step):
+                _progress(sid, job_wait.SUPERVISOR_LOST)
+                # sid now ended FAILED: the next attempt gets a fresh -rN id.
+                sid = self._submit_or_adopt(dashboard, job)
+                info, first_step = self._await(dashboard, job, sid)
             if info.status.value in ("FAILED", "STOPPED"):
-                raise RuntimeError(_failure_report(dashboard, sid, info, job.wait_for, first_step))
+                raise ProviderRuntimeError(
+                    _failure_report(dashboard, sid, info, job.wait_for, first_step)
+                )
             result = _tagged_result(dashboard, job, sid, info)
             outs = _outputs(job, sid, info, _discover(job.checkpoint_root, None), result, dashboard)
         outs["first_step"] = first_step
@@ -583,7 +606,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 _progress(sid, f"{info.status.value if info else 'gone'}")
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise ProviderTimeoutError(
                     f"Ray job {sid} is still {info.status.value} {job.deadlines.stop_s:.0f}s "
                     f"after the stop request (dashboard {dashboard.address}); stop it with "
                     f"{_stop_command(job.dashboard, sid)} and run the command again"
@@ -614,7 +637,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 "Ray head. Nothing to stop.",
             )
             return
-        raise RuntimeError(_no_evidence_message(job, sid, exc, evidence)) from exc
+        raise ProviderRuntimeError(_no_evidence_message(job, sid, exc, evidence)) from exc
 
     def _read_unreachable(
         self,
@@ -767,39 +790,6 @@ _MODE_POINT = {
 }
 
 
-class _LogScan:
-    """Reads the driver log's tail while waiting for the first training step."""
-
-    def __init__(self) -> None:
-        self.phase = verl_log.NO_OUTPUT
-        self._last_whole_log = -math.inf
-
-    def poll(
-        self, dashboard: _Dashboard, sid: str, info: JobDetails
-    ) -> verl_log.StepMetrics | None:
-        now = time.monotonic()
-        whole_log_ok = now - self._last_whole_log >= FULL_LOG_EVERY_S
-        if whole_log_ok:
-            self._last_whole_log = now
-        try:
-            lines = dashboard.log_tail(
-                sid,
-                getattr(info, "driver_node_id", None),
-                job_logs.SCAN_LINES,
-                job_logs.SCAN_LINE_MAX_CHARS,
-                whole_log_fallback=whole_log_ok,
-                patience_s=min(dashboard.reach_s, 10.0),
-            )
-        except Exception:  # the log is a hint; the job's status decides, on the next poll
-            return None
-        text = "\n".join(lines)
-        phase = verl_log.startup_phase(text)
-        # A tail can scroll past a marker: the phase never moves backwards.
-        if verl_log.PHASES.index(phase) > verl_log.PHASES.index(self.phase):
-            self.phase = phase
-        return verl_log.first_training_step(text)
-
-
 @dataclass
 class _Watch:
     """What one wait for a submitted job (RayJobProvider._await) has seen so far."""
@@ -809,7 +799,7 @@ class _Watch:
     last_status: str = ""
     last_phase: str = ""
     last_progress: float = field(init=False)
-    scan: _LogScan = field(default_factory=_LogScan)
+    scan: job_wait.LogScan = field(default_factory=job_wait.LogScan)
     first_step: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -832,7 +822,7 @@ def _job_info_while_waiting(dashboard: _Dashboard, sid: str) -> JobDetails:
             exc.last_error,
         ) from exc
     if info is None:
-        raise RuntimeError(
+        raise ProviderRuntimeError(
             f"Ray job {sid} disappeared from the cluster at {dashboard.address} while "
             "starting (was the head restarted?)"
         )
@@ -868,16 +858,31 @@ def _running_phase(
             watch.first_step = _first_step_output(step)
             return None
         phase = watch.scan.phase
+        job_wait.check_log_readable(
+            watch.scan,
+            now,
+            sid,
+            job.deadlines.submit_s,
+            dashboard.address,
+            dashboard_access.dashboard_hint(job.dashboard, sid),
+        )
         if ran > deadlines.first_step_s:
-            raise TimeoutError(
-                f"Ray job {sid} has run for {_duration(ran)} without logging a "
-                f"training step (deadline_first_step_s={deadlines.first_step_s:.0f}; "
+            scan = watch.scan
+            seen = (
+                f"while its driver log could not be read ({scan.failures} attempts in a row; "
+                f"last error: {scan.last_error}), so whether it logged a training step is unknown"
+                if scan.failing_since is not None
+                else "without logging a training step"
+            )
+            raise ProviderTimeoutError(
+                f"Ray job {sid} has run for {_duration(ran)} {seen} "
+                f"(deadline_first_step_s={deadlines.first_step_s:.0f}; "
                 f"last phase: {phase}). It keeps running; the next `pulumi up` "
                 f"adopts it. Look at its log: "
                 f"{dashboard_access.dashboard_hint(job.dashboard, sid)}"
             )
     if mode == "finished" and ran > deadlines.wait_s:
-        raise TimeoutError(
+        raise ProviderTimeoutError(
             f"Ray job {sid} still RUNNING after the wait deadline "
             f"({deadlines.wait_s:.0f}s); it keeps running and the next `pulumi up` "
             "adopts it"
@@ -888,7 +893,7 @@ def _running_phase(
 def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: float) -> None:
     """A job not RUNNING yet after deadline_start_s fails the wait; it stays submitted."""
     if waited > job.deadlines.start_s:
-        raise TimeoutError(
+        raise ProviderTimeoutError(
             f"Ray job {sid} still {info.status.value} after {job.deadlines.start_s:.0f}s "
             f"({_short_message(info.message)}); it stays submitted and the next "
             f"`pulumi up` adopts it; stop it with {_stop_command(job.dashboard, sid)} "
@@ -896,7 +901,7 @@ def _check_start_deadline(job: JobInputs, sid: str, info: JobDetails, waited: fl
         )
 
 
-class DashboardUnreachableError(RuntimeError):
+class DashboardUnreachableError(ProviderRuntimeError):
     """The dashboard did not answer within the operation's patience, or is not there at all."""
 
     def __init__(self, message: str, address: str, waited_s: float, last_error: str) -> None:
@@ -925,6 +930,7 @@ class _Dashboard:
     _client: Any = None
     _args: dashboard_access.ClientArgs | None = None
     _client_born: float = 0.0
+    _answered: bool = False  # the last call was answered: the next one's requests get their own
 
     def call(
         self,
@@ -935,18 +941,21 @@ class _Dashboard:
         """Run operation(client), retrying transient failures for patience_s (default: the
         reachability budget), then raise DashboardUnreachableError."""
         began = time.monotonic()
-        deadline = began + (self.patience_s if patience_s is None else patience_s)
+        budget = self._budget(began, self.patience_s if patience_s is None else patience_s)
+        deadline = budget.retry_until
         backoff = 0.25
         attempts = 0
         while True:
             attempts += 1
             try:
-                client = self._fresh_client(deadline)
-                client.request_timeout = _request_timeout(deadline)
-                return operation(client)
+                client = self._fresh_client(budget)
+                client.budget = budget
+                result = operation(client)
+                self._answered = True
+                return result
             except Exception as exc:  # classified right below
                 if _is_auth_failure(exc):
-                    raise RuntimeError(
+                    raise ProviderRuntimeError(
                         f"Ray dashboard at {self.address} refused the credentials while trying "
                         f"to {what}: {redact(_first_line(exc))[:500]}. Through the GKE service "
                         "proxy the account of Application Default Credentials needs the "
@@ -965,11 +974,11 @@ class _Dashboard:
                         last_error,
                     ) from exc
                 if not _is_transient(exc):
-                    raise RuntimeError(
+                    raise ProviderRuntimeError(
                         f"Ray dashboard at {self.address}: could not {what}: "
                         f"{redact(_describe(exc))[:2000]}"
                     ) from exc
-                self._client = None
+                self._client, self._answered, budget.answered = None, False, False
                 if time.monotonic() + backoff > deadline:
                     waited = time.monotonic() - began
                     raise DashboardUnreachableError(
@@ -983,6 +992,14 @@ class _Dashboard:
                     ) from exc
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _budget(self, began: float, window: float) -> dashboard_access.RequestBudget:
+        """Retry for `window`; once answered, each request may take the larger of the window
+        and deadline_reach_s, at most dashboard_access.REQUEST_TIMEOUT_S[1]."""
+        per_request_s = min(dashboard_access.REQUEST_TIMEOUT_S[1], max(window, self.reach_s))
+        return dashboard_access.RequestBudget(
+            began + window, per_request_s, answered=self._answered
+        )
 
     def job_info(self, sid: str, patience_s: float | None = None) -> JobDetails | None:
         """The job's details, or None when the Ray head does not know the id."""
@@ -1021,22 +1038,15 @@ class _Dashboard:
 
         return self.call(f"read the log of {sid}", fetch, patience_s)
 
-    def _fresh_client(self, deadline: float) -> Any:
+    def _fresh_client(self, budget: dashboard_access.RequestBudget) -> Any:
         now = time.monotonic()
         if self._client is None or now - self._client_born > CLIENT_MAX_AGE_S:
             args = self.make_args()
             client = _new_client(args)
-            client.request_timeout = _request_timeout(deadline)
+            client.budget = budget
             self.session = client.head_session()
             self._client, self._args, self._client_born = client, args, now
         return self._client
-
-
-def _request_timeout(deadline: float) -> tuple[float, float]:
-    """Per-request (connect, read) timeouts that end with the operation's patience: one request
-    to a black-holed address cannot outlast the budget."""
-    left = max(0.5, deadline - time.monotonic())
-    return (min(REQUEST_TIMEOUT_S[0], left), min(REQUEST_TIMEOUT_S[1], left))
 
 
 @functools.cache
@@ -1046,7 +1056,12 @@ def _client_class() -> type:
 
     class _TimedClient(JobSubmissionClient):  # type: ignore[misc]
         # The SDK sends requests without a timeout; a black-holed address would hang forever.
-        request_timeout: tuple[float, float] = REQUEST_TIMEOUT_S
+        # _Dashboard.call sets the operation's budget before each attempt.
+        budget = dashboard_access.RequestBudget(math.inf, dashboard_access.REQUEST_TIMEOUT_S[1])
+
+        @property
+        def request_timeout(self) -> tuple[float, float]:
+            return self.budget.timeout()
 
         def _check_connection_and_version(self, *args: Any, **kwargs: Any) -> None:
             # JobSubmissionClient.__init__ checks the connection; here that request happens in
@@ -1055,8 +1070,11 @@ def _client_class() -> type:
             return None
 
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
-            kwargs.setdefault("timeout", self.request_timeout)
-            return super()._do_request(method, endpoint, **kwargs)
+            kwargs.setdefault("timeout", self.budget.timeout())
+            response = super()._do_request(method, endpoint, **kwargs)
+            if response.status_code < 500 and response.status_code != 429:
+                self.budget.answered = True
+            return response
 
         def head_session(self) -> str | None:
             """GET /api/version: the connection check, and the head's session name."""

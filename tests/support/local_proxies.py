@@ -7,6 +7,9 @@
   the expected bearer token, strips the Authorization header before forwarding (as the API
   server does), and can answer 503 to the first requests (a head Service without endpoints yet).
   Plain HTTP, or HTTPS with a certificate from ``make_tls_material``.
+- ``start_fault_proxy``: a plain forwarder in front of a Ray dashboard that answers 500 to the
+  paths matching a pattern (log endpoints failing while the status answers) and/or holds every
+  response for a while (a slow dashboard that still answers).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -87,10 +92,13 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     prefix: str
-    token: str
+    token: str | None  # None: no Authorization check
+    fail_paths: re.Pattern[str] | None  # answer 500 to these paths (after the prefix)
+    delay_s: float  # hold each forwarded response this long
     target_port: int
     forwarded: int
     rejected: int
+    failed: int
     unavailable: int  # answer this many more authorized requests with 503 before forwarding
 
 
@@ -114,7 +122,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.headers.get("Authorization") != f"Bearer {self.server.token}":
+        token = self.server.token
+        if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
             self.server.rejected += 1
             self._reply(401, b'{"kind":"Status","code":401,"message":"Unauthorized"}')
             return
@@ -128,15 +137,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if not self.path.startswith(self.server.prefix + "/"):
             self._reply(404, b'{"kind":"Status","code":404,"message":"not found"}')
             return
+        path = self.path[len(self.server.prefix) :]
+        if self.server.fail_paths is not None and self.server.fail_paths.search(path):
+            self.server.failed += 1
+            self._reply(500, b"Internal Server Error (fault proxy)", "text/plain")
+            return
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.target_port, timeout=60)
         skip = {"host", "authorization", "connection", "content-length"}
         headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
-        upstream.request(
-            self.command, self.path[len(self.server.prefix) :], body=body or None, headers=headers
-        )
+        upstream.request(self.command, path, body=body or None, headers=headers)
         response = upstream.getresponse()
         payload = response.read()
         upstream.close()
+        time.sleep(self.server.delay_s)
         self.server.forwarded += 1
         self._reply(response.status, payload, response.getheader("Content-Type"))
 
@@ -164,6 +177,10 @@ class ServiceProxy:
     def rejected(self) -> int:
         return self._server.rejected
 
+    @property
+    def failed(self) -> int:
+        return self._server.failed
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -184,7 +201,10 @@ def start_service_proxy(
     server.target_port = int(dashboard_url.rsplit(":", 1)[1])
     server.forwarded = 0
     server.rejected = 0
+    server.failed = 0
     server.unavailable = unavailable_first
+    server.fail_paths = None
+    server.delay_s = 0.0
     port = server.server_address[1]
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -197,6 +217,26 @@ def start_service_proxy(
         target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
     ).start()
     return ServiceProxy(endpoint=endpoint, prefix=server.prefix, _server=server)
+
+
+def start_fault_proxy(
+    dashboard_url: str, fail_paths: str | None = None, delay_s: float = 0.0
+) -> ServiceProxy:
+    """A plain-HTTP forwarder to dashboard_url (no prefix, no token) that answers 500 to the
+    paths matching the regex fail_paths and holds every forwarded response for delay_s;
+    `endpoint` is the dashboard URL to give the provider."""
+    server = _ProxyServer(("127.0.0.1", 0), _ProxyHandler)
+    server.prefix, server.token = "", None
+    server.target_port = int(dashboard_url.rsplit(":", 1)[1])
+    server.forwarded = server.rejected = server.failed = server.unavailable = 0
+    server.fail_paths = re.compile(fail_paths) if fail_paths else None
+    server.delay_s = delay_s
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    ).start()
+    return ServiceProxy(
+        endpoint=f"http://127.0.0.1:{server.server_address[1]}", prefix="", _server=server
+    )
 
 
 @dataclass(frozen=True)
