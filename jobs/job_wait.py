@@ -5,8 +5,9 @@
   row: the dashboard can answer the job's status while its log endpoints fail.
 - check_log_readable: such failures, LOG_READ_FAILURES in a row for deadline_submit_s, end the
   wait saying the log could not be read (not that the job did not step); the job keeps running.
-- supervisor_lost: a job that Ray failed with "Job supervisor actor died" before its entrypoint
-  ran; the provider submits it once more under the next attempt's id.
+- supervisor_lost: a job whose supervisor actor Ray saw die before the entrypoint ran (Ray 2.60:
+  "Job supervisor actor died"; Ray 2.47 and 2.49: "Unexpected error occurred: The actor died");
+  the provider submits it once more under the next attempt's id.
 """
 
 from __future__ import annotations
@@ -27,12 +28,17 @@ FULL_LOG_EVERY_S = 60.0
 # A first-step wait whose log reads fail this many times in a row, for deadline_submit_s, ends.
 LOG_READ_FAILURES = 3
 
-# The message Ray 2.x (dashboard/modules/job/job_manager.py, _monitor_job_internal) gives a job
-# whose supervisor actor died (error_type JOB_SUPERVISOR_ACTOR_DIED). Measured on a Ray 2.60 head:
-# after `ray job stop` + `ray job delete`, the deleted job's monitor still sees its supervisor
-# die and writes FAILED with this message under the id, over a new submission that reused the
-# id (whose entrypoint never starts) or as a record of its own.
+# What Ray's job monitor (dashboard/modules/job/job_manager.py, _monitor_job_internal) writes as
+# the FAILED message of a job whose supervisor actor died while the job was not terminal: Ray 2.60
+# has a branch for ActorDiedError (error_type JOB_SUPERVISOR_ACTOR_DIED); Ray 2.47.0 and 2.49.0
+# (the heads' versions) have none, so the error reaches the generic branch, "Unexpected error
+# occurred: {e}", and ActorDiedError's message begins "The actor died" (ray/exceptions.py, both
+# for BASE_ERROR_MSG and for a creation-task error). Measured on a Ray 2.60 head: after
+# `ray job stop` + `ray job delete`, the deleted job's monitor still sees its supervisor die and
+# writes FAILED under the id, over a new submission that reused the id (whose entrypoint never
+# starts) or as a record of its own (2.47/2.49 write nothing then: status None fails the check).
 SUPERVISOR_DIED = "Job supervisor actor died"
+SUPERVISOR_DIED_RAY_2_49 = "Unexpected error occurred: The actor died"
 SUPERVISOR_LOST = (
     "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died; e.g. the "
     "submission id was used by a job stopped and deleted outside Pulumi): submitting it once "
@@ -122,10 +128,17 @@ def check_log_readable(
 
 
 def supervisor_lost(info: JobDetails, first_step: Mapping[str, Any] | None) -> bool:
-    """The job failed because Ray lost its supervisor before its entrypoint ran."""
+    """The job failed because Ray lost its supervisor before its entrypoint ran.
+
+    The supervisor writes driver_node_id together with RUNNING, just before it starts the
+    entrypoint, and a later FAILED keeps it (job_supervisor.py run, common.py put_status; Ray
+    2.47, 2.49, 2.60): a job without one never ran its entrypoint.
+    """
+    message = info.message or ""
     return (
         info.status.value == "FAILED"
-        and (info.message or "").startswith(SUPERVISOR_DIED)
+        and message.startswith((SUPERVISOR_DIED, SUPERVISOR_DIED_RAY_2_49))
+        and not getattr(info, "driver_node_id", None)
         and getattr(info, "driver_exit_code", None) is None
         and first_step is None
     )

@@ -310,3 +310,35 @@ def test_a_log_read_that_succeeds_restarts_the_count_of_failures() -> None:
     for _ in range(3):
         fresh.poll(_FlakyLog([False]), "job", info)  # type: ignore[arg-type]
     job_wait.check_log_readable(fresh, time.monotonic(), "job", 10.0, "http://dash", "hint")
+
+
+def test_a_supervisor_lost_before_the_entrypoint_ran_is_recognised_at_ray_2_47_to_2_60() -> None:
+    """The FAILED record Ray's job monitor writes when the supervisor actor dies while the job is
+    not terminal (dashboard/modules/job/job_manager.py, _monitor_job_internal): Ray 2.60 says
+    "Job supervisor actor died: {e}"; Ray 2.47.0 and 2.49.0, the clusters' heads, have no
+    ActorDiedError branch and say "Unexpected error occurred: {e}", where ActorDiedError's text
+    starts with BASE_ERROR_MSG (ray/exceptions.py). The supervisor writes driver_node_id with
+    RUNNING, just before it starts the entrypoint (job_supervisor.py run), and FAILED keeps it."""
+    from types import SimpleNamespace
+
+    from jobs import job_wait
+
+    died = "The actor died unexpectedly before finishing this task.\n\tclass_name: JobSupervisor"
+
+    def lost(message: str, driver_node_id: str | None = None, status: str = "FAILED") -> bool:
+        info = SimpleNamespace(
+            status=SimpleNamespace(value=status),
+            message=message,
+            driver_node_id=driver_node_id,
+            driver_exit_code=None,
+        )
+        return job_wait.supervisor_lost(info, None)  # type: ignore[arg-type]
+
+    assert lost(f"Job supervisor actor died: {died}")  # Ray 2.60
+    assert lost(f"Unexpected error occurred: {died}")  # Ray 2.47.0, 2.49.0
+    # The entrypoint had started (RUNNING wrote driver_node_id): a real failure, not resubmitted.
+    assert not lost(f"Unexpected error occurred: {died}", driver_node_id="node-1")
+    assert not lost(f"Job supervisor actor died: {died}", driver_node_id="node-1")
+    # Other failures of the monitor's generic branch are not a lost supervisor.
+    assert not lost("Unexpected error occurred: failed to get job supervisor.")
+    assert not lost(f"Job supervisor actor died: {died}", status="STOPPED")
