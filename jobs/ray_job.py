@@ -1338,7 +1338,7 @@ def _new_run_note(old_root: Any, new_root: Any) -> str | None:
     if old and new and old[1] != new[1]:
         why = f"world size {old[1]} -> {new[1]}; verl cannot load a checkpoint of another one"
     elif old and new and old[2] != new[2]:
-        why = "model, actor strategy, fsdp_size or lora_rank changed; verl cannot resume across"
+        why = "model, actor strategy, fsdp_size or LoRA changed; verl cannot resume across"
     else:
         why = "another checkpoint folder (experiment name or defaultLocalDir)"
     return f"the new job starts a new run at step 0 in {new_root}, not in {old_root} ({why})"

@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from config.profiles import PROFILES, Mode
+from training.assembly import memory_fit_inputs
+from training.grpo_spec import apply_overrides, default_grpo_spec
 from training.memory_fit import (
     GIB,
     KNOWN_MODELS,
+    VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryFitError,
     ModelArch,
@@ -254,3 +258,27 @@ def test_known_models_resolve_by_id_or_bucket_folder() -> None:
     assert resolve_model("/data/Qwen2.5-32B-Instruct") is QWEN_32B
     with pytest.raises(ValueError, match="neither a known architecture"):
         resolve_model("/data/not-a-model")
+
+
+def test_vllm_profiles_min_of_max_num_seqs_and_batched_tokens_requests() -> None:
+    # vLLM's profiling run (gpu_model_runner _dummy_run) samples
+    # num_reqs = min(max_num_batched_tokens, max_num_seqs) sequences.
+    kv_room = {
+        seqs: estimate(replace(OFFICIAL_32B, rollout_max_num_seqs=seqs)).kv_cache_gib
+        for seqs in (256, 1024, 8192, 16384)
+    }
+    assert kv_room[256] > kv_room[1024] > kv_room[8192]
+    assert kv_room[16384] == kv_room[8192]  # max_num_batched_tokens is 8192
+
+
+def test_the_job_reads_max_num_seqs_from_extra_overrides_else_verls_default() -> None:
+    # verl passes actor_rollout_ref.rollout.max_num_seqs to vLLM (vllm_rollout_spmd.py and
+    # vllm_async_server.py, v0.6.1; vllm_async_server.py, ddbcdb7).
+    for name in ("a4", "a4x"):
+        profile = PROFILES[name]
+        spec = default_grpo_spec(profile, Mode.STANDARD, profile.default_gpu_nodes)
+        default = memory_fit_inputs(spec, profile).rollout_max_num_seqs
+        assert default == VLLM_MAX_NUM_SEQS_DEFAULT[profile.verl_ref]
+        given = ["actor_rollout_ref.rollout.max_num_seqs=96"]
+        spec = apply_overrides(spec, {"extraOverrides": given})
+        assert memory_fit_inputs(spec, profile).rollout_max_num_seqs == 96

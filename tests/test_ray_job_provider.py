@@ -848,7 +848,7 @@ def test_diff_after_a_failed_refresh_says_what_up_resubmits(
          "in gs://b/verl/checkpoints/e/w16-0123abcd (world size 16 -> 32; verl cannot load a "
          "checkpoint of another one)"),
         ("gs://b/verl/checkpoints/e/w16-0123abcd", "gs://b/verl/checkpoints/e/w16-4567cdef",
-         "(model, actor strategy, fsdp_size or lora_rank changed; verl cannot resume across)"),
+         "(model, actor strategy, fsdp_size or LoRA changed; verl cannot resume across)"),
         ("gs://b/verl/checkpoints/e/w16-0123abcd", "gs://b/verl/checkpoints/f/w16-0123abcd",
          "(another checkpoint folder (experiment name or defaultLocalDir))"),
     ],

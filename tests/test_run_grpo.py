@@ -118,6 +118,29 @@ def test_a_folder_of_another_world_size_is_refused_before_training(tmp_path: Pat
     assert calls(run_dir) == 1
 
 
+@pytest.mark.parametrize(("shard_world_size", "refused"), [(8, True), (16, False)])
+def test_an_unrecorded_folder_is_checked_by_its_shards(
+    tmp_path: Path, shard_world_size: int, refused: bool
+) -> None:
+    # A folder set as defaultLocalDir that holds checkpoints but no verl-gke-run.json: each rank
+    # would load model_world_size_<W>_rank_<r>.pt of its own W (fsdp_checkpoint_manager.py).
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    actor = run_dir / "global_step_3" / "actor"
+    actor.mkdir(parents=True)
+    (actor / f"model_world_size_{shard_world_size}_rank_0.pt").write_bytes(b"")
+    (run_dir / run_grpo.LATEST_FILE).write_text("3")
+    mark_exported(target, run_dir, 3)
+    result = run(run_dir, target, step=3)
+    if refused:
+        assert result.returncode == run_grpo.IDENTITY_MISMATCH
+        assert "model_world_size_8_rank_0.pt" in result.stderr
+        assert calls(run_dir) == 0
+        assert not (run_dir / run_grpo.RUN_IDENTITY_FILE).exists()
+    else:
+        assert result.returncode == 0, result.stderr
+        assert calls(run_dir) == 1
+
+
 @pytest.mark.parametrize(
     "name",
     ["RUN_IDENTITY_FILE", "TRAINING_DONE_FILE", "METRICS_FILE", "METRICS_ATTEMPTS_DIR"],

@@ -49,6 +49,7 @@ def test_the_default_folder_names_the_world_size() -> None:
         {"modelPath": "/data/Qwen2.5-7B-Instruct"},
         {"extraOverrides": ["actor_rollout_ref.actor.fsdp_config.fsdp_size=8"]},
         {"extraOverrides": ["actor_rollout_ref.model.lora_rank=32"]},
+        {"extraOverrides": ["actor_rollout_ref.model.lora_adapter_path=/data/adapter"]},
         {"experimentName": "another"},
     ],
 )
@@ -57,6 +58,42 @@ def test_a_change_verl_cannot_resume_across_starts_a_new_folder(change: dict[str
         default = default_grpo_spec(A4, Mode.STANDARD, 2).actor_strategy
         change = {"actorStrategy": "fsdp" if default == "fsdp2" else "fsdp2"}
     assert _folder(**change) != _folder()
+
+
+_LORA = "actor_rollout_ref.model.lora_rank=32"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "actor_rollout_ref.model.target_modules=[q_proj,v_proj]",
+        "actor_rollout_ref.model.exclude_modules=.*mlp.*",
+    ],
+)
+def test_with_lora_on_the_adapted_modules_decide_the_folder(key: str) -> None:
+    # PEFT's LoraConfig(target_modules, exclude_modules) decides which adapter tensors the actor's
+    # sharded state holds (verl/workers/fsdp_workers.py v0.6.1, engine/fsdp/transformer_impl.py
+    # ddbcdb7); verl loads it with FSDP's load_state_dict, which wants the same keys.
+    assert _folder(extraOverrides=[_LORA, key]) != _folder(extraOverrides=[_LORA])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # verl's own defaults (ppo_trainer.yaml at v0.6.1 and ddbcdb7).
+        ["actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+        ["actor_rollout_ref.model.lora_rank=0"],
+        # create_device_mesh shards over the whole world when fsdp_size >= the world size (16).
+        ["actor_rollout_ref.actor.fsdp_config.fsdp_size=16"],
+        # Without LoRA verl never reads these (it builds no PEFT model).
+        ["actor_rollout_ref.model.target_modules=[q_proj]", "actor_rollout_ref.model.lora_alpha=8"],
+        # lora_alpha scales the adapters; their tensors are the same.
+        [_LORA, "actor_rollout_ref.model.lora_alpha=64"],
+    ],
+)
+def test_a_setting_verl_builds_the_same_actor_with_keeps_the_folder(overrides: list[str]) -> None:
+    base = [_LORA] if _LORA in overrides else []
+    assert _folder(extraOverrides=overrides) == _folder(extraOverrides=base)
 
 
 @pytest.mark.parametrize(

@@ -395,31 +395,67 @@ def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
 # folder; every other setting (batch sizes, lr, epochs, rollout, loggers, ...) continues the run
 # from its latest checkpoint.
 RESUME_IDENTITY_FIELDS = ("nnodes", "n_gpus_per_node", "model_path", "actor_strategy")
-RESUME_IDENTITY_EXTRA_KEYS = (
-    "actor_rollout_ref.actor.fsdp_config.fsdp_size",
-    "actor_rollout_ref.model.lora_rank",
+# HSDP: verl shards over the whole world (one mesh dimension) when fsdp_size < 0 or >= the world
+# size, else over groups of fsdp_size (create_device_mesh: verl/workers/fsdp_workers.py v0.6.1,
+# verl/workers/engine/fsdp/utils.py ddbcdb7), so only a smaller positive value is recorded.
+FSDP_SIZE_KEY = "actor_rollout_ref.actor.fsdp_config.fsdp_size"
+# LoRA: the actor is a PEFT model whose parameters are the adapters of target_modules (less
+# exclude_modules; ddbcdb7 adds target_parameters) at rank lora_rank, or those of the adapter
+# loaded from lora_adapter_path (verl/workers/fsdp_workers.py _build_model_optimizer v0.6.1,
+# verl/workers/engine/fsdp/transformer_impl.py _build_lora_module ddbcdb7); lora_alpha only
+# scales them. Recorded only while LoRA is on: without it verl ignores them.
+LORA_RANK_KEY = "actor_rollout_ref.model.lora_rank"
+LORA_ADAPTER_KEY = "actor_rollout_ref.model.lora_adapter_path"
+LORA_IDENTITY_KEYS = (
+    LORA_RANK_KEY,
+    LORA_ADAPTER_KEY,
+    "actor_rollout_ref.model.target_modules",
+    "actor_rollout_ref.model.exclude_modules",
+    "actor_rollout_ref.model.target_parameters",
 )
+RESUME_IDENTITY_EXTRA_KEYS = (FSDP_SIZE_KEY, *LORA_IDENTITY_KEYS)
 
 
 # What `pulumi up` does to a run, for the plan and the docs.
 RUN_CONTINUITY = (
     "a change of world size (gpuNodes, nnodes, nGpusPerNode), model, actorStrategy, "
-    "extraOverrides fsdp_size or lora_rank, or experimentName starts a new run at step 0 in "
-    "another folder; any other change continues from the latest checkpoint in this one"
+    "extraOverrides fsdp_size or LoRA (lora_rank, lora_adapter_path, target_modules, "
+    "exclude_modules), or experimentName starts a new run at step 0 in another folder; any "
+    "other change continues from the latest checkpoint in this one"
 )
 
 
+def _as_int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def resume_identity(spec: GrpoSpec) -> dict[str, Any]:
-    """The settings a checkpoint can only be resumed with (RESUME_IDENTITY_FIELDS)."""
+    """The settings a checkpoint can only be resumed with (RESUME_IDENTITY_FIELDS and the
+    extraOverrides of RESUME_IDENTITY_EXTRA_KEYS that change what verl builds)."""
+    world_size = spec.nnodes * spec.n_gpus_per_node
     identity: dict[str, Any] = {
-        "world_size": spec.nnodes * spec.n_gpus_per_node,
+        "world_size": world_size,
         "model_path": spec.model_path.rstrip("/"),
         "actor_strategy": spec.actor_strategy,
     }
+    given: dict[str, str] = {}
     for override in spec.extra_overrides:
         match = _OVERRIDE.fullmatch(override)
         if match is not None and match["key"] in RESUME_IDENTITY_EXTRA_KEYS:
-            identity[match["key"]] = override.split("=", 1)[1]
+            given[match["key"]] = override.split("=", 1)[1]
+    fsdp_size = given.get(FSDP_SIZE_KEY)
+    if fsdp_size is not None:
+        size = _as_int(fsdp_size)
+        if size is None or 0 <= size < world_size:
+            identity[FSDP_SIZE_KEY] = fsdp_size
+    rank = _as_int(given.get(LORA_RANK_KEY, "0"))
+    adapter = given.get(LORA_ADAPTER_KEY, "null")
+    # A rank that is not a plain integer counts as on: never drop a value verl may use.
+    if rank is None or rank > 0 or adapter.lower() != "null":
+        identity.update({k: v for k, v in given.items() if k in LORA_IDENTITY_KEYS})
     return identity
 
 

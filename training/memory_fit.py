@@ -379,12 +379,14 @@ def _vllm_weights_gib(inputs: GrpoMemoryInputs) -> float:
 
 def _vllm_activation_gib(inputs: GrpoMemoryInputs) -> float:
     # vLLM's profiling run: the widest tensors of one layer for max_num_batched_tokens (MLP
-    # gate+up output and its activation, sharded by TP) plus sampler logits in fp32 for up to
-    # max_num_seqs sequences, plus ~1 GiB of CUDA graphs.
+    # gate+up output and its activation, sharded by TP) plus sampler logits in fp32 for its
+    # dummy requests, min(max_num_batched_tokens, max_num_seqs) of them (vLLM's GPU model runner
+    # _dummy_run), plus ~1 GiB of CUDA graphs.
     arch = inputs.model
     tokens = inputs.rollout_max_num_batched_tokens
     mlp = tokens * 3 * BF16 * arch.intermediate_size / inputs.rollout_tp
-    logits = inputs.rollout_max_num_seqs * arch.vocab_size * FP32 * 2
+    requests = min(tokens, inputs.rollout_max_num_seqs)
+    logits = requests * arch.vocab_size * FP32 * 2
     return _gib(mlp + logits) + 1.0
 
 

@@ -6,7 +6,8 @@
 
 1. The run folder holds the resume identity it was started with (verl-gke-run.json): another
    identity (world size, model, actor sharding) refuses to start, because verl would resume a
-   checkpoint it cannot load (model_world_size_<W>_rank_<r>.pt).
+   checkpoint it cannot load (model_world_size_<W>_rank_<r>.pt). A folder with checkpoints and
+   no recorded identity is accepted only when its latest shards are of this world size.
 2. Training runs unless `training.done` names this identity and this training command: then a
    resubmission after a failed export runs only the export (at verl v0.6.1 a run resumed at its
    last step would train one more step). The previous attempt's metrics.jsonl (verl's file
@@ -61,6 +62,9 @@ def identity_problem(run_dir: Path, identity: dict[str, Any]) -> str | None:
     recorded_path = run_dir / RUN_IDENTITY_FILE
     recorded = _read_json(recorded_path)
     if recorded is None:
+        unrecorded = unrecorded_checkpoint_problem(run_dir, identity)
+        if unrecorded is not None:
+            return unrecorded
         recorded_path.write_text(json.dumps(identity, sort_keys=True, indent=1) + "\n")
         return None
     if recorded == identity:
@@ -72,6 +76,26 @@ def identity_problem(run_dir: Path, identity: dict[str, Any]) -> str | None:
         "across these (its shards are model_world_size_<W>_rank_<r>.pt of that model). Fix: "
         "leave verl-gke:job.defaultLocalDir unset (each identity gets its own folder), or point "
         "it at a new folder"
+    )
+
+
+def unrecorded_checkpoint_problem(run_dir: Path, identity: dict[str, Any]) -> str | None:
+    """A folder with checkpoints but no recorded identity (one set as defaultLocalDir, or one
+    from before identities were recorded): its latest step's actor shards must be of this world
+    size, the only part of the identity its file names tell."""
+    step = latest_step(run_dir)
+    world_size = identity.get("world_size")
+    if step is None or not isinstance(world_size, int):
+        return None
+    actor = run_dir / f"global_step_{step}" / "actor"
+    shards = sorted(p.name for p in actor.glob("model_world_size_*_rank_0.pt"))
+    if not shards or f"model_world_size_{world_size}_rank_0.pt" in shards:
+        return None
+    return (
+        f"{run_dir} holds checkpoints of another world size ({actor}: {', '.join(shards)}; "
+        f"this job has world_size {world_size}); verl would resume global_step_{step} and fail "
+        "to load it. Fix: leave verl-gke:job.defaultLocalDir unset (each identity gets its own "
+        "folder), or point it at a new folder"
     )
 
 
