@@ -320,13 +320,22 @@ def test_an_unlimited_file_cache_is_caught() -> None:
     assert problems and "max-size-mb -1" in problems[0]
 
 
-@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a4", "autopilot")])
-def test_a_cached_mount_without_its_cache_volume_is_caught(stack: str, mode: str) -> None:
-    """The rule above fails when the Ray head mounts the file-cached data PV (it has no
-    gke-gcsfuse-cache volume)."""
-    result = plan(stack, mode)
-    head = result.one(RAY_CLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"]
-    for volume in head["volumes"]:
+def _head_pod(result: Any) -> dict[str, Any]:
+    return dict(result.one(RAY_CLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"])
+
+
+def _data_prep_pod(result: Any) -> dict[str, Any]:
+    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    return dict(job.inputs["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize("pod_of", [_head_pod, _data_prep_pod])
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_a_cached_mount_without_its_cache_volume_is_caught(pod_of: Any, mode: str) -> None:
+    """The rule above fails when the Ray head or the data-prep Job (neither has a
+    gke-gcsfuse-cache volume) mounts the file-cached data PV."""
+    result = plan("a4", mode)
+    for volume in pod_of(result)["volumes"]:
         if volume["name"] == "training-bucket-vol":
             volume["persistentVolumeClaim"]["claimName"] = "training-bucket-pvc"
     problems, _, _ = file_cache_problems(result)
