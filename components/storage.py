@@ -1,6 +1,6 @@
 """Training storage: the GCS bucket, the workload's identity and access to the bucket, the Hugging
-Face secret and the two GCS FUSE volumes of the bucket, /data and /checkpoints (tutorial §4;
-issue 13 lever 1)."""
+Face secret and the GCS FUSE volumes of the bucket: /data with and without the file cache, and
+/checkpoints (tutorial §4; issue 13 lever 1)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,11 @@ class TrainingStorage(pulumi.ComponentResource):
     service_account: k8s.core.v1.ServiceAccount
     bucket_access: gcp.storage.BucketIAMMember
     hf_secret: k8s.core.v1.Secret
+    # /data with the file cache (GPU workers) and without it (Ray head, data prep).
     volume: k8s.core.v1.PersistentVolume
     claim: k8s.core.v1.PersistentVolumeClaim
+    uncached_volume: k8s.core.v1.PersistentVolume
+    uncached_claim: k8s.core.v1.PersistentVolumeClaim
     # The Ray pods' checkpoint mount of the same bucket (metadata never cached).
     checkpoint_volume: k8s.core.v1.PersistentVolume
     checkpoint_claim: k8s.core.v1.PersistentVolumeClaim
@@ -105,9 +108,17 @@ class TrainingStorage(pulumi.ComponentResource):
             string_data=pulumi.Output.secret({HF_SECRET_KEY: s.hf_token.get_secret_value()}),
             opts=child([args.namespace]),
         )
-        # Two mounts of the bucket: /data read-mostly, /checkpoints uncached (manifests/storage.py).
+        # Three PVs of the bucket: /data read-mostly with and without the file cache,
+        # /checkpoints never cached (manifests/storage.py).
         self.volume, self.claim = self._fuse_mount(
             name, manifests.bucket_pv(s), manifests.bucket_pvc(s), child, args.namespace
+        )
+        self.uncached_volume, self.uncached_claim = self._fuse_mount(
+            f"{name}-uncached",
+            manifests.uncached_bucket_pv(s),
+            manifests.uncached_bucket_pvc(s),
+            child,
+            args.namespace,
         )
         self.checkpoint_volume, self.checkpoint_claim = self._fuse_mount(
             f"{name}-checkpoint",

@@ -11,9 +11,12 @@ from config.settings import StackSettings
 Manifest = dict[str, Any]
 
 # The bucket is mounted at DATA_MOUNT (config/bucket_layout.py) in every pod that reads or writes
-# training data.
+# training data: through the file-cached PV in the pods with a sized cache volume (the GPU
+# workers), through the uncached one elsewhere (manifests/storage.py).
 BUCKET_PV = "training-bucket-pv"
 BUCKET_PVC = "training-bucket-pvc"
+BUCKET_UNCACHED_PV = "training-bucket-uncached-pv"
+BUCKET_UNCACHED_PVC = "training-bucket-uncached-pvc"
 BUCKET_VOLUME = "training-bucket-vol"
 # The Ray pods' checkpoint mount (CHECKPOINT_MOUNT, manifests/fuse_mounts.py).
 CHECKPOINT_PV = "training-checkpoints-pv"
@@ -71,8 +74,11 @@ def metadata(
     return meta
 
 
-def bucket_volume() -> dict[str, Any]:
-    return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": BUCKET_PVC}}
+def bucket_volume(*, file_cache: bool) -> dict[str, Any]:
+    """The DATA_MOUNT volume: the file-cached claim only for a pod that declares a sized
+    `gke-gcsfuse-cache` volume (manifests/fuse_mounts.py)."""
+    claim = BUCKET_PVC if file_cache else BUCKET_UNCACHED_PVC
+    return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
 
 
 def bucket_mount() -> dict[str, Any]:

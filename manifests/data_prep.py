@@ -185,8 +185,10 @@ def _job(
                     "restartPolicy": "Never",
                     "nodeSelector": cpu_node_selector(settings, cpu_pool_name),
                     "containers": [container],
+                    # No cache volume, so the uncached PV: the data mount's file cache would
+                    # sit in the webhook's unsized emptyDir (manifests/storage.py).
                     "volumes": [
-                        bucket_volume(),
+                        bucket_volume(file_cache=False),
                         {
                             "name": "script",
                             "configMap": {"name": script_configmap_name(script)},

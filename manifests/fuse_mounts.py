@@ -1,8 +1,8 @@
-"""What a Ray pod needs for the two GCS FUSE mounts (issue 13 lever 1): the read-mostly data
-mount, the checkpoint mount, the FUSE sidecar's resources, a file-cache volume and a node-local
-copy of verl.
+"""What a Ray pod needs for its GCS FUSE mounts (issue 13 lever 1): the read-mostly data mount
+(file-cached on the GPU workers, uncached on the head), the checkpoint mount, the FUSE sidecar's
+resources, a file-cache volume and a node-local copy of verl.
 
-Pure: dicts only. manifests/storage.py owns the two PersistentVolumes and their mount options.
+Pure: dicts only. manifests/storage.py owns the PersistentVolumes and their mount options.
 """
 
 from __future__ import annotations
@@ -109,7 +109,12 @@ def ray_pod_mounts() -> list[dict[str, Any]]:
 
 
 def ray_pod_volumes(*, file_cache: bool) -> list[dict[str, Any]]:
-    volumes = [bucket_volume(), checkpoint_volume(), {"name": VERL_LOCAL_VOLUME, "emptyDir": {}}]
+    """The data mount's file-cached PV comes with the sized cache volume, never without it."""
+    volumes = [
+        bucket_volume(file_cache=file_cache),
+        checkpoint_volume(),
+        {"name": VERL_LOCAL_VOLUME, "emptyDir": {}},
+    ]
     if file_cache:
         volumes.append({"name": FILE_CACHE_VOLUME, "emptyDir": {"sizeLimit": FILE_CACHE_SIZE}})
     return volumes

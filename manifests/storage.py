@@ -7,6 +7,8 @@ from config.settings import StackSettings
 from manifests.common import (
     BUCKET_PV,
     BUCKET_PVC,
+    BUCKET_UNCACHED_PV,
+    BUCKET_UNCACHED_PVC,
     CHECKPOINT_PV,
     CHECKPOINT_PVC,
     HF_SECRET,
@@ -22,13 +24,14 @@ GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 GCSFUSE_STORAGE_CLASS = "gcsfuse-sc"
 # The PV's nominal size; GCS has no capacity, Kubernetes needs a number (tutorial §4.4).
 GCSFUSE_CAPACITY = "768Gi"
-# Two mounts of the one bucket (issue 13 lever 1). kubelet names a CSI volume `driver^volumeHandle`
+# Three PVs of the one bucket (issue 13 lever 1). kubelet names a CSI volume `driver^volumeHandle`
 # (pkg/volume/csi csiPlugin.GetVolumeName), so two PVs with one handle are one mount in a pod. The
 # driver takes `<bucket>:<anything>` as the handle and mounts the bucket before the first ':'
 # (gcs-fuse-csi-driver pkg/util/util.go ParseVolumeID, commit 2ed24c70 "Allow multiple volume
 # handles with different mount options"; GKE >= 1.33.0-gke.1932000, docs/releases.md; this
 # project's floor is 1.34). Bucket names cannot contain ':'.
 DATA_HANDLE_SUFFIX = "data"
+DATA_UNCACHED_HANDLE_SUFFIX = "data-uncached"
 CHECKPOINT_HANDLE_SUFFIX = "checkpoints"
 #
 # Read-mostly, at DATA_MOUNT: verl checkout, GSM8K, the model. Metadata cached for good and a file
@@ -49,6 +52,17 @@ READ_MOSTLY_MOUNT_OPTIONS = (
     "read_ahead_kb=1024",
     "write:enable-streaming-writes:true",
     "write:global-max-blocks:200000",
+)
+# The same mount without the file cache, for the pods that declare no sized `gke-gcsfuse-cache`
+# volume (the Ray head, the data-prep Job): there the webhook adds an emptyDir without a size
+# limit as the cache (gcs-fuse-csi-driver pkg/webhook/sidecar_spec.go
+# GetSidecarContainerVolumeSpec), held to the pod's ephemeral-storage limit, far below the data
+# mount's cap. The driver gives gcsfuse a cache-dir only when file-cache:max-size-mb is present
+# and not 0, otherwise "" (file cache off; pkg/sidecar_mounter/sidecar_mounter_config.go at
+# 5fcdc04a). Data prep writes through this mount: no read-only, and its own writes update its
+# own metadata cache (single writer).
+READ_MOSTLY_UNCACHED_MOUNT_OPTIONS = tuple(
+    option for option in READ_MOSTLY_MOUNT_OPTIONS if not option.startswith("file-cache:")
 )
 # Checkpoints, at CHECKPOINT_MOUNT (only the bucket's CHECKPOINT_PREFIX): verl rewrites
 # latest_checkpointed_iteration.txt in place, so metadata is never cached. The TTL is explicit:
@@ -164,7 +178,7 @@ def _gcsfuse_pvc(settings: StackSettings, name: str, volume: str) -> Manifest:
 
 
 def bucket_pv(settings: StackSettings) -> Manifest:
-    """The read-mostly mount of the whole bucket (DATA_MOUNT)."""
+    """The read-mostly mount of the whole bucket (DATA_MOUNT), file-cached."""
     return _gcsfuse_pv(
         settings, BUCKET_PV, BUCKET_PVC, READ_MOSTLY_MOUNT_OPTIONS, DATA_HANDLE_SUFFIX
     )
@@ -172,6 +186,21 @@ def bucket_pv(settings: StackSettings) -> Manifest:
 
 def bucket_pvc(settings: StackSettings) -> Manifest:
     return _gcsfuse_pvc(settings, BUCKET_PVC, BUCKET_PV)
+
+
+def uncached_bucket_pv(settings: StackSettings) -> Manifest:
+    """The read-mostly mount of the whole bucket (DATA_MOUNT) without the file cache."""
+    return _gcsfuse_pv(
+        settings,
+        BUCKET_UNCACHED_PV,
+        BUCKET_UNCACHED_PVC,
+        READ_MOSTLY_UNCACHED_MOUNT_OPTIONS,
+        DATA_UNCACHED_HANDLE_SUFFIX,
+    )
+
+
+def uncached_bucket_pvc(settings: StackSettings) -> Manifest:
+    return _gcsfuse_pvc(settings, BUCKET_UNCACHED_PVC, BUCKET_UNCACHED_PV)
 
 
 def checkpoint_pv(settings: StackSettings) -> Manifest:

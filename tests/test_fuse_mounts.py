@@ -105,6 +105,37 @@ def test_data_mount_is_read_mostly_and_cached(stack: str, mode: str) -> None:
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_uncached_data_mount_differs_only_by_the_file_cache(stack: str, mode: str) -> None:
+    """/data behaves alike in every pod (same metadata caching), with the file cache off on the
+    uncached PV (sidecar_mounter_config.go: no max-size-mb, no cache-dir)."""
+    result = plan(stack, mode)
+    cached = _pv(result, "training-bucket-pv")["mountOptions"]
+    uncached = _pv(result, "training-bucket-uncached-pv")["mountOptions"]
+    assert file_cache_cap_mib(cached) is not None
+    assert file_cache_cap_mib(uncached) is None
+    assert not any(o.startswith("file-cache:") for o in uncached)
+    assert uncached == [o for o in cached if not o.startswith("file-cache:")]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_data_prep_mounts_data_writable(stack: str, mode: str) -> None:
+    """Data prep writes the model and data into /data: neither its volumeMount nor the PV's mount
+    options make it read-only (Kubernetes `readOnly`; gcsfuse `ro`), and files it has not written
+    yet are looked up again (negative-ttl 0) rather than cached as absent."""
+    result = plan(stack, mode)
+    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    pod = job.inputs["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    claim = volume["persistentVolumeClaim"]
+    assert not claim.get("readOnly")
+    claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
+    options = _pv(result, claims[claim["claimName"]]["volumeName"])["mountOptions"]
+    assert "ro" not in options and "metadata-cache:negative-ttl-secs:0" in options
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_checkpoints_and_resume_marker_are_on_the_checkpoint_mount(
     stack: str, mode: str
 ) -> None:
@@ -185,7 +216,7 @@ def test_every_fuse_handle_names_the_training_bucket(stack: str, mode: str) -> N
     """What the driver mounts is ParseVolumeID(handle) (gcs-fuse-csi-driver pkg/util/util.go)."""
     result = plan(stack, mode)
     fuse = [r.inputs["spec"]["csi"] for r in result.of_type(PV)]
-    assert len(fuse) == 2
+    assert len(fuse) == 3
     for csi in fuse:
         assert csi["driver"] == "gcsfuse.csi.storage.gke.io"
         assert parse_volume_id(csi["volumeHandle"]) == result.outputs["bucketName"]
@@ -202,53 +233,79 @@ def test_shared_handle_is_caught() -> None:
     assert len(set(names)) < len(names)
 
 
-def _file_cache_mib(result: Any, claim: str) -> int | None:
-    """file-cache:max-size-mb of the PV bound to `claim` (None: no file cache)."""
+def file_cache_cap_mib(options: list[str]) -> int | None:
+    """file-cache:max-size-mb of a mount that turns gcsfuse's file cache on, else None. The driver
+    gives gcsfuse a cache-dir (cache on) only when that option is present and not 0; without it
+    cache-dir is "" (gcs-fuse-csi-driver pkg/sidecar_mounter/sidecar_mounter_config.go). The last
+    value of a repeated option wins there."""
+    values = [o.rsplit(":", 1)[1] for o in options if o.startswith("file-cache:max-size-mb:")]
+    return int(values[-1]) if any(v != "0" for v in values) else None
+
+
+def _pod_file_caches(result: Any, pod: dict[str, Any]) -> tuple[int, list[int]]:
+    """How many GCS FUSE PVs the pod mounts, and the file-cache cap of each that caches."""
     claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
-    pv = _pv(result, claims[claim]["volumeName"])
-    sizes = [o.rsplit(":", 1)[1] for o in pv["mountOptions"] if o.startswith("file-cache:max-")]
-    return int(sizes[0]) if sizes else None
+    fuse, caps = 0, []
+    for volume in pod.get("volumes", []):
+        if "persistentVolumeClaim" not in volume:
+            continue
+        pv = _pv(result, claims[volume["persistentVolumeClaim"]["claimName"]]["volumeName"])
+        fuse += 1
+        if (cap := file_cache_cap_mib(pv["mountOptions"])) is not None:
+            caps.append(cap)
+    return fuse, caps
 
 
-def file_cache_problems(result: Any) -> tuple[list[str], int]:
-    """Breaches of the file-cache rule (see the test below) and how many pods were checked."""
-    problems, checked = [], 0
+def _cache_volume_problems(where: str, pod: dict[str, Any], caps: list[int]) -> list[str]:
+    cache = {v["name"]: v for v in pod.get("volumes", [])}.get("gke-gcsfuse-cache")
+    if cache is None:
+        if not caps:
+            return []
+        # The webhook then adds its own emptyDir without a sizeLimit (sidecar_spec.go
+        # GetSidecarContainerVolumeSpec), held only by the pod's ephemeral-storage limit.
+        return [f"{where}: file cache {caps} MiB with no sized gke-gcsfuse-cache volume"]
+    limit_text = cache.get("emptyDir", {}).get("sizeLimit")
+    if limit_text is None:
+        return [f"{where}: gke-gcsfuse-cache volume without a sizeLimit"]
+    limit = quantity(limit_text)
+    problems = [] if caps else [f"{where}: a cache volume but no file cache"]
+    for mib in caps:
+        # -1 is unlimited; the cap must be finite and below the volume.
+        if not 0 < mib * 1024**2 < limit:
+            problems.append(f"{where}: max-size-mb {mib} in {limit} B")
+    on_disk = cache["emptyDir"].get("medium") != "Memory"
+    if on_disk and limit > pod_requests(pod).ephemeral_storage_bytes:
+        problems.append(f"{where}: cache volume over the pod's request")
+    return problems
+
+
+def file_cache_problems(result: Any) -> tuple[list[str], int, int]:
+    """Breaches of the file-cache rule (see the test below), how many pods mount a GCS FUSE PV and
+    how many of them cache."""
+    problems, fuse_pods, caching_pods = [], 0, 0
     for resource in result.resources:
         for where, pod in pod_specs(dict(resource.inputs)):
-            volumes = {v["name"]: v for v in pod.get("volumes", [])}
-            if "gke-gcsfuse-cache" not in volumes:
-                continue
-            checked += 1
-            cache = volumes["gke-gcsfuse-cache"]["emptyDir"]
-            limit = quantity(cache["sizeLimit"])
-            claims = [
-                v["persistentVolumeClaim"]["claimName"]
-                for v in volumes.values()
-                if "persistentVolumeClaim" in v
-            ]
-            cached = [mib for c in claims if (mib := _file_cache_mib(result, c)) is not None]
-            if not cached:
-                problems.append(f"{resource.name}{where}: a cache volume but no file cache")
-            for mib in cached:
-                if not 0 < mib * 1024**2 < limit:
-                    problems.append(f"{resource.name}{where}: max-size-mb {mib} in {limit} B")
-            on_disk = cache.get("medium") != "Memory"
-            if on_disk and limit > pod_requests(pod).ephemeral_storage_bytes:
-                problems.append(f"{resource.name}{where}: cache volume over the pod's request")
-    return problems, checked
+            fuse, caps = _pod_file_caches(result, pod)
+            fuse_pods += fuse > 0
+            caching_pods += bool(caps)
+            problems += _cache_volume_problems(f"{resource.name}{where}", pod, caps)
+    return problems, fuse_pods, caching_pods
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_file_cache_is_bounded_below_its_volume(stack: str, mode: str) -> None:
     """gcs-fuse-csi-driver docs/troubleshooting.md ("No space left on device for file cache"):
-    the volume behind the file cache must be larger than the cache. A pod with a
-    `gke-gcsfuse-cache` volume (sidecar_spec.go SidecarContainerCacheVolumeName) caches there: its
-    file-cache:max-size-mb is set, not -1 (unlimited), and below the volume's sizeLimit; the
-    volume itself lies within the pod's ephemeral-storage request, which fits the GPU node
+    the volume behind the file cache must be larger than the cache. Every pod that mounts a PV
+    whose options turn the file cache on declares the cache volume itself (`gke-gcsfuse-cache`,
+    sidecar_spec.go SidecarContainerCacheVolumeName; else the webhook's unsized emptyDir is the
+    cache), with a sizeLimit above a finite file-cache:max-size-mb (-1 is unlimited); an on-disk
+    cache volume lies within the pod's ephemeral-storage request, which fits the GPU node
     (tests/test_node_fit.py), so the cache cannot crowd the node."""
-    problems, checked = file_cache_problems(plan(stack, mode))
+    problems, fuse_pods, caching_pods = file_cache_problems(plan(stack, mode))
     assert problems == []
-    assert checked >= 1
+    # The Ray head, the GPU workers and the data-prep Job mount the bucket; the workers cache.
+    assert fuse_pods >= 3
+    assert caching_pods >= 1
 
 
 def test_an_unlimited_file_cache_is_caught() -> None:
@@ -259,8 +316,30 @@ def test_an_unlimited_file_cache_is_caught() -> None:
     pv.inputs["spec"]["mountOptions"] = [
         "file-cache:max-size-mb:-1" if o.startswith("file-cache:max-") else o for o in options
     ]
-    problems, _ = file_cache_problems(result)
+    problems, _, _ = file_cache_problems(result)
     assert problems and "max-size-mb -1" in problems[0]
+
+
+def _head_pod(result: Any) -> dict[str, Any]:
+    return dict(result.one(RAY_CLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"])
+
+
+def _data_prep_pod(result: Any) -> dict[str, Any]:
+    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    return dict(job.inputs["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize("pod_of", [_head_pod, _data_prep_pod])
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_a_cached_mount_without_its_cache_volume_is_caught(pod_of: Any, mode: str) -> None:
+    """The rule above fails when the Ray head or the data-prep Job (neither has a
+    gke-gcsfuse-cache volume) mounts the file-cached data PV."""
+    result = plan("a4", mode)
+    for volume in pod_of(result)["volumes"]:
+        if volume["name"] == "training-bucket-vol":
+            volume["persistentVolumeClaim"]["claimName"] = "training-bucket-pvc"
+    problems, _, _ = file_cache_problems(result)
+    assert len(problems) == 1 and "no sized gke-gcsfuse-cache volume" in problems[0]
 
 
 def test_bucket_urls_of_both_mounts() -> None:

@@ -113,10 +113,14 @@ def test_data_prep_waits_for_storage_only(stack: str, mode: str) -> None:
         c for c in by_kind(result, "ConfigMap") if c.inputs["metadata"]["name"] == script
     ]
     assert result.depends_on(job, config_map)
-    # Data prep mounts the data claim only; the checkpoint claim is the Ray pods'.
+    # Data prep mounts the uncached data claim only; the others are the Ray pods'.
     claims = {c.inputs["metadata"]["name"]: c for c in by_kind(result, "PersistentVolumeClaim")}
-    assert set(claims) == {"training-bucket-pvc", "training-checkpoints-pvc"}
-    assert result.depends_on(job, claims["training-bucket-pvc"])
+    assert set(claims) == {
+        "training-bucket-pvc",
+        "training-bucket-uncached-pvc",
+        "training-checkpoints-pvc",
+    }
+    assert result.depends_on(job, claims["training-bucket-uncached-pvc"])
     # The bucket grant must exist before the pod mounts the bucket as the KSA.
     assert result.depends_on(job, result.one("gcp:storage/bucketIAMMember:BucketIAMMember"))
     for release in result.of_type("kubernetes:helm.sh/v3:Release"):

@@ -433,8 +433,12 @@ RAY_POD_MOUNTS = [
     {"name": "training-checkpoints-vol", "mountPath": "/checkpoints"},
     {"name": "verl-node-local", "mountPath": "/opt/verl-node-local", "readOnly": True},
 ]
-RAY_POD_VOLUMES = [
-    {"name": "training-bucket-vol", "persistentVolumeClaim": {"claimName": "training-bucket-pvc"}},
+# The head's: no file-cache volume, so the uncached data claim (rule: tests/test_fuse_mounts.py).
+HEAD_POD_VOLUMES = [
+    {
+        "name": "training-bucket-vol",
+        "persistentVolumeClaim": {"claimName": "training-bucket-uncached-pvc"},
+    },
     {
         "name": "training-checkpoints-vol",
         "persistentVolumeClaim": {"claimName": "training-checkpoints-pvc"},
@@ -514,6 +518,13 @@ def test_bucket_identity_and_volume(stack: str, mode: str) -> None:
         "storageClassName": "gcsfuse-sc",
         "volumeName": "training-bucket-pv",
     }
+    # The same mount without the file cache, under its own handle.
+    uncached = k8s_object(result, "PersistentVolume", "training-bucket-uncached-pv")["spec"]
+    assert uncached["mountOptions"] == [o for o in MOUNT_OPTIONS if not o.startswith("file-cache:")]
+    assert uncached["csi"]["volumeHandle"] == f"{bucket_name}:data-uncached"
+    assert uncached["claimRef"]["name"] == "training-bucket-uncached-pvc"
+    pvc = k8s_object(result, "PersistentVolumeClaim", "training-bucket-uncached-pvc")["spec"]
+    assert pvc["volumeName"] == "training-bucket-uncached-pv"
     assert result.outputs["bucketName"] == bucket_name
     assert result.outputs["bucketUrl"] == f"gs://{bucket_name}"
 
@@ -605,8 +616,9 @@ def test_data_prep_job(stack: str, mode: str) -> None:
         "/scripts": "script",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
+    # No file-cache volume, so the uncached data claim (rule: tests/test_fuse_mounts.py).
     assert volumes["training-bucket-vol"]["persistentVolumeClaim"] == {
-        "claimName": "training-bucket-pvc"
+        "claimName": "training-bucket-uncached-pvc"
     }
     # Hardened where the image allows it (README, checkov findings).
     assert spec["automountServiceAccountToken"] is False
@@ -698,7 +710,7 @@ def test_a4x_ray_cluster_is_the_seeds() -> None:
     assert [c["name"] for c in head_spec["initContainers"]] == ["verl-node-local-copy"]
     assert head_spec["volumes"] == [
         {"name": "ray-logs", "emptyDir": {}},
-        *RAY_POD_VOLUMES,
+        *HEAD_POD_VOLUMES,
         # The log forwarder's config (tests/test_after_up.py).
         {"name": "ray-log-forwarder-config", "configMap": {"name": "ray-log-forwarder"}},
         {"name": "ray-log-forwarder-state", "emptyDir": {"sizeLimit": "16Mi"}},
