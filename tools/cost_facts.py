@@ -89,7 +89,7 @@ def _capacity_line(settings: StackSettings) -> str:
     return f"{plan.capacity.value}, no reservation ({plan.how})"
 
 
-def _wait_line(settings: StackSettings) -> str:
+def wait_line(settings: StackSettings) -> str:
     wait = settings.capacity_wait_minutes
     ready = ready_timeout_minutes(wait)
     if settings.capacity_plan.uses_reservation:
@@ -133,7 +133,7 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         + (" in ComputeClass " + _compute_class(result) if settings.mode is Mode.AUTOPILOT else ""),
         f"  GPU nodes: {settings.gpu_nodes}, GPUs: {settings.total_gpus}",
         f"  capacity: {_capacity_line(settings)}",
-        f"  waiting for capacity: {_wait_line(settings)}",
+        f"  waiting for capacity: {wait_line(settings)}",
         f"  GPUs released when the run ends: {_release_line(settings)}",
         f"  worker image: {_image_line(timed, settings)}",
         f"  modelled time to the first training step: {minutes:.0f} min once capacity is there "
