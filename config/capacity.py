@@ -86,8 +86,8 @@ def capacity_plan(capacity: Capacity, mode: Mode) -> CapacityPlan:
         case Capacity.SPOT:
             return CapacityPlan(
                 capacity, False, False, True, False, True,
-                "Spot VMs, node by node as the zone has them (preemptible; a preempted node stops "
-                "the run, which resumes from its last checkpoint on the next pulumi up)",
+                "Spot VMs, node by node as the zone has them; preemptible: a preempted node "
+                "stops the run, which resumes from its last checkpoint on the next pulumi up",
             )  # fmt: skip
         case Capacity.ON_DEMAND:
             return CapacityPlan(
