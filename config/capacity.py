@@ -55,6 +55,16 @@ class CapacityPlan:
     def uses_reservation(self) -> bool:
         return self.capacity is Capacity.RESERVATION
 
+    @property
+    def nodes_all_at_once(self) -> bool:
+        """True where the N GPU nodes are created together or not at all, so none exists (and
+        none is billed) while the rest are awaited: flex-start, whose ProvisioningRequest is
+        granted whole (GKE "flex-start with queued provisioning") or whose ComputeClass scale-up
+        is provisioned as a single unit (GKE "About GPU obtainability with flex-start"). Spot and
+        on-demand nodes come one by one as the zone has them (the cluster autoscaler resizes the
+        node pool and Compute Engine creates what it can), and each bills from its creation."""
+        return self.flex_start
+
 
 def capacity_plan(capacity: Capacity, mode: Mode) -> CapacityPlan:
     match capacity:
@@ -76,8 +86,8 @@ def capacity_plan(capacity: Capacity, mode: Mode) -> CapacityPlan:
         case Capacity.SPOT:
             return CapacityPlan(
                 capacity, False, False, True, False, True,
-                "Spot VMs (preemptible; a preempted node stops the run, which resumes from its "
-                "last checkpoint on the next pulumi up)",
+                "Spot VMs, node by node as the zone has them; preemptible: a preempted node "
+                "stops the run, which resumes from its last checkpoint on the next pulumi up",
             )  # fmt: skip
         case Capacity.ON_DEMAND:
             return CapacityPlan(

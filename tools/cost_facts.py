@@ -7,13 +7,29 @@ no second run of the program).
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
+
 from bench.startup_links import Schedule, levers_in_graph, schedule
+from config.bucket_layout import GSM8K_TRAIN
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
 from config.profiles import Capacity, Mode
 from config.settings import StackSettings
 from manifests.prepull import PREPULL_NAME
 from tools.offline_engine import PlanResult
+from tools.price_table import (
+    CLUSTER_FEE,
+    GCS_STANDARD,
+    GKE_PRICING,
+    LOGGING_FREE_GIB_PER_MONTH,
+    LOGGING_INGEST,
+    REGION,
+    Price,
+    cpu_machine_price,
+    gpu_machine_price,
+)
+from training.memory_fit import known_model
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
@@ -73,7 +89,7 @@ def _capacity_line(settings: StackSettings) -> str:
     return f"{plan.capacity.value}, no reservation ({plan.how})"
 
 
-def _wait_line(settings: StackSettings) -> str:
+def wait_line(settings: StackSettings) -> str:
     wait = settings.capacity_wait_minutes
     ready = ready_timeout_minutes(wait)
     if settings.capacity_plan.uses_reservation:
@@ -81,10 +97,15 @@ def _wait_line(settings: StackSettings) -> str:
             f"the reservation's nodes are created with the pool; pulumi up waits up to {ready} "
             f"min for the Ray workers"
         )
-    return (
+    head = (
         f"up to {wait} min for the GPU nodes ({config('capacityWaitMinutes')}); pulumi up "
-        f"then fails, the request stays and the next pulumi up waits again; no GPU node is "
-        f"billed while it waits"
+        f"then fails, the request stays and the next pulumi up waits again"
+    )
+    if settings.capacity_plan.nodes_all_at_once:
+        return f"{head}; no GPU node exists, so none is billed, until all are granted together"
+    return (
+        f"{head}; the nodes come one by one as the zone has them and each is billed from its "
+        f"creation, so the first nodes are billed while the rest are awaited"
     )
 
 
@@ -112,11 +133,12 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         + (" in ComputeClass " + _compute_class(result) if settings.mode is Mode.AUTOPILOT else ""),
         f"  GPU nodes: {settings.gpu_nodes}, GPUs: {settings.total_gpus}",
         f"  capacity: {_capacity_line(settings)}",
-        f"  waiting for capacity: {_wait_line(settings)}",
+        f"  waiting for capacity: {wait_line(settings)}",
         f"  GPUs released when the run ends: {_release_line(settings)}",
         f"  worker image: {_image_line(timed, settings)}",
         f"  modelled time to the first training step: {minutes:.0f} min once capacity is there "
         f"(bench/critical_path.py's model)",
+        *money_lines(settings, minutes, job_overrides(result)),
     ]
 
 
@@ -127,3 +149,192 @@ def _compute_class(result: PlanResult) -> str:
         if r.type == "kubernetes:cloud.google.com/v1:ComputeClass"
     ]
     return ", ".join(classes) or "(none)"
+
+
+# --- money ----------------------------------------------------------------------------------
+
+# Rows of GSM8K's train split (openai/gsm8k dataset card: 7,473 train, 1,319 test), which verl's
+# examples/data_preprocess/gsm8k.py writes to train.parquet without filtering.
+GSM8K_TRAIN_ROWS = 7473
+# Bytes per parameter of one verl FSDP actor checkpoint (verl FSDPCheckpointManager with the
+# default checkpoint.save_contents [model, optimizer, extra]): model_world_size_*.pt holds the
+# actor's sharded weights, fp32 (fsdp_workers: the actor's model_dtype defaults to fp32), 4 B;
+# optim_world_size_*.pt holds AdamW's exp_avg and exp_avg_sq in the parameters' dtype, 8 B;
+# extra_state_*.pt (LR scheduler, RNG) and the step's data.pt are a few MB.
+CHECKPOINT_BYTES_PER_PARAM = 4 + 8
+GIB = 2**30
+GRPO_JOB_TYPE = "pulumi-python:dynamic/jobs:RayJob"
+
+
+def job_overrides(result: PlanResult) -> dict[str, str]:
+    """The Hydra overrides (key=value) of the GRPO job's entrypoint as rendered; empty when the
+    plan has no GRPO job."""
+    for job in result.of_type(GRPO_JOB_TYPE):
+        if "checkpoint_root" in job.inputs:
+            words = shlex.split(str(job.inputs.get("entrypoint", "")))
+            pairs = (w.lstrip("+").split("=", 1) for w in words if "=" in w and "." in w)
+            return {key: value for key, value in pairs}
+    return {}
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.1 else f"${value:.3f}"
+
+
+def _rate(price: Price) -> str:
+    if price.usd is None:
+        return f"price not in table (see {price.source})"
+    return f"{_usd(price.usd)} {price.unit}"
+
+
+def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str]) -> list[str]:
+    """Dollars from tools/price_table.py: the hourly rate of what runs, the modelled cost up to
+    the first step and the kept checkpoints' storage."""
+    region_note = (
+        ""
+        if settings.region == REGION
+        else f"; this stack is in {settings.region}: read its prices at the pages named"
+    )
+    return [
+        f"  prices: list prices for {REGION} read on {CLUSTER_FEE.read_on} "
+        f"(tools/price_table.py); prices vary by region{region_note}",
+        f"  GPU nodes ($/h): {_gpu_line(settings)}",
+        f"  CPU: {_cpu_line(settings)}",
+        f"  control plane ($/h): {_usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
+        f"management fee in both modes ({GKE_PRICING}); "
+        + (
+            "the free tier's credit covers zonal and Autopilot clusters, not this regional one"
+            if settings.mode is Mode.STANDARD
+            else "the free tier's monthly credit may cover one Autopilot cluster per billing "
+            "account"
+        ),
+        f"  logging: Cloud Logging {_rate(LOGGING_INGEST)} after the first "
+        f"{LOGGING_FREE_GIB_PER_MONTH} GiB per project per month; the run's logs are not modelled",
+        f"  modelled cost to the first training step: {_first_step_cost(settings, minutes)}",
+        f"  checkpoints in the kept bucket: {_checkpoint_line(settings, job)}",
+    ]
+
+
+def _hourly_parts(settings: StackSettings) -> list[tuple[str, float | None]]:
+    """(what, $/h or None where the table has no price) of everything billed by the hour."""
+    gpu = gpu_machine_price(settings.profile.machine_type, settings.capacity).usd
+    parts: list[tuple[str, float | None]] = [
+        (f"{settings.gpu_nodes} GPU nodes", None if gpu is None else gpu * settings.gpu_nodes),
+        ("control plane", CLUSTER_FEE.usd),
+    ]
+    if settings.mode is Mode.STANDARD:
+        cpu = cpu_machine_price(settings.cpu_machine_type).usd
+        cpu_total = None if cpu is None else cpu * settings.cpu_nodes
+        parts.append((f"{settings.cpu_nodes} CPU nodes", cpu_total))
+    return parts
+
+
+def _gpu_line(settings: StackSettings) -> str:
+    price = gpu_machine_price(settings.profile.machine_type, settings.capacity)
+    mode = settings.capacity.value
+    if price.usd is None:
+        head = (
+            f"{settings.profile.machine_type} {mode}: {_rate(price)}; x {settings.gpu_nodes} nodes"
+        )
+    else:
+        total = price.usd * settings.gpu_nodes
+        head = (
+            f"{settings.profile.machine_type} {mode}: {_usd(price.usd)} per node-hour x "
+            f"{settings.gpu_nodes} nodes = {_usd(total)}/h"
+        )
+    if settings.mode is Mode.AUTOPILOT:
+        head += (
+            f"; on Autopilot these nodes, chosen through the ComputeClass, are billed node-based "
+            f"with GKE's Autopilot premium on top (see {GKE_PRICING})"
+        )
+    if settings.capacity is Capacity.RESERVATION:
+        head += (
+            "; a reservation is billed from its own start to its end, whether VMs use it or "
+            "not, not from pulumi up"
+        )
+    return head
+
+
+def _cpu_line(settings: StackSettings) -> str:
+    if settings.mode is Mode.AUTOPILOT:
+        return (
+            "Autopilot has no CPU node pool: it bills the CPU pods' resource requests (Ray head, "
+            f"operators, data prep) at its Pod rates while they run; not modelled "
+            f"(see {GKE_PRICING})"
+        )
+    price = cpu_machine_price(settings.cpu_machine_type)
+    count = f"x {settings.cpu_nodes} nodes (autoscaled up to {settings.cpu_max_nodes})"
+    if price.usd is None:
+        return f"{settings.cpu_machine_type}: {_rate(price)}; {count}"
+    return (
+        f"{settings.cpu_machine_type}: {_usd(price.usd)} per node-hour {count} = "
+        f"{_usd(price.usd * settings.cpu_nodes)}/h"
+    )
+
+
+def _first_step_cost(settings: StackSettings, minutes: float) -> str:
+    """minutes/60 x the hourly parts, as a total where every part has a price, else the priced
+    part as a lower bound with the unpriced parts named."""
+    parts = _hourly_parts(settings)
+    known = sum(usd for _, usd in parts if usd is not None)
+    missing = [what for what, usd in parts if usd is None]
+    cost = minutes / 60 * known
+    waiting = (
+        ""
+        if settings.capacity_plan.nodes_all_at_once or settings.capacity_plan.uses_reservation
+        else "; plus the nodes billed while the rest are awaited"
+    )
+    if not missing:
+        return f"{minutes:.0f} min x {_usd(known)}/h = {_usd(cost)}{waiting}"
+    return (
+        f"at least {_usd(cost)} ({minutes:.0f} min x {_usd(known)}/h priced); "
+        f"{', '.join(missing)}: price not in table{waiting}"
+    )
+
+
+def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
+    """(how many actor checkpoints stay in the bucket, why): verl saves every save_freq steps
+    and at the last step (ray_trainer.fit) over len(train_dataloader) x total_epochs steps
+    (drop_last=True) and keeps trainer.max_actor_ckpt_to_keep of them, all when unset."""
+    save_freq = int(job.get("trainer.save_freq", "0"))
+    if save_freq <= 0:
+        return 0, "trainer.save_freq <= 0 saves none"
+    keep = job.get("trainer.max_actor_ckpt_to_keep", "null")
+    cap = None if keep in ("null", "None", "") else int(keep)
+    steps: int | None = None
+    if "trainer.total_training_steps" in job:
+        steps = int(job["trainer.total_training_steps"])
+    elif job.get("data.train_files") == GSM8K_TRAIN:
+        batches = GSM8K_TRAIN_ROWS // int(job["data.train_batch_size"])
+        steps = batches * int(job["trainer.total_epochs"])
+    kept_why = (
+        "all kept (trainer.max_actor_ckpt_to_keep unset)" if cap is None else f"the last {cap} kept"
+    )
+    if steps is None:
+        return cap, f"one per {save_freq} steps, {kept_why}; the step count depends on the dataset"
+    saves = -(-steps // save_freq)
+    count = saves if cap is None else min(cap, saves)
+    return count, f"{steps} steps, a save every {save_freq} and at the last: {saves}, {kept_why}"
+
+
+def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
+    arch = known_model(job.get("actor_rollout_ref.model.path", settings.model))
+    count, why = checkpoints_kept(job)
+    if not job:
+        return "no GRPO job in this plan"
+    rate = f"GCS Standard {_rate(GCS_STANDARD)}"
+    if arch is None:
+        return (
+            f"{CHECKPOINT_BYTES_PER_PARAM} B per model parameter each (fp32 weights + AdamW's "
+            f"two fp32 moments); model size not in the known table; {why}; {rate}"
+        )
+    gib = CHECKPOINT_BYTES_PER_PARAM * arch.num_params / GIB
+    head = (
+        f"~{gib:,.0f} GiB each ({CHECKPOINT_BYTES_PER_PARAM} B x {arch.num_params / 1e9:.1f}B "
+        f"parameters: fp32 weights 4 B + AdamW's exp_avg and exp_avg_sq 8 B)"
+    )
+    if GCS_STANDARD.usd is None:
+        return f"{head}; {why}; {rate}"
+    each = gib * GCS_STANDARD.usd
+    kept = "" if count is None else f", {_usd(each * count)} per month for the {count} kept"
+    return f"{head}; {why}; at {rate}: {_usd(each)} per checkpoint-month{kept}"
