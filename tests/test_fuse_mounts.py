@@ -235,11 +235,37 @@ def test_shared_handle_is_caught() -> None:
 
 def file_cache_cap_mib(options: list[str]) -> int | None:
     """file-cache:max-size-mb of a mount that turns gcsfuse's file cache on, else None. The driver
-    gives gcsfuse a cache-dir (cache on) only when that option is present and not 0; without it
-    cache-dir is "" (gcs-fuse-csi-driver pkg/sidecar_mounter/sidecar_mounter_config.go). The last
-    value of a repeated option wins there."""
-    values = [o.rsplit(":", 1)[1] for o in options if o.startswith("file-cache:max-size-mb:")]
-    return int(values[-1]) if any(v != "0" for v in values) else None
+    hands the sidecar the PV's options deduplicated and sorted as strings (gcs-fuse-csi-driver
+    pkg/util/util.go prepareMountOptions, sets.String.List); the sidecar gives gcsfuse a
+    cache-dir only when some max-size-mb value is not 0, otherwise "", and the last value in that
+    order is the size (pkg/sidecar_mounter/sidecar_mounter_config.go prepareMountArgs). gcsfuse
+    caches only with a cache-dir and a size other than 0 (cfg/config_util.go
+    IsFileCacheEnabled)."""
+    prefix = "file-cache:max-size-mb:"
+    values = sorted({o.removeprefix(prefix) for o in options if o.startswith(prefix)})
+    if all(v == "0" for v in values):
+        return None
+    size = int(values[-1])
+    return None if size == 0 else size
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap"),
+    [
+        ([], None),
+        (["0"], None),
+        (["100"], 100),
+        (["-1"], -1),
+        (["100", "0"], 100),
+        (["5", "10"], 5),
+        (["-1", "0"], None),
+    ],
+)
+def test_file_cache_cap_follows_the_driver(sizes: list[str], cap: int | None) -> None:
+    """Repeated max-size-mb values: sorted as strings, the last is the size ("5" after "10"); a
+    cache-dir from "-1" with a final "0" is still no cache (sources above)."""
+    options = ["implicit-dirs", *(f"file-cache:max-size-mb:{s}" for s in sizes)]
+    assert file_cache_cap_mib(options) == cap
 
 
 def _pod_file_caches(result: Any, pod: dict[str, Any]) -> tuple[int, list[int]]:
