@@ -2,9 +2,9 @@
 before anything is created: what `main_ppo` would refuse at job start, after the GPU nodes and
 the model load have been paid for.
 
-The key paths come from training/verl_keys/<release>.txt, written by tools/verl_config_keys.py
-from the verl release's own composed `ppo_trainer` config; tests/test_verl_config_compose.py
-regenerates each file in that release's virtualenv, and runs every case refused here through
+The key paths come from training/verl_keys/<ref>.txt, written by tools/verl_config_keys.py from
+verl's own composed `ppo_trainer` config at that ref; tests/test_verl_config_compose.py
+regenerates the release files in that release's virtualenv, and runs cases refused here through
 verl's own compose and `validate_config`.
 
 Hydra's override rules (hydra-core 1.3, the version verl pins; verl composes its config in
@@ -27,10 +27,9 @@ from pathlib import Path
 from training.grpo_spec import CONFIG_KEY, GrpoSpec, hydra_overrides, modelled_keys
 
 KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
-# A verl ref -> the release whose config stands for it. ddbcdb7 (the A4X ref, a commit between
-# v0.8.0 and v0.9.0 on verl's main) is not on PyPI: v0.9.0, the release that contains it, stands
-# for it (tests/test_verl_config_compose.py says why, and how far their configs differ).
-RELEASE_FOR_REF: Mapping[str, str] = {"v0.6.1": "0.6.1", "ddbcdb7": "0.9.0"}
+# A verl ref -> its key file: a release's from the release's wheel; ddbcdb7 (the A4X ref, a commit
+# on verl's main between v0.8.0 and v0.9.0, not on PyPI) from the commit's own config folder.
+KEY_FILE_FOR_REF: Mapping[str, str] = {"v0.6.1": "0.6.1", "ddbcdb7": "ddbcdb7"}
 _EXTRA = f"{CONFIG_KEY}.extraOverrides"
 _OVERRIDE = re.compile(r"(?P<plus>\+{0,2})(?P<key>[^=+][^=]*)=(?P<value>.*)")
 
@@ -70,7 +69,7 @@ def config_keys(release: str) -> Mapping[str, str]:
 def extra_override_problems(spec: GrpoSpec, verl_ref: str) -> list[str]:
     """Every extraOverrides item verl `verl_ref` would refuse at job start, with a fix. Refs with
     no key file (a verlRef set by hand) are not checked."""
-    release = RELEASE_FOR_REF.get(verl_ref)
+    release = KEY_FILE_FOR_REF.get(verl_ref)
     if release is None or not spec.extra_overrides:
         return []
     keys = config_keys(release)
@@ -107,13 +106,15 @@ def _key_problem(
     kind = keys.get(parent, "dict")  # "" is the root: a plain mapping
     if kind == "dict":
         return None
-    what = (
-        "a section verl turns into a dataclass (it has _target_), which refuses a field it "
-        "does not declare"
-        if kind == "dataclass"
-        else "a value, not a group"
+    if kind == "value":
+        return (
+            f"{key} would be added under {parent}, which holds a value, not a group of keys. "
+            f"Fix: remove it ({parent} itself is set as '{parent}=<value>')"
+        )
+    return (
+        f"{key} would be added under {parent}, a section verl turns into a dataclass (it has "
+        f"_target_), which refuses a field it does not declare. Fix: {_closest(key, value, keys)}"
     )
-    return f"{key} would be added under {parent}, {what}. Fix: {_closest(key, value, keys)}"
 
 
 def _nearest_existing(key: str, keys: Mapping[str, str]) -> str:
