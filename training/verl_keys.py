@@ -108,7 +108,8 @@ def _key_problem(
         return None
     if kind == "value":
         return (
-            f"{key} would be added under {parent}, which holds a value, not a group of keys. "
+            f"{key} would be added under {parent}, which holds a value, not a group of keys: "
+            f"Hydra would replace the value with a group, which verl then reads as a value. "
             f"Fix: remove it ({parent} itself is set as '{parent}=<value>')"
         )
     return (
