@@ -11,12 +11,15 @@ also run through verl's own compose and validate_config in tests/test_verl_confi
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
 from config.profiles import PROFILES, Mode
+from config.settings import load_settings
+from training.assembly import TrainingJob, training_job
 from training.grpo_spec import (
     GrpoPreflightError,
     GrpoSpec,
@@ -230,3 +233,40 @@ def test_an_unknown_ref_is_not_checked() -> None:
     spec = apply_overrides(_default(), {"extraOverrides": ["no_such_group.key=1"]})
     assert extra_override_problems(spec, A4_REF)
     assert extra_override_problems(spec, "v0.7.0") == []
+
+
+# --- through the stack's settings ---------------------------------------------------------------
+
+_STACK_CONFIG = {
+    "gcp:project": "my-project-123",
+    "gcp:region": "us-central1",
+    "verl-gke:zone": "us-central1-b",
+    "verl-gke:reservation": "my-reservation",
+    "verl-gke:hfToken": "hf_abcdefghijklmnopqrstuvwxyz0123456789",
+}
+
+
+def _job(stack: str, job: dict[str, object]) -> TrainingJob:
+    config = {**_STACK_CONFIG, "verl-gke:job": json.dumps(job)}
+    return training_job(load_settings(stack, config, offline=False).settings)
+
+
+@pytest.mark.parametrize("stack", sorted(PROFILES))
+def test_the_stack_checks_extra_overrides_against_its_own_verl_ref(stack: str) -> None:
+    job = {"extraOverrides": ["actor_rollout_ref.rollout.max_num_seq=512"]}
+    with pytest.raises(GrpoPreflightError) as caught:
+        _job(stack, job)
+    key_file = KEY_FILE_FOR_REF[PROFILES[stack].verl_ref]
+    assert f"verl {key_file}'s config has no key actor_rollout_ref.rollout.max_num_seq" in str(
+        caught.value
+    )
+    fixed = _job(stack, {"extraOverrides": ["actor_rollout_ref.rollout.max_num_seqs=512"]})
+    assert " actor_rollout_ref.rollout.max_num_seqs=512" in fixed.entrypoint
+
+
+def test_a_key_only_the_release_has_is_refused_on_the_commit_stack() -> None:
+    # 0.9.0 added actor_rollout_ref.actor.pad_to_length; A4X's ddbcdb7 lacks it.
+    job = {"extraOverrides": ["actor_rollout_ref.actor.pad_to_length=true"]}
+    assert "actor_rollout_ref.actor.pad_to_length" in config_keys("0.9.0")
+    with pytest.raises(GrpoPreflightError, match="verl ddbcdb7's config has no key"):
+        _job("a4x", job)
