@@ -270,3 +270,18 @@ def test_a_key_only_the_release_has_is_refused_on_the_commit_stack() -> None:
     assert "actor_rollout_ref.actor.pad_to_length" in config_keys("0.9.0")
     with pytest.raises(GrpoPreflightError, match="verl ddbcdb7's config has no key"):
         _job("a4x", job)
+
+
+@pytest.mark.parametrize("ref", sorted(KEY_FILE_FOR_REF))
+def test_the_critic_pair_is_refused_only_when_verl_builds_the_critic(ref: str) -> None:
+    # CriticConfig.__post_init__ runs when need_critic() is true: critic.enable, when set.
+    pair = ["critic.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size=64"]
+    off = apply_overrides(_default(), {"extraOverrides": pair})
+    assert extra_override_problems(off, ref) == []
+    on = apply_overrides(_default(), {"extraOverrides": ["critic.enable=true", *pair]})
+    (problem,) = extra_override_problems(on, ref)
+    assert problem.startswith("verl-gke:job.extraOverrides[2] = 'critic.ppo_micro_batch_size=64'")
+    assert (
+        "Fix: remove it; the micro-batch is set per GPU by critic.ppo_micro_batch_size_per_gpu=4"
+        in problem
+    )

@@ -258,26 +258,34 @@ def test_the_key_file_is_what_verl_composes(release: str) -> None:
 
 # The verl ref whose key file the preflight uses, for each release the cases run under.
 REF_FOR_RELEASE = {"0.6.1": "v0.6.1", "0.9.0": "ddbcdb7"}
-# extraOverrides the preflight refuses -> the stage of tools/verl_compose_check.py at which verl
-# refuses it too. The dataclass cases are in sections the check converts (the actor in
-# validate_config, the rollout as the FSDP worker does). None: verl's config checks accept it;
-# `+trainer.critic_warmup.x=1` replaces the number 0 with a group {x: 1}, which RayPPOTrainer.fit
-# compares with the step number at the first step (ray_trainer.py, v0.6.1).
+# extraOverrides the preflight refuses (the last item) -> the stage of tools/verl_compose_check.py
+# at which verl refuses them too. The dataclass cases are in sections the check converts (the
+# actor in validate_config, the rollout as the FSDP worker does). None: verl's config checks
+# accept it; `+trainer.critic_warmup.x=1` replaces the number 0 with a group {x: 1}, which
+# RayPPOTrainer.fit compares with the step number at the first step (ray_trainer.py, v0.6.1).
 REFUSED_EXTRAS = {
-    "misspelled-nested-key": ("actor_rollout_ref.rollout.max_num_seq=512", "compose"),
-    "append-an-existing-key": ("+actor_rollout_ref.rollout.max_num_seqs=512", "compose"),
+    "misspelled-nested-key": (["actor_rollout_ref.rollout.max_num_seq=512"], "compose"),
+    "append-an-existing-key": (["+actor_rollout_ref.rollout.max_num_seqs=512"], "compose"),
     "append-into-the-rollout-dataclass": (
-        "+actor_rollout_ref.rollout.max_num_seq=512",
+        ["+actor_rollout_ref.rollout.max_num_seq=512"],
         "worker_config",
     ),
-    "append-into-the-actor-dataclass": ("+actor_rollout_ref.actor.ppo_epoch_s=2", "validate"),
-    "append-below-a-value": ("+trainer.critic_warmup.x=1", None),
-    "actor-micro-batch-pair": ("actor_rollout_ref.actor.ppo_micro_batch_size=16", "validate"),
+    "append-into-the-actor-dataclass": (["+actor_rollout_ref.actor.ppo_epoch_s=2"], "validate"),
+    "append-below-a-value": (["+trainer.critic_warmup.x=1"], None),
+    "actor-micro-batch-pair": (["actor_rollout_ref.actor.ppo_micro_batch_size=16"], "validate"),
     "rollout-micro-batch-pair": (
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size=16",
+        ["actor_rollout_ref.rollout.log_prob_micro_batch_size=16"],
         "validate",
     ),
-    "ref-micro-batch-pair": ("actor_rollout_ref.ref.log_prob_micro_batch_size=16", "validate"),
+    "ref-micro-batch-pair": (["actor_rollout_ref.ref.log_prob_micro_batch_size=16"], "validate"),
+    "critic-micro-batch-pair": (
+        [
+            "critic.enable=true",
+            "critic.ppo_micro_batch_size_per_gpu=4",
+            "critic.ppo_micro_batch_size=64",
+        ],
+        "validate",
+    ),
 }
 ACCEPTED_EXTRAS = {
     "set-an-existing-key": ["actor_rollout_ref.rollout.max_num_seqs=512"],
@@ -305,21 +313,22 @@ def _base() -> GrpoSpec:
     return _spec("a4", Mode.STANDARD)
 
 
-def _extra_fix(release: str, extra: str) -> tuple[str, list[str]]:
-    """The preflight's one problem with `extra`, and the extraOverrides its fix leaves."""
-    spec = apply_overrides(_base(), {"extraOverrides": [extra]})
+def _extra_fix(release: str, extras: list[str]) -> tuple[str, list[str]]:
+    """The preflight's one problem with the last of `extras`, and the extras its fix leaves."""
+    spec = apply_overrides(_base(), {"extraOverrides": extras})
     problems = extra_override_problems(spec, REF_FOR_RELEASE[release])
     assert len(problems) == 1, problems
+    assert problems[0].startswith(f"verl-gke:job.extraOverrides[{len(extras) - 1}] = ")
     use = re.search(r"(?:Use|Fix:) '([^']+)'", problems[0])
-    return problems[0], [use[1]] if use else []
+    return problems[0], [*extras[:-1], *([use[1]] if use else [])]
 
 
 def _extra_override_cases(release: str) -> dict[str, list[str]]:
     cases = {}
     base = _overrides(_base())
-    for name, (extra, _) in REFUSED_EXTRAS.items():
-        cases[f"extra:{name}"] = [*base, extra]
-        cases[f"extra:{name}:fix"] = [*base, *_extra_fix(release, extra)[1]]
+    for name, (extras, _) in REFUSED_EXTRAS.items():
+        cases[f"extra:{name}"] = [*base, *extras]
+        cases[f"extra:{name}:fix"] = [*base, *_extra_fix(release, extras)[1]]
     for name, extras in ACCEPTED_EXTRAS.items():
         cases[f"extra:{name}"] = [*base, *extras]
     for name, (extra, _, _) in GROUP_OVERRIDES.items():
@@ -330,13 +339,12 @@ def _extra_override_cases(release: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("release", ALL_RELEASES)
 @pytest.mark.parametrize("name", sorted(REFUSED_EXTRAS))
 def test_an_extra_override_the_preflight_refuses_verl_refuses(release: str, name: str) -> None:
-    extra, stage = REFUSED_EXTRAS[name]
-    problem, fixed = _extra_fix(release, extra)
-    assert problem.startswith(f"verl-gke:job.extraOverrides[0] = {extra!r}: ")
+    extras, stage = REFUSED_EXTRAS[name]
+    _, fixed = _extra_fix(release, extras)
     verdict = _verdict(release, f"extra:{name}")
     if stage is None:
         assert verdict["ok"], f"verl {release} now refuses it: {verdict['error']}"
-        assert verdict["values"][extra[1:].split("=")[0]]["composed"] == 1
+        assert verdict["values"][extras[-1][1:].split("=")[0]]["composed"] == 1
     else:
         assert (verdict["ok"], verdict["stage"]) == (False, stage), verdict["error"]
     # The fix: the preflight accepts it, and so does verl.

@@ -33,15 +33,17 @@ KEY_FILE_FOR_REF: Mapping[str, str] = {"v0.6.1": "0.6.1", "ddbcdb7": "ddbcdb7"}
 _EXTRA = f"{CONFIG_KEY}.extraOverrides"
 _OVERRIDE = re.compile(r"(?P<plus>\+{0,2})(?P<key>[^=+][^=]*)=(?P<value>.*)")
 
-# Pairs verl refuses together (the deprecated global micro-batch and its per-GPU successor), the
-# key that switches the check off when true, and where verl checks it. Same code at v0.6.1,
-# v0.9.0 and ddbcdb7.
-EXCLUSIVE_PAIRS: tuple[tuple[str, str, str], ...] = (
+# Pairs verl refuses together (a deprecated global micro-batch and its per-GPU successor), the
+# key that switches the check off when true, and the key that must be true for verl to check the
+# pair at all (None: always checked). Same code at v0.6.1, v0.9.0 and ddbcdb7; a pair whose keys
+# a ref lacks is refused as unknown keys instead.
+EXCLUSIVE_PAIRS: tuple[tuple[str, str, str, str | None], ...] = (
     # FSDPActorConfig.__post_init__ (verl/workers/config/actor.py), run by validate_config.
     (
         "actor_rollout_ref.actor.ppo_micro_batch_size",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         "actor_rollout_ref.actor.use_dynamic_bsz",
+        None,
     ),
     # validate_config's check_mutually_exclusive (verl/utils/config.py); the ref pair is checked
     # when a reference policy is used, which GRPO with KL always does (the preflight asks for it).
@@ -49,11 +51,28 @@ EXCLUSIVE_PAIRS: tuple[tuple[str, str, str], ...] = (
         "actor_rollout_ref.rollout.log_prob_micro_batch_size",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.actor.use_dynamic_bsz",
+        None,
     ),
     (
         "actor_rollout_ref.ref.log_prob_micro_batch_size",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.actor.use_dynamic_bsz",
+        None,
+    ),
+    # CriticConfig.__post_init__ (verl/workers/config/critic.py), when validate_config builds
+    # the critic: need_critic (verl/trainer/ppo/utils.py) is critic.enable when it is set.
+    (
+        "critic.ppo_micro_batch_size",
+        "critic.ppo_micro_batch_size_per_gpu",
+        "critic.use_dynamic_bsz",
+        "critic.enable",
+    ),
+    # validate_config's check_mutually_exclusive, when reward_model.enable (v0.6.1).
+    (
+        "reward_model.micro_batch_size",
+        "reward_model.micro_batch_size_per_gpu",
+        "reward_model.use_dynamic_bsz",
+        "reward_model.enable",
     ),
 )
 
@@ -141,24 +160,29 @@ def _closest(key: str, value: str, keys: Mapping[str, str]) -> str:
 def _exclusive_pair_problems(spec: GrpoSpec, release: str) -> list[str]:
     # The job's final values: the program's overrides, then extraOverrides (Hydra: last wins),
     # each with its extraOverrides index (None: the program's).
-    given: dict[str, tuple[int | None, str]] = {}
+    given: dict[str, tuple[int | None, str, str]] = {}
     program = hydra_overrides(spec)[: len(hydra_overrides(spec)) - len(spec.extra_overrides)]
     numbered = [(None, o) for o in program] + list(enumerate(spec.extra_overrides))
     for index, override in numbered:
         match = _OVERRIDE.fullmatch(override)
         if match is not None:
-            given[match["key"].lstrip("+")] = (index, match["value"].strip())
+            given[match["key"]] = (index, match["value"].strip(), override)
     problems = []
-    for deprecated, per_gpu, off_switch in EXCLUSIVE_PAIRS:
-        if _is_true(given.get(off_switch, (None, ""))[1]):
+    for deprecated, per_gpu, off_switch, on_switch in EXCLUSIVE_PAIRS:
+        if _is_true(given.get(off_switch, (None, "", ""))[1]):
             continue
-        (index, value), other = given.get(deprecated, (None, "null")), given.get(per_gpu)
+        if on_switch is not None and not _is_true(given.get(on_switch, (None, "", ""))[1]):
+            continue
+        (index, value, override), other = (
+            given.get(deprecated, (None, "null", "")),
+            given.get(per_gpu),
+        )
         if _is_null(value) or other is None or _is_null(other[1]):
             continue
         owner = modelled_keys().get(per_gpu)
-        setter = f"{CONFIG_KEY}.{owner}" if owner else f"'{per_gpu}=...'"
+        setter = f"{CONFIG_KEY}.{owner}" if owner else f"{per_gpu}={other[1]}"
         problems.append(
-            f"{_EXTRA}[{index}] = '{deprecated}={value}': verl {release} refuses a job that sets "
+            f"{_EXTRA}[{index}] = {override!r}: verl {release} refuses a job that sets "
             f"both {deprecated} (deprecated) and {per_gpu} ({other[1]}). Fix: remove it; the "
             f"micro-batch is set per GPU by {setter}"
         )
