@@ -263,21 +263,43 @@ REF_FOR_RELEASE = {"0.6.1": "v0.6.1", "0.9.0": "ddbcdb7"}
 # actor in validate_config, the rollout as the FSDP worker does). None: verl's config checks
 # accept it; `+trainer.critic_warmup.x=1` replaces the number 0 with a group {x: 1}, which
 # RayPPOTrainer.fit compares with the step number at the first step (ray_trainer.py, v0.6.1).
-REFUSED_EXTRAS = {
-    "misspelled-nested-key": (["actor_rollout_ref.rollout.max_num_seq=512"], "compose"),
-    "append-an-existing-key": (["+actor_rollout_ref.rollout.max_num_seqs=512"], "compose"),
+REFUSED_EXTRAS: dict[str, tuple[list[str], str | None, str]] = {
+    "misspelled-nested-key": (
+        ["actor_rollout_ref.rollout.max_num_seq=512"],
+        "compose",
+        "Could not override 'actor_rollout_ref.rollout.max_num_seq'",
+    ),
+    "append-an-existing-key": (
+        ["+actor_rollout_ref.rollout.max_num_seqs=512"],
+        "compose",
+        "Could not append to config. An item is already at",
+    ),
     "append-into-the-rollout-dataclass": (
         ["+actor_rollout_ref.rollout.max_num_seq=512"],
         "worker_config",
+        "unexpected keyword argument 'max_num_seq'",
     ),
-    "append-into-the-actor-dataclass": (["+actor_rollout_ref.actor.ppo_epoch_s=2"], "validate"),
-    "append-below-a-value": (["+trainer.critic_warmup.x=1"], None),
-    "actor-micro-batch-pair": (["actor_rollout_ref.actor.ppo_micro_batch_size=16"], "validate"),
+    "append-into-the-actor-dataclass": (
+        ["+actor_rollout_ref.actor.ppo_epoch_s=2"],
+        "validate",
+        "unexpected keyword argument 'ppo_epoch_s'",
+    ),
+    "append-below-a-value": (["+trainer.critic_warmup.x=1"], None, ""),
+    "actor-micro-batch-pair": (
+        ["actor_rollout_ref.actor.ppo_micro_batch_size=16"],
+        "validate",
+        "You have set both 'actor.ppo_micro_batch_size' AND",
+    ),
     "rollout-micro-batch-pair": (
         ["actor_rollout_ref.rollout.log_prob_micro_batch_size=16"],
         "validate",
+        "You have set both 'actor_rollout_ref.rollout.log_prob_micro_batch_size' AND",
     ),
-    "ref-micro-batch-pair": (["actor_rollout_ref.ref.log_prob_micro_batch_size=16"], "validate"),
+    "ref-micro-batch-pair": (
+        ["actor_rollout_ref.ref.log_prob_micro_batch_size=16"],
+        "validate",
+        "You have set both 'actor_rollout_ref.ref.log_prob_micro_batch_size' AND",
+    ),
     "critic-micro-batch-pair": (
         [
             "critic.enable=true",
@@ -285,8 +307,17 @@ REFUSED_EXTRAS = {
             "critic.ppo_micro_batch_size=64",
         ],
         "validate",
+        "You have set both 'critic.ppo_micro_batch_size' AND",
     ),
 }
+# From v0.9.0 verl builds the critic's HFModelConfig (which reads the model's files) before the
+# critic's own checks, so with no model here the critic case is checked at 0.6.1 only.
+REFUSED_EXTRA_RUNS = [
+    (release, name)
+    for release in ALL_RELEASES
+    for name in sorted(REFUSED_EXTRAS)
+    if not (name == "critic-micro-batch-pair" and release != "0.6.1")
+]
 ACCEPTED_EXTRAS = {
     "set-an-existing-key": ["actor_rollout_ref.rollout.max_num_seqs=512"],
     "force-an-existing-key": ["++actor_rollout_ref.rollout.max_num_seqs=512"],
@@ -326,7 +357,7 @@ def _extra_fix(release: str, extras: list[str]) -> tuple[str, list[str]]:
 def _extra_override_cases(release: str) -> dict[str, list[str]]:
     cases = {}
     base = _overrides(_base())
-    for name, (extras, _) in REFUSED_EXTRAS.items():
+    for name, (extras, _, _) in REFUSED_EXTRAS.items():
         cases[f"extra:{name}"] = [*base, *extras]
         cases[f"extra:{name}:fix"] = [*base, *_extra_fix(release, extras)[1]]
     for name, extras in ACCEPTED_EXTRAS.items():
@@ -336,10 +367,9 @@ def _extra_override_cases(release: str) -> dict[str, list[str]]:
     return cases
 
 
-@pytest.mark.parametrize("release", ALL_RELEASES)
-@pytest.mark.parametrize("name", sorted(REFUSED_EXTRAS))
+@pytest.mark.parametrize(("release", "name"), REFUSED_EXTRA_RUNS)
 def test_an_extra_override_the_preflight_refuses_verl_refuses(release: str, name: str) -> None:
-    extras, stage = REFUSED_EXTRAS[name]
+    extras, stage, error = REFUSED_EXTRAS[name]
     _, fixed = _extra_fix(release, extras)
     verdict = _verdict(release, f"extra:{name}")
     if stage is None:
@@ -347,6 +377,7 @@ def test_an_extra_override_the_preflight_refuses_verl_refuses(release: str, name
         assert verdict["values"][extras[-1][1:].split("=")[0]]["composed"] == 1
     else:
         assert (verdict["ok"], verdict["stage"]) == (False, stage), verdict["error"]
+        assert error in verdict["error"]
     # The fix: the preflight accepts it, and so does verl.
     spec = apply_overrides(_base(), {"extraOverrides": fixed})
     assert extra_override_problems(spec, REF_FOR_RELEASE[release]) == []
