@@ -307,7 +307,7 @@ REFUSED_EXTRAS: dict[str, tuple[list[str], str | None, str]] = {
             "critic.ppo_micro_batch_size=64",
         ],
         "validate",
-        "You have set both 'critic.ppo_micro_batch_size' AND",
+        "[critic] You have set both",
     ),
 }
 # From v0.9.0 verl builds the critic's HFModelConfig (which reads the model's files) before the
