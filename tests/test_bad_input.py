@@ -301,7 +301,9 @@ def test_secret_in_any_job_setting_refused_before_any_resource(
 
 def test_the_stacks_own_secret_is_refused_and_shown_by_its_key() -> None:
     own = "hf_short_but_real_token"  # not the hf_ + 30 shape: found because it is the stack's
-    message = job_error("a4", {"extraOverrides": [f"+foo.x={own}"]}, **{"verl-gke:hfToken": own})
+    message = job_error(
+        "a4", {"extraOverrides": [f"+foo.x={own}"]}, **{"verl-gke:hfToken": own}
+    )
     assert "'+foo.x=<redacted: verl-gke:hfToken>'" in message and own not in message
 
 
