@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,14 @@ from training.grpo_spec import (
     preflight,
     render_entrypoint,
 )
+from training.verl_keys import KEYS_DIR, extra_override_problems
 
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
 REPO = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = REPO / "tools" / "verl_compose_check.py"
+KEYS_SCRIPT = REPO / "tools" / "verl_config_keys.py"
+# Keys every case reports the composed value of, besides its own overrides.
+REPORTED = ["trainer.resume_mode"]
 
 # A profile's verl ref -> the PyPI release whose packaged config stands for it (module docstring).
 RELEASE_FOR_REF = {"v0.6.1": "0.6.1", "ddbcdb7": "0.9.0"}
@@ -83,6 +89,8 @@ def _cases(release: str) -> dict[str, list[str]]:
     cases = {f"{p}:{m}": _overrides(_spec(p, m)) for p, m in STACKS if release in _releases(p)}
     cases["misspelled-key"] = [*_overrides(_spec("a4", Mode.STANDARD)), "trainer.nnode=2"]
     cases["batch-does-not-split"] = _overrides(_unsplittable_batch())
+    cases.update(_extra_override_cases(release))
+    cases.update(_rule_cases())
     return cases
 
 
@@ -124,7 +132,7 @@ def _reports() -> dict[str, dict[str, Any] | str]:
             # The request goes in as a file: each script reads all of stdin before it imports
             # verl, so a pipe fed one process after another would serialise them.
             request = tempfile.TemporaryFile("w+")
-            json.dump({"cases": _cases(release)}, request)
+            json.dump({"cases": _cases(release), "report": REPORTED}, request)
             request.seek(0)
             running[release] = subprocess.Popen(
                 [str(python), str(CHECK_SCRIPT)],
@@ -178,8 +186,13 @@ def test_job_composes_and_validates(profile: str, mode: Mode, release: str) -> N
     verdict = _verdict(release, f"{profile}:{mode}")
     assert verdict["ok"], f"verl {release} rejects the {profile} {mode} job: {verdict['error']}"
     overrides = _overrides(_spec(profile, mode))
-    assert set(verdict["values"]) == {o.split("=", 1)[0] for o in overrides}
+    assert set(verdict["values"]) == {o.split("=", 1)[0] for o in overrides} | set(REPORTED)
+    # verl resumes from the experiment folder's latest checkpoint only in mode auto
+    # (RayPPOTrainer._load_checkpoint): every job keeps it, as the README promises.
+    assert verdict["values"]["trainer.resume_mode"]["composed"] == "auto"
     for key, value in verdict["values"].items():
+        if key in REPORTED:
+            continue
         default, composed = value["default_type"], value["type"]
         if default in ("NoneType", composed) or TYPE_CHANGES_ALLOWED.get(key) == (
             default,
@@ -219,3 +232,320 @@ def test_the_check_script_refuses_a_malformed_request() -> None:
     )
     assert done.returncode == 2
     assert "'cases' must map names to lists of override strings" in done.stderr
+
+
+# --- the key files the preflight reads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+def test_the_key_file_is_what_verl_composes(release: str) -> None:
+    """training/verl_keys/<release>.txt, regenerated from the release's own config: the file
+    the preflight checks extraOverrides against cannot drift from verl."""
+    _require_venv(release)
+    python = Path(os.environ[VENVS_ENV]) / release / "bin" / "python"
+    done = subprocess.run(
+        [str(python), str(KEYS_SCRIPT)], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    committed = (KEYS_DIR / f"{release}.txt").read_text()
+    assert done.stdout == committed, (
+        f"training/verl_keys/{release}.txt differs from verl {release}'s config: regenerate it "
+        f"with {python} {KEYS_SCRIPT.relative_to(REPO)} > training/verl_keys/{release}.txt"
+    )
+
+
+# --- extraOverrides: what the preflight refuses, verl refuses; each fix, both accept -------------
+
+# The verl ref whose key file the preflight uses, for each release the cases run under.
+REF_FOR_RELEASE = {"0.6.1": "v0.6.1", "0.9.0": "ddbcdb7"}
+# extraOverrides the preflight refuses (the last item) -> the stage of tools/verl_compose_check.py
+# at which verl refuses them too. The dataclass cases are in sections the check converts (the
+# actor in validate_config, the rollout as the FSDP worker does). None: verl's config checks
+# accept it; `+trainer.critic_warmup.x=1` replaces the number 0 with a group {x: 1}, which
+# RayPPOTrainer.fit compares with the step number at the first step (ray_trainer.py, v0.6.1).
+REFUSED_EXTRAS: dict[str, tuple[list[str], str | None, str]] = {
+    "misspelled-nested-key": (
+        ["actor_rollout_ref.rollout.max_num_seq=512"],
+        "compose",
+        "Could not override 'actor_rollout_ref.rollout.max_num_seq'",
+    ),
+    "append-an-existing-key": (
+        ["+actor_rollout_ref.rollout.max_num_seqs=512"],
+        "compose",
+        "Could not append to config. An item is already at",
+    ),
+    "append-into-the-rollout-dataclass": (
+        ["+actor_rollout_ref.rollout.max_num_seq=512"],
+        "worker_config",
+        "unexpected keyword argument 'max_num_seq'",
+    ),
+    "append-into-the-actor-dataclass": (
+        ["+actor_rollout_ref.actor.ppo_epoch_s=2"],
+        "validate",
+        "unexpected keyword argument 'ppo_epoch_s'",
+    ),
+    "append-below-a-value": (["+trainer.critic_warmup.x=1"], None, ""),
+    "actor-micro-batch-pair": (
+        ["actor_rollout_ref.actor.ppo_micro_batch_size=16"],
+        "validate",
+        "You have set both 'actor.ppo_micro_batch_size' AND",
+    ),
+    "rollout-micro-batch-pair": (
+        ["actor_rollout_ref.rollout.log_prob_micro_batch_size=16"],
+        "validate",
+        "You have set both 'actor_rollout_ref.rollout.log_prob_micro_batch_size' AND",
+    ),
+    "ref-micro-batch-pair": (
+        ["actor_rollout_ref.ref.log_prob_micro_batch_size=16"],
+        "validate",
+        "You have set both 'actor_rollout_ref.ref.log_prob_micro_batch_size' AND",
+    ),
+    "critic-micro-batch-pair": (
+        [
+            "critic.enable=true",
+            "critic.ppo_micro_batch_size_per_gpu=4",
+            "critic.ppo_micro_batch_size=64",
+        ],
+        "validate",
+        "[critic] You have set both",
+    ),
+}
+# From v0.9.0 verl builds the critic's HFModelConfig (which reads the model's files) before the
+# critic's own checks, so with no model here the critic case is checked at 0.6.1 only.
+REFUSED_EXTRA_RUNS = [
+    (release, name)
+    for release in ALL_RELEASES
+    for name in sorted(REFUSED_EXTRAS)
+    if not (name == "critic-micro-batch-pair" and release != "0.6.1")
+]
+ACCEPTED_EXTRAS = {
+    "set-an-existing-key": ["actor_rollout_ref.rollout.max_num_seqs=512"],
+    "force-an-existing-key": ["++actor_rollout_ref.rollout.max_num_seqs=512"],
+    "append-into-a-dict": ["+actor_rollout_ref.rollout.engine_kwargs.vllm.enforce_eager=true"],
+    "append-a-new-group": ["+my_group.note=x"],
+    "append-into-trainer": ["+trainer.note=x"],
+    "pair-with-dynamic-batch-sizes": [
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_micro_batch_size=16",
+    ],
+}
+# A dict value for a group the program owns: what verl would run if the guard let it through.
+GROUP_OVERRIDES = {
+    "group-sets-nnodes": ("trainer={nnodes:4}", "nnodes", 4),
+    "group-sets-checkpoint-dir": (
+        "trainer={default_local_dir:/tmp/ckpt}",
+        "default_local_dir",
+        "/tmp/ckpt",
+    ),
+}
+
+
+def _base() -> GrpoSpec:
+    return _spec("a4", Mode.STANDARD)
+
+
+def _extra_fix(release: str, extras: list[str]) -> tuple[str, list[str]]:
+    """The preflight's one problem with the last of `extras`, and the extras its fix leaves."""
+    spec = apply_overrides(_base(), {"extraOverrides": extras})
+    problems = extra_override_problems(spec, REF_FOR_RELEASE[release])
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"verl-gke:job.extraOverrides[{len(extras) - 1}] = ")
+    use = re.search(r"(?:Use|Fix:) '([^']+)'", problems[0])
+    return problems[0], [*extras[:-1], *([use[1]] if use else [])]
+
+
+def _extra_override_cases(release: str) -> dict[str, list[str]]:
+    cases = {}
+    base = _overrides(_base())
+    for name, (extras, _, _) in REFUSED_EXTRAS.items():
+        cases[f"extra:{name}"] = [*base, *extras]
+        cases[f"extra:{name}:fix"] = [*base, *_extra_fix(release, extras)[1]]
+    for name, extras in ACCEPTED_EXTRAS.items():
+        cases[f"extra:{name}"] = [*base, *extras]
+    for name, (extra, _, _) in GROUP_OVERRIDES.items():
+        cases[f"extra:{name}"] = [*base, extra]
+    return cases
+
+
+@pytest.mark.parametrize(("release", "name"), REFUSED_EXTRA_RUNS)
+def test_an_extra_override_the_preflight_refuses_verl_refuses(release: str, name: str) -> None:
+    extras, stage, error = REFUSED_EXTRAS[name]
+    _, fixed = _extra_fix(release, extras)
+    verdict = _verdict(release, f"extra:{name}")
+    if stage is None:
+        assert verdict["ok"], f"verl {release} now refuses it: {verdict['error']}"
+        assert verdict["values"][extras[-1][1:].split("=")[0]]["composed"] == 1
+    else:
+        assert (verdict["ok"], verdict["stage"]) == (False, stage), verdict["error"]
+        assert error in verdict["error"]
+    # The fix: the preflight accepts it, and so does verl.
+    spec = apply_overrides(_base(), {"extraOverrides": fixed})
+    assert extra_override_problems(spec, REF_FOR_RELEASE[release]) == []
+    fix = _verdict(release, f"extra:{name}:fix")
+    assert fix["ok"], f"verl {release} refuses the fix {fixed}: {fix['error']}"
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+@pytest.mark.parametrize("name", sorted(ACCEPTED_EXTRAS))
+def test_an_extra_override_the_preflight_accepts_verl_accepts(release: str, name: str) -> None:
+    spec = apply_overrides(_base(), {"extraOverrides": ACCEPTED_EXTRAS[name]})
+    assert extra_override_problems(spec, REF_FOR_RELEASE[release]) == []
+    verdict = _verdict(release, f"extra:{name}")
+    assert verdict["ok"], verdict["error"]
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+@pytest.mark.parametrize("name", sorted(GROUP_OVERRIDES))
+def test_a_group_override_would_reach_an_owned_key_so_it_is_refused(
+    release: str, name: str
+) -> None:
+    extra, key, value = GROUP_OVERRIDES[name]
+    # Hydra merges the dict into the group: verl would run with the value behind the guard.
+    verdict = _verdict(release, f"extra:{name}")
+    assert verdict["ok"], verdict["error"]
+    composed = verdict["values"]["trainer"]["composed"]
+    assert composed[key] == value
+    assert composed["project_name"] is not None  # merged, not replaced
+    with pytest.raises(GrpoPreflightError, match="trainer is a group holding keys"):
+        apply_overrides(_base(), {"extraOverrides": [extra]})
+
+
+# --- the preflight's own rules, each run through verl's config checks ----------------------------
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    """A job the preflight refuses on `gpu_nodes` provisioned a4 nodes, naming `setting`."""
+
+    job: dict[str, Any]
+    setting: str
+    # The stage at which verl's config checks refuse the job too; None where they accept it,
+    # and `owner` says whose rule it is.
+    verl_stage: str | None
+    owner: str
+    gpu_nodes: int = 2
+    heads: dict[str, int] = field(default_factory=dict)
+
+
+_WORKER = (
+    "verl's FSDP worker at start, after the model is built: it floors ppo_mini_batch_size x n / "
+    "GPUs and asserts the result is a whole number of micro-batches (fsdp_workers.py, "
+    "ActorRolloutRefWorker.__init__, v0.6.1); it needs torch.distributed and is not run here"
+)
+RULE_CASES = {
+    "train-batch-does-not-split": RuleCase(
+        {"nnodes": 3}, "trainBatchSize", "validate", "verl validate_config", gpu_nodes=3
+    ),
+    "mini-batch-above-train-batch": RuleCase(
+        {"trainBatchSize": 128}, "ppoMiniBatchSize", "validate", "verl ActorConfig.validate"
+    ),
+    "mini-batch-does-not-split": RuleCase(
+        {"ppoMiniBatchSize": 255}, "ppoMiniBatchSize", None, _WORKER
+    ),
+    "micro-batch-does-not-divide": RuleCase(
+        {"ppoMicroBatchSizePerGpu": 24}, "ppoMicroBatchSizePerGpu", None, _WORKER
+    ),
+    "tp-does-not-divide-the-gpus": RuleCase(
+        {"rolloutTensorParallelSize": 3},
+        "rolloutTensorParallelSize",
+        None,
+        "verl's FSDP worker asserts world size % (TP x PP) == 0 when it builds the rollout "
+        "(fsdp_workers.py _build_rollout, v0.6.1), after the model loads",
+    ),
+    "tp-does-not-divide-the-heads": RuleCase(
+        {},
+        "rolloutTensorParallelSize",
+        None,
+        "vLLM: the attention heads must divide by the tensor parallel size "
+        "(ModelConfig.verify_with_parallel_config); verl does not read the heads",
+        heads={"attention_heads": 28, "kv_heads": 4},
+    ),
+    "gpu-memory-utilization-above-one": RuleCase(
+        {"gpuMemoryUtilization": 1.2},
+        "gpuMemoryUtilization",
+        None,
+        "vLLM's cache config, when the rollout engine starts",
+    ),
+    "no-checkpoints": RuleCase(
+        {"saveFreq": 0},
+        "saveFreq",
+        None,
+        "this program's: verl runs and saves only when save_freq > 0 (RayPPOTrainer.fit)",
+    ),
+    "one-response-per-prompt": RuleCase(
+        {"rolloutN": 1}, "rolloutN", None, "GRPO's: every advantage of a group of one is 0"
+    ),
+    "no-kl": RuleCase({"useKlLoss": False}, "useKlLoss", None, "verl's GRPO docs ask for KL"),
+    "nnodes-not-provisioned": RuleCase(
+        {"nnodes": 4}, "nnodes", None, "Ray's: the job waits for GPUs the cluster lacks"
+    ),
+    "gpus-per-node-not-provisioned": RuleCase(
+        {"nGpusPerNode": 4}, "nGpusPerNode", None, "Ray's: the job leaves GPUs idle"
+    ),
+    "checkpoint-dir-not-shared": RuleCase(
+        {"defaultLocalDir": "ckpt"}, "defaultLocalDir", None, "the cluster's: pods share only /data"
+    ),
+}
+
+
+def _rule_problems(case: RuleCase, spec: GrpoSpec) -> tuple[str, ...]:
+    """Every problem the preflight lists; one of them names `case.setting`."""
+    with pytest.raises(GrpoPreflightError) as caught:
+        preflight(
+            spec, gpus_per_node_provisioned=8, gpu_nodes_provisioned=case.gpu_nodes, **case.heads
+        )
+    problems = caught.value.problems
+    assert any(p.startswith(f"verl-gke:job.{case.setting} = ") for p in problems), problems
+    return problems
+
+
+def _fix_of(problem: str) -> dict[str, str]:
+    """The change a problem's fix asks for, as `verl-gke:job` keys and values."""
+    setting = re.match(r"verl-gke:job\.(\w+) = ", problem)
+    assert setting, problem
+    fix = problem.split("Fix: ", 1)[1]
+    example = re.search(r"e\.g\. ([\d.]+)", fix)
+    own = re.match(r"set it to ([^\s,;()]+)", fix)
+    other = re.match(r"set verl-gke:job\.(\w+) to ([^\s,;()]+)", fix)
+    if example or own:
+        return {setting[1]: (example or own)[1]}  # type: ignore[index]
+    assert other, f"no fix to apply in {fix!r}"
+    return {other[1]: other[2]}
+
+
+def _rule_fix(case: RuleCase) -> GrpoSpec:
+    """The job with every fix the preflight suggests applied."""
+    spec = _spec("a4", Mode.STANDARD, **case.job)
+    change: dict[str, str] = {}
+    for problem in _rule_problems(case, spec):
+        change.update(_fix_of(problem))
+    return apply_overrides(spec, change)
+
+
+def _rule_cases() -> dict[str, list[str]]:
+    cases = {}
+    for name, case in RULE_CASES.items():
+        cases[f"rule:{name}"] = _overrides(_spec("a4", Mode.STANDARD, **case.job))
+        cases[f"rule:{name}:fix"] = _overrides(_rule_fix(case))
+    return cases
+
+
+@pytest.mark.parametrize("release", ALL_RELEASES)
+@pytest.mark.parametrize("name", sorted(RULE_CASES))
+def test_each_preflight_rule_against_verls_own_checks(release: str, name: str) -> None:
+    case = RULE_CASES[name]
+    _rule_problems(case, _spec("a4", Mode.STANDARD, **case.job))
+    verdict = _verdict(release, f"rule:{name}")
+    if case.verl_stage is None:
+        # Not one of verl's config checks (case.owner says whose rule it is): verl accepts it,
+        # so no message of ours may say verl refuses it at start.
+        assert verdict["ok"], f"verl {release} now refuses it: {verdict['error']}"
+    else:
+        assert (verdict["ok"], verdict["stage"]) == (False, case.verl_stage), verdict["error"]
+    # The fix the preflight suggests: the preflight accepts it, and so do verl's checks.
+    fixed = _rule_fix(case)
+    preflight(
+        fixed, gpus_per_node_provisioned=8, gpu_nodes_provisioned=case.gpu_nodes, **case.heads
+    )
+    fix = _verdict(release, f"rule:{name}:fix")
+    assert fix["ok"], f"verl {release} refuses the fix: {fix['error']}"

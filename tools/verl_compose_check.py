@@ -5,7 +5,8 @@ Runs inside an isolated verl virtualenv (requirements-verl-*.txt, built by .ci/r
 project's: verl pins numpy, and its config modules import torch, ray, tensordict and
 transformers at module level. It therefore imports nothing from this project.
 
-stdin:  {"cases": {"<name>": ["key=value", ...], ...}}
+stdin:  {"cases": {"<name>": ["key=value", ...], ...}, "report": ["<key>", ...]}
+        ("report", optional: keys whose composed value every case reports besides its own)
 stdout: {"verl_version": "0.6.1", "results": {"<name>": {
             "ok": bool,
             "stage": null | "compose" | "resolve" | "validate" | "worker_config",
@@ -66,7 +67,9 @@ def _compose(config_dir: Path, overrides: list[str]) -> Any:
         return compose(config_name="ppo_trainer", overrides=overrides)
 
 
-def _check(config_dir: Path, defaults: Any, overrides: list[str]) -> dict[str, Any]:
+def _check(
+    config_dir: Path, defaults: Any, overrides: list[str], report: list[str]
+) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -77,11 +80,8 @@ def _check(config_dir: Path, defaults: Any, overrides: list[str]) -> dict[str, A
         verdict["stage"] = "resolve"
         # TaskRunner.run resolves every interpolation before it builds anything.
         OmegaConf.resolve(config)
-        for override in overrides:
-            match = _OVERRIDE_KEY.match(override)
-            if match is None:
-                continue
-            key = match["key"]
+        matches = (_OVERRIDE_KEY.match(override) for override in overrides)
+        for key in [*(m["key"] for m in matches if m is not None), *report]:
             composed = OmegaConf.select(config, key)
             verdict["values"][key] = {
                 "composed": _plain(composed),
@@ -116,12 +116,14 @@ def _check(config_dir: Path, defaults: Any, overrides: list[str]) -> dict[str, A
 def main() -> int:
     try:
         request = json.load(sys.stdin)
-        cases = request["cases"]
+        cases, report = request["cases"], request.get("report", [])
+        if not isinstance(report, list) or not all(isinstance(k, str) for k in report):
+            raise TypeError("'report' must be a list of keys")
         if not isinstance(cases, dict) or not all(
             isinstance(v, list) and all(isinstance(o, str) for o in v) for v in cases.values()
         ):
             raise TypeError("'cases' must map names to lists of override strings")
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         print(f"bad request on stdin: {error}", file=sys.stderr)
         return 2
 
@@ -145,7 +147,7 @@ def main() -> int:
     with contextlib.redirect_stdout(sys.stderr):
         defaults = _compose(config_dir, [])
         for name, overrides in cases.items():
-            results[name] = _check(config_dir, defaults, overrides)
+            results[name] = _check(config_dir, defaults, overrides, report)
     json.dump({"verl_version": verl.__version__, "results": results}, sys.stdout, indent=2)
     print()
     return 0 if all(r["ok"] for r in results.values()) else 1

@@ -43,6 +43,7 @@ from training.memory_fit import (
 from training.model_choice import model_setting_problems
 from training.model_export import export_url, runner_job
 from training.trackers import tracker_problems
+from training.verl_keys import extra_override_problems
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         *model_setting_problems(spec, settings),
         *_data_layout_problems(spec, settings),
         *tracker_problems(spec, settings),
+        *extra_override_problems(spec, settings.verl_ref),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)

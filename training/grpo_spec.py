@@ -75,7 +75,12 @@ _HYDRA_UNQUOTED = r"A-Za-z0-9_./+@-"
 _HYDRA_SAFE = re.compile(f"[{_HYDRA_UNQUOTED}]+")
 _EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # `key=value`, or `+key=value` / `++key=value` to add a key that verl's config lacks.
-_OVERRIDE = re.compile(r"(?P<plus>\+{0,2})(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(.*)")
+_OVERRIDE = re.compile(
+    r"(?P<plus>\+{0,2})(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)"
+)
+# verl resumes from the experiment folder's latest checkpoint when this is `auto`, its default
+# (verl/trainer/config/ppo_trainer.yaml, v0.6.1 and ddbcdb7; RayPPOTrainer._load_checkpoint).
+_RESUME_MODE = "trainer.resume_mode"
 # Backends verl's Tracking accepts (verl/utils/tracking.py); `file` exists from v0.6.1.
 LOGGER_BACKENDS = (
     "console",
@@ -204,10 +209,17 @@ class GrpoSpec(BaseModel):
                     f"verl's config lacks"
                 )
             key = match["key"]
-            if key in modelled:
+            owned = _owned_keys_under(key, modelled)
+            if owned:
                 raise ValueError(
-                    f"{where}: {key} is a modelled setting; remove it here and set "
-                    f"{_setting(modelled[key])} instead"
+                    f"{where}: {_owned_override_problem(key, match['value'], owned, modelled)}"
+                )
+            if key == _RESUME_MODE and match["value"].strip() != "auto":
+                raise ValueError(
+                    f"{where}: {_RESUME_MODE} must stay auto (verl's default): every experiment "
+                    f"has its own {_setting('defaultLocalDir')} and a resubmitted job continues "
+                    f"from its last checkpoint there. Fix: remove it; to start afresh set "
+                    f"{_setting('experimentName')} to a new name"
                 )
             if key in seen:
                 raise ValueError(f"{where}: {key} is overridden twice; keep one")
@@ -282,6 +294,56 @@ def _modelled_keys() -> dict[str, str]:
 # verl keys the memory model reads from extraOverrides (training/assembly.memory_fit_inputs).
 # verl 0.6.1 fsdp_workers.py applies the actor's offload_policy only with strategy fsdp2.
 OFFLOAD_POLICY_KEY = "actor_rollout_ref.actor.fsdp_config.offload_policy"
+
+def modelled_keys() -> dict[str, str]:
+    """Hydra key -> the `verl-gke:job` alias that sets it."""
+    return _modelled_keys()
+
+
+def _owned_keys_under(key: str, modelled: Mapping[str, str]) -> list[str]:
+    """The modelled Hydra keys an override of `key` would set: the key itself, every key below
+    it (Hydra merges a value given for a group, `trainer={nnodes:4}`, into the whole group), and
+    the modelled key it lies inside (`trainer.logger.x`)."""
+    return sorted(
+        owned
+        for owned in modelled
+        if owned == key or owned.startswith(f"{key}.") or key.startswith(f"{owned}.")
+    )
+
+
+# A flat Hydra dict value, `{a:1,b:x}`: no nesting, lists or quotes.
+_FLAT_DICT = re.compile(r"\{(?P<items>[^{}\[\]'\"]*)\}")
+
+
+def _owned_override_problem(
+    key: str, value: str, owned: list[str], modelled: Mapping[str, str]
+) -> str:
+    settings = list(dict.fromkeys(_setting(modelled[o]) for o in owned))
+    if owned == [key]:
+        return f"{key} is a modelled setting; remove it here and set {settings[0]} instead"
+    if not owned[0].startswith(f"{key}."):
+        return (
+            f"{key} lies inside {owned[0]}, which {settings[0]} sets. Fix: remove it and set "
+            f"{settings[0]} instead"
+        )
+    why = (
+        f"{key} is a group holding keys this program sets (e.g. {owned[0]}); Hydra merges a "
+        f"value given for the group into them, past their {CONFIG_KEY} settings"
+    )
+    flat = _FLAT_DICT.fullmatch(value.strip())
+    items = [i.split(":", 1) for i in flat["items"].split(",") if i.strip()] if flat else []
+    if not items or any(len(i) != 2 for i in items):
+        return (
+            f"{why}. Fix: give each key on its own, as '{key}.<name>=<value>', and set a key this "
+            f"program sets through its {CONFIG_KEY} setting (e.g. {settings[0]})"
+        )
+    fixes = []
+    for name, item in ((n.strip(), v.strip()) for n, v in items):
+        full = f"{key}.{name}"
+        fixes.append(
+            f"set {_setting(modelled[full])} to {item}" if full in modelled else f"'{full}={item}'"
+        )
+    return f"{why}. Fix: instead, {' and '.join(fixes)}"
 
 
 def in_config_terms(text: str) -> str:
