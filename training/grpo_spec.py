@@ -216,9 +216,9 @@ class GrpoSpec(BaseModel):
                 )
             if key == _RESUME_MODE and match["value"].strip() != "auto":
                 raise ValueError(
-                    f"{where}: {_RESUME_MODE} must stay auto (verl's default): every experiment "
-                    f"has its own {_setting('defaultLocalDir')} and a resubmitted job continues "
-                    f"from its last checkpoint there. Fix: remove it; to start afresh set "
+                    f"{where}: {_RESUME_MODE} must stay auto (verl's default): every run "
+                    f"(experiment and resume identity) has its own checkpoint folder and a "
+                    f"resubmitted job continues from its last checkpoint there. Fix: remove it; to start afresh set "
                     f"{_setting('experimentName')} to a new name"
                 )
             if key in seen:
