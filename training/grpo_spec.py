@@ -218,7 +218,8 @@ class GrpoSpec(BaseModel):
                 raise ValueError(
                     f"{where}: {_RESUME_MODE} must stay auto (verl's default): every run "
                     f"(experiment and resume identity) has its own checkpoint folder and a "
-                    f"resubmitted job continues from its last checkpoint there. Fix: remove it; to start afresh set "
+                    f"resubmitted job continues from its last checkpoint there. Fix: remove "
+                    f"it; to start afresh set "
                     f"{_setting('experimentName')} to a new name"
                 )
             if key in seen:
