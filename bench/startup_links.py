@@ -305,7 +305,7 @@ def _fuse_tuned(result: Graph, facts: StartupFacts) -> bool:
         options = set(spec.get("mountOptions") or [])
         attributes = (spec.get("csi") or {}).get("volumeAttributes") or {}
         ttl_unlimited = (
-            "metadata-cache:ttl-secs:-1" in options
+            "metadata-cache-ttl-secs=-1" in options
             or attributes.get("metadataCacheTTLSeconds") == "-1"
         )
         cache_on = (
@@ -731,7 +731,7 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
         "verl-import",
         "verl import through GCS FUSE",
         1.0,
-        "est. 0.5-2 min: PYTHONPATH=/data/verl on a metadata-cache:ttl-secs:0 mount, every stat "
+        "est. 0.5-2 min: PYTHONPATH=/data/verl on a metadata-cache-ttl-secs=0 mount, every stat "
         "goes to GCS through a 250m-CPU default sidecar (gcs-fuse-csi-driver cmd/webhook/main.go); "
         "verl v0.6.1 = 346 files (r2-ttfs-facts §2)",
         estimate=True,

@@ -24,6 +24,8 @@ Sources:
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from config.profiles import MachineFacts
@@ -125,11 +127,67 @@ def node_allocatable(
     )
 
 
-# What else runs on a GPU node besides our pods: GKE's system DaemonSets (networking, logging,
-# metadata server, GPU device plugin, DRANET/DRA drivers), the NCCL installer and one GCS FUSE
-# sidecar per pod that mounts the bucket (GKE's sidecar defaults: 250m CPU, 256 MiB memory,
-# 5 GiB ephemeral storage). This is our budget, not a published number; a request set must fit
-# under allocatable minus this budget.
+# What else runs on a GPU node besides our pods and their GCS FUSE sidecars (counted per pod by
+# gcsfuse_sidecar_requests): GKE's system DaemonSets (networking, logging, metadata server, GPU
+# device plugin, DRANET/DRA drivers) and the NCCL installer. This is our budget, not a published
+# number; a request set must fit under allocatable minus this budget.
 SYSTEM_OVERHEAD = NodeResources(
     cpu_millicores=2000, memory_bytes=8 * GIB, ephemeral_storage_bytes=50 * GIB
 )
+
+# The GCS FUSE webhook injects its sidecar into a pod annotated `gke-gcsfuse/volumes: "true"`,
+# with resources from the pod's `gke-gcsfuse/<resource>-request` / `-limit` annotations
+# (gcs-fuse-csi-driver pkg/webhook/config.go prepareConfig and populateResource, at 5fcdc04a).
+# Its defaults are the webhook's flags (cmd/webhook/main.go: sidecar-cpu-request 250m,
+# sidecar-memory-request 256Mi, sidecar-ephemeral-storage-request 5Gi).
+GCSFUSE_ANNOTATION_PREFIX = "gke-gcsfuse/"
+GCSFUSE_INJECT_ANNOTATION = "gke-gcsfuse/volumes"
+GCSFUSE_SIDECAR_DEFAULT_REQUESTS = {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "5Gi"}
+
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_QUANTITY_FACTORS = {
+    None: 1,
+    "m": 0.001,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+}
+
+
+def quantity(value: str) -> float:
+    """A Kubernetes resource quantity ("250m", "14Gi", "2") as a number of units."""
+    match = _QUANTITY.match(value)
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {value!r} (e.g. 250m, 2, 14Gi)")
+    return float(match["number"]) * _QUANTITY_FACTORS[match["suffix"]]
+
+
+def _sidecar_request(annotations: Mapping[str, str], resource: str) -> str:
+    """populateResource, request side: no annotation or a zero limit: the default request; only
+    a limit: the limit; a request: the request (a zero one is then left out of the spec)."""
+    request = annotations.get(f"{GCSFUSE_ANNOTATION_PREFIX}{resource}-request")
+    limit = annotations.get(f"{GCSFUSE_ANNOTATION_PREFIX}{resource}-limit")
+    if request is not None:
+        return request
+    if limit is None or quantity(limit) == 0:
+        return GCSFUSE_SIDECAR_DEFAULT_REQUESTS[resource]
+    return limit
+
+
+def gcsfuse_sidecar_requests(annotations: Mapping[str, str]) -> NodeResources:
+    """What the injected GCS FUSE sidecar requests for a pod with these annotations (nothing
+    when the pod asks for no injection). The webhook inserts it as the first init container with
+    restartPolicy Always (a native sidecar; pkg/webhook/injection.go), so it adds to the pod's
+    requests, beside its containers and every later init container."""
+    if annotations.get(GCSFUSE_INJECT_ANNOTATION, "").lower() != "true":
+        return NodeResources(0, 0, 0)
+    return NodeResources(
+        cpu_millicores=round(quantity(_sidecar_request(annotations, "cpu")) * 1000),
+        memory_bytes=round(quantity(_sidecar_request(annotations, "memory"))),
+        ephemeral_storage_bytes=round(quantity(_sidecar_request(annotations, "ephemeral-storage"))),
+    )

@@ -39,19 +39,27 @@ CHECKPOINT_HANDLE_SUFFIX = "checkpoints"
 # performance"; Google's model-loading recipe). Negative entries are not cached, so what data prep
 # writes later is still found. Single writers only (data prep, HF_HOME, model export): nothing
 # that another node must see changing in place.
+#
+# Every option gcsfuse's machine-type tuning also sets is given in flag form (`name=value`, passed
+# as `--name=value`), never as a config-file key (`a:b:value`): on A3 Ultra, A4 and A4X gcsfuse
+# v3.4.0 to v3.5.9 let the tuning override config-file values (docs/troubleshooting.md; cmd/root.go
+# asks pflag only), e.g. metadata TTL -1 (cfg/params.yaml). Flags take precedence in every version.
+# The CSI driver passes an option containing '=' as a flag and one with ':' and no '=' as a
+# config-file key (pkg/sidecar_mounter/sidecar_mounter_config.go prepareMountArgs). The rule is
+# tests/test_gcsfuse_options.py. write-global-max-blocks is left to gcsfuse (1600 on these
+# machines, cfg/params.yaml).
 READ_MOSTLY_MOUNT_OPTIONS = (
     "implicit-dirs",
-    "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:-1",
-    "metadata-cache:stat-cache-max-size-mb:-1",
-    "metadata-cache:type-cache-max-size-mb:-1",
+    "metadata-cache-negative-ttl-secs=0",
+    "metadata-cache-ttl-secs=-1",
+    "stat-cache-max-size-mb=-1",
+    "type-cache-max-size-mb=-1",
     # Bounded below the workers' cache volume (manifests/fuse_mounts.py).
     f"file-cache:max-size-mb:{FILE_CACHE_MAX_SIZE_MIB}",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
     "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
 )
 # The same mount without the file cache, for the pods that declare no sized `gke-gcsfuse-cache`
 # volume (the Ray head, the data-prep Job): there the webhook adds an emptyDir without a size
@@ -65,17 +73,16 @@ READ_MOSTLY_UNCACHED_MOUNT_OPTIONS = tuple(
     option for option in READ_MOSTLY_MOUNT_OPTIONS if not option.startswith("file-cache:")
 )
 # Checkpoints, at CHECKPOINT_MOUNT (only the bucket's CHECKPOINT_PREFIX): verl rewrites
-# latest_checkpointed_iteration.txt in place, so metadata is never cached. The TTL is explicit:
-# from GKE 1.33.2-gke.4655000 high-performance machine types (A3 Ultra, A4, A4X) get
-# ttl-secs:-1 unless the mount says otherwise (same GKE page, "performance defaults"). No file
+# latest_checkpointed_iteration.txt in place, so metadata is never cached. The TTL is explicit
+# and a flag: high-performance machine types (A3 Ultra, A4, A4X) get a TTL of -1 otherwise
+# (GKE "performance defaults" from 1.33.2-gke.4655000; gcsfuse's tuning, see above). No file
 # cache: checkpoints are written once and read once on resume.
 CHECKPOINT_MOUNT_OPTIONS = (
     f"only-dir={CHECKPOINT_PREFIX}",
     "implicit-dirs",
-    "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:0",
+    "metadata-cache-negative-ttl-secs=0",
+    "metadata-cache-ttl-secs=0",
     "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
 )
 OBJECT_USER_ROLE = "roles/storage.objectUser"
 

@@ -5,9 +5,10 @@ chart or GKE installs.
 Why a table and not the Kubernetes OpenAPI: kubernetes-validate's 1.34 schemas also describe
 beta versions such as resource.k8s.io/v1beta1, which exist in 1.34 but which GKE serves only when
 the cluster enables them. That gap is what broke the NVIDIA DRA driver chart 25.3.1 (issue 8).
-The Helm charts are not rendered here (no Helm, no chart download); their templates were read at
-the pinned tags and their objects are recorded below, keyed by chart version, so a chart bump
-fails this test until the new templates have been read again.
+The Helm charts are not rendered here (no Helm, no chart download): what each chart version
+installs was derived from its templates at its tag into tests/data/charts/ (source and command in
+each file) and is evaluated with the program's values (tests/chart_objects.py), so a chart bump
+fails this test until the new templates have been derived.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from config import known_values
 from config.profiles import PROFILES
 from config.settings import SettingsError, load_settings, version_tuple
+from tests.chart_objects import chart_facts, installed_objects, read_versions
 from tests.program import COMBINATIONS, plan
 from tests.support import schemas
 from tools.offline_engine import PlanResult
@@ -81,76 +84,8 @@ CUSTOM_RESOURCES = {
     ("autoscaling.x-k8s.io/v1", "ProvisioningRequest"): "",
 }
 
-# What each pinned chart installs with this program's values, read at the chart's tag. DRA
-# driver: NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu/; KubeRay:
-# ray-project/kuberay helm-chart/kuberay-operator/. Objects behind conditions our values switch
-# off are left out (noted per chart in the README).
-CHART_OBJECTS: dict[tuple[str, str], frozenset[tuple[str, str]]] = {
-    ("nvidia-dra-driver-gpu", "25.3.2"): frozenset(
-        {
-            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),  # crds/computedomains
-            ("v1", "ServiceAccount"),  # serviceaccount.yaml, compute-domain-daemon-...yaml
-            ("rbac.authorization.k8s.io/v1", "ClusterRole"),  # clusterrole.yaml, cd-daemon SA
-            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-            ("apps/v1", "Deployment"),  # controller.yaml
-            ("apps/v1", "DaemonSet"),  # kubeletplugin.yaml
-            # deviceclass-compute-domain-{daemon,default-channel}.yaml: the first of
-            # resource.k8s.io/v1, v1beta1, v1beta2 the cluster serves (_helpers.tpl
-            # "nvidia-dra-driver-gpu.resourceApiVersion", commit 960b0e10).
-            ("resource.k8s.io/v1", "DeviceClass"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-        }
-    ),
-    # The default (read at tag v25.12.0 with our values: resources.gpus.enabled false, webhook and
-    # networkPolicy off by default): rbac-{controller,kubeletplugin,compute-domain-daemon}.yaml,
-    # controller.yaml, kubeletplugin.yaml, the two compute-domain DeviceClasses (same
-    # resourceApiVersion helper: v1 first), validatingadmissionpolicy(binding).yaml; crds/ adds
-    # ComputeDomainClique.
-    ("nvidia-dra-driver-gpu", "25.12.0"): frozenset(
-        {
-            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
-            ("v1", "ServiceAccount"),
-            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-            ("rbac.authorization.k8s.io/v1", "Role"),
-            ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-            ("apps/v1", "Deployment"),
-            ("apps/v1", "DaemonSet"),
-            ("resource.k8s.io/v1", "DeviceClass"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-        }
-    ),
-    # The seed's chart, kept to show why it is refused: its two ComputeDomain DeviceClasses are
-    # hard-coded resource.k8s.io/v1beta1 (NVIDIA/k8s-dra-driver-gpu issue #533).
-    ("nvidia-dra-driver-gpu", "25.3.1"): frozenset(
-        {
-            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
-            ("v1", "ServiceAccount"),
-            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-            ("apps/v1", "Deployment"),
-            ("apps/v1", "DaemonSet"),
-            ("resource.k8s.io/v1beta1", "DeviceClass"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-        }
-    ),
-    ("kuberay-operator", "1.7.0"): frozenset(
-        {
-            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),  # crds/ (4 CRDs)
-            ("v1", "ServiceAccount"),  # serviceaccount.yaml
-            ("v1", "Service"),  # service.yaml
-            ("apps/v1", "Deployment"),  # deployment.yaml
-            # leader_election_role(_binding).yaml and, with singleNamespaceInstall,
-            # multiple_namespaces_role(binding).yaml instead of the ClusterRoles.
-            ("rbac.authorization.k8s.io/v1", "Role"),
-            ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-        }
-    ),
-}
 RELEASE = "kubernetes:helm.sh/v3:Release"
+DRA_CHART = "nvidia-dra-driver-gpu"
 
 
 def enabled_on_cluster(result: PlanResult) -> set[str]:
@@ -195,17 +130,29 @@ def test_every_object_the_program_registers_is_served(stack: str, mode: str) -> 
     assert unserved == []
 
 
+def chart_objects(result: PlanResult, release: Any) -> set[tuple[str, str]]:
+    """What this release's chart installs with its values on this cluster; a chart version
+    whose templates were not derived into tests/data/charts is not accepted."""
+    key = (release.inputs["chart"], release.inputs["version"])
+    facts = chart_facts(*key)
+    assert facts, f"{key}: derive its objects (tests/data/charts/derive_chart_objects.py)"
+    return installed_objects(
+        facts,
+        release.inputs.get("values") or {},
+        lambda api: api in SERVED_BY_DEFAULT or api in enabled_on_cluster(result),
+    )
+
+
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_every_object_the_charts_install_is_served(stack: str, mode: str) -> None:
     result = plan(stack, mode)
     releases = result.of_type(RELEASE)
     assert releases, "KubeRay comes from Helm in every stack"
     for release in releases:
-        key = (release.inputs["chart"], release.inputs["version"])
-        # A chart version whose templates nobody has read is not accepted.
-        assert key in CHART_OBJECTS, f"{key}: read its templates and record them here"
-        unserved = sorted(obj for obj in CHART_OBJECTS[key] if not served(result, *obj))
-        assert unserved == [], key
+        objects = chart_objects(result, release)
+        assert ("apps/v1", "Deployment") in objects  # the chart's operator/controller
+        unserved = sorted(obj for obj in objects if not served(result, *obj))
+        assert unserved == [], (release.inputs["chart"], release.inputs["version"])
 
 
 GOOD_CONFIG = {
@@ -247,23 +194,29 @@ def test_no_beta_dra_api_is_enabled_and_none_is_assumed() -> None:
         assert not enabled_on_cluster(plan(stack, mode)) & OFF_UNLESS_ENABLED
 
 
-def test_the_seed_chart_is_the_one_with_unserved_objects_and_settings_refuse_it() -> None:
-    # The settings floor (config/settings.py DRA_DRIVER_MIN_CHART) and this table agree: the
-    # recorded chart that needs a beta API is exactly the one the A4X settings reject.
+def test_the_settings_accept_exactly_the_dra_charts_read_and_served() -> None:
+    """Every DRA chart version the settings know is derived from its templates; the A4X settings
+    accept it exactly when everything it installs with our values is served (config/settings.py
+    DRA_DRIVER_MIN_CHART): 25.3.0/25.3.1 hard-code resource.k8s.io/v1beta1 DeviceClasses."""
     result = plan("a4x", "standard")
-    for (chart, version), objects in CHART_OBJECTS.items():
-        if chart != "nvidia-dra-driver-gpu":
-            continue
-        all_served = all(served(result, *obj) for obj in objects)
+    (release,) = [r for r in result.of_type(RELEASE) if r.inputs["chart"] == DRA_CHART]
+    assert set(known_values.DRA_DRIVER_CHART_VERSIONS) <= read_versions(DRA_CHART)
+    for version in known_values.DRA_DRIVER_CHART_VERSIONS:
+        release.inputs["version"] = version
+        all_served = all(served(result, *obj) for obj in chart_objects(result, release))
         accepted = settings_accept("a4x", **{"verl-gke:draDriverChartVersion": version})
         assert accepted == all_served, version
+    assert not settings_accept("a4x", **{"verl-gke:draDriverChartVersion": "25.3.1"})
 
 
 def test_recorded_kinds_exist_in_the_kubernetes_api_at_1_34() -> None:
-    # Guards the table against typos: every built-in kind it names has a 1.34 OpenAPI schema.
+    # Guards the derived facts: every built-in kind a chart installs here has a 1.34 schema.
     builtin: set[tuple[str, str]] = set()
-    for objects in CHART_OBJECTS.values():
-        builtin |= {obj for obj in objects if obj[0] in SERVED_BY_DEFAULT | OFF_UNLESS_ENABLED}
+    for stack, mode in COMBINATIONS:
+        result = plan(stack, mode)
+        for release in result.of_type(RELEASE):
+            objects = chart_objects(result, release)
+            builtin |= {obj for obj in objects if obj[0] in SERVED_BY_DEFAULT | OFF_UNLESS_ENABLED}
     for api_version, kind in sorted(builtin):
         body: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
         assert schemas.is_core_kind(body, TABLE_VERSION), (api_version, kind)

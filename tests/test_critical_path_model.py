@@ -312,7 +312,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
     def uncached(inputs: dict[str, Any]) -> None:
         options = inputs["spec"]["mountOptions"]
         inputs["spec"]["mountOptions"] = [
-            "metadata-cache:ttl-secs:0" if o == "metadata-cache:ttl-secs:-1" else o for o in options
+            "metadata-cache-ttl-secs=0" if o == "metadata-cache-ttl-secs=-1" else o for o in options
         ]
 
     job = grpo_job(recorded)

@@ -83,10 +83,11 @@ def _grpo(result: Any) -> dict[str, Any]:
 def test_checkpoint_mount_never_caches_metadata(stack: str, mode: str) -> None:
     spec = _pv(plan(stack, mode), "training-checkpoints-pv")
     options = spec["mountOptions"]
-    # Explicit: GKE's performance defaults would otherwise set ttl -1 on A3 Ultra/A4/A4X.
-    assert "metadata-cache:ttl-secs:0" in options
-    assert "metadata-cache:negative-ttl-secs:0" in options
-    assert not any(o.startswith(("file-cache:", "metadata-cache:ttl-secs:-")) for o in options)
+    # Explicit, as flags: GKE's performance defaults would otherwise set ttl -1 on A3 Ultra/A4/A4X
+    # (the form rule is tests/test_gcsfuse_options.py).
+    assert "metadata-cache-ttl-secs=0" in options
+    assert "metadata-cache-negative-ttl-secs=0" in options
+    assert not any(o.startswith("file-cache:") for o in options)
     assert "only-dir=verl/checkpoints" in options
     assert spec["accessModes"] == ["ReadWriteMany"]
     assert spec["claimRef"]["name"] == "training-checkpoints-pvc"
@@ -98,9 +99,9 @@ def test_checkpoint_mount_never_caches_metadata(stack: str, mode: str) -> None:
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_data_mount_is_read_mostly_and_cached(stack: str, mode: str) -> None:
     options = _pv(plan(stack, mode), "training-bucket-pv")["mountOptions"]
-    assert "metadata-cache:ttl-secs:-1" in options
+    assert "metadata-cache-ttl-secs=-1" in options
     # What data prep writes after a pod mounted is still found.
-    assert "metadata-cache:negative-ttl-secs:0" in options
+    assert "metadata-cache-negative-ttl-secs=0" in options
     assert "file-cache:enable-parallel-downloads:true" in options
 
 
@@ -132,7 +133,7 @@ def test_data_prep_mounts_data_writable(stack: str, mode: str) -> None:
     assert not claim.get("readOnly")
     claims = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in result.of_type(PVC)}
     options = _pv(result, claims[claim["claimName"]]["volumeName"])["mountOptions"]
-    assert "ro" not in options and "metadata-cache:negative-ttl-secs:0" in options
+    assert "ro" not in options and "metadata-cache-negative-ttl-secs=0" in options
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)

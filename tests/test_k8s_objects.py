@@ -466,16 +466,15 @@ SIZED_SIDECAR = {
 # good; the checkpoint mount (ttl 0) is tested in tests/test_fuse_mounts.py.
 MOUNT_OPTIONS = [
     "implicit-dirs",
-    "metadata-cache:negative-ttl-secs:0",
-    "metadata-cache:ttl-secs:-1",
-    "metadata-cache:stat-cache-max-size-mb:-1",
-    "metadata-cache:type-cache-max-size-mb:-1",
+    "metadata-cache-negative-ttl-secs=0",
+    "metadata-cache-ttl-secs=-1",
+    "stat-cache-max-size-mb=-1",
+    "type-cache-max-size-mb=-1",
     "file-cache:max-size-mb:184320",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
     "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
 ]
 
 

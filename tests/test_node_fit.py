@@ -17,6 +17,7 @@ from config.node_capacity import (
     SYSTEM_OVERHEAD,
     NodeResources,
     boot_disk_ephemeral_allocatable_bytes,
+    gcsfuse_sidecar_requests,
     local_ssd_ephemeral_allocatable_bytes,
     node_allocatable,
     reserved_cpu_millicores,
@@ -75,6 +76,13 @@ def pod_requests(pod_spec: dict[str, Any]) -> NodeResources:
     return total
 
 
+def template_requests(template: dict[str, Any]) -> NodeResources:
+    """A pod template's requests once admitted: its own, plus the GCS FUSE sidecar the webhook
+    derives from its annotations (config/node_capacity.py gcsfuse_sidecar_requests)."""
+    annotations = template.get("metadata", {}).get("annotations", {})
+    return pod_requests(template["spec"]) + gcsfuse_sidecar_requests(annotations)
+
+
 def ray_cluster(result: PlanResult) -> dict[str, Any]:
     return dict(result.one(RAY_CLUSTER).inputs)
 
@@ -84,9 +92,9 @@ def gpu_node_requests(result: PlanResult, stack: str) -> NodeResources:
     where the head runs on the GPU nodes (A4X), the head beside it."""
     spec = ray_cluster(result)["spec"]
     (group,) = spec["workerGroupSpecs"]
-    total = pod_requests(group["template"]["spec"])
+    total = template_requests(group["template"])
     if PROFILES[stack].ray_head_on_gpu_nodes:
-        total = total + pod_requests(spec["headGroupSpec"]["template"]["spec"])
+        total = total + template_requests(spec["headGroupSpec"]["template"])
     return total
 
 
@@ -125,6 +133,69 @@ def test_gpu_node_pods_fit_the_node_with_room_for_the_system(stack: str, mode: s
         f"{stack}/{mode}: pods ({describe(requests)}) plus the system budget "
         f"({describe(SYSTEM_OVERHEAD)}) exceed the node's allocatable ({describe(allocatable)})"
     )
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_every_fuse_pod_gets_its_sidecar_counted(stack: str, mode: str) -> None:
+    """The workers mount the bucket, so the webhook adds a sidecar: on Standard (limits "0") the
+    webhook's default requests, on Autopilot the limits we set, copied into the requests."""
+    (group,) = ray_cluster(plan(stack, mode))["spec"]["workerGroupSpecs"]
+    sidecar = gcsfuse_sidecar_requests(group["template"]["metadata"]["annotations"])
+    expected = {
+        "standard": NodeResources(250, 256 * 1024**2, 5 * GIB),
+        "autopilot": NodeResources(2000, 14 * GIB, 10 * GIB),
+    }[mode]
+    assert sidecar == expected
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_a_bigger_sidecar_request_makes_the_worker_not_fit(stack: str, mode: str) -> None:
+    """Mutation: the sidecar's requests are part of what must fit. A sidecar memory request of
+    what the node has left after the worker and the system budget, plus 1 GiB, does not fit."""
+    result = plan(stack, mode)
+    spec = ray_cluster(result)["spec"]
+    (group,) = spec["workerGroupSpecs"]
+    allocatable = gpu_node_allocatable(result, stack, mode)
+    used = gpu_node_requests(result, stack) + SYSTEM_OVERHEAD
+    spare = allocatable.memory_bytes - used.memory_bytes
+    assert spare >= 0
+    annotations = group["template"]["metadata"]["annotations"]
+    current = gcsfuse_sidecar_requests(annotations).memory_bytes
+    annotations["gke-gcsfuse/memory-request"] = f"{(current + spare) // 1024**2 + 1024}Mi"
+    needed = gpu_node_requests(result, stack) + SYSTEM_OVERHEAD
+    assert not needed.fits_in(allocatable)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        # gcs-fuse-csi-driver pkg/webhook/config.go populateResource at 5fcdc04a.
+        ({}, NodeResources(0, 0, 0)),  # no injection without gke-gcsfuse/volumes
+        ({"gke-gcsfuse/volumes": "true"}, NodeResources(250, 256 * 1024**2, 5 * GIB)),
+        (
+            {
+                "gke-gcsfuse/volumes": "true",
+                "gke-gcsfuse/cpu-limit": "3",
+                "gke-gcsfuse/memory-limit": "0",
+            },
+            NodeResources(3000, 256 * 1024**2, 5 * GIB),
+        ),
+        (
+            {
+                "gke-gcsfuse/volumes": "true",
+                "gke-gcsfuse/cpu-limit": "4",
+                "gke-gcsfuse/cpu-request": "500m",
+                "gke-gcsfuse/memory-request": "1Gi",
+                "gke-gcsfuse/ephemeral-storage-limit": "20Gi",
+            },
+            NodeResources(500, GIB, 20 * GIB),
+        ),
+    ],
+)
+def test_sidecar_requests_follow_the_webhooks_rules(
+    annotations: dict[str, str], expected: NodeResources
+) -> None:
+    assert gcsfuse_sidecar_requests(annotations) == expected
 
 
 EXPECTED_WORKER_REQUESTS = {
