@@ -46,8 +46,15 @@ CHECKPOINT_HANDLE_SUFFIX = "checkpoints"
 # asks pflag only), e.g. metadata TTL -1 (cfg/params.yaml). Flags take precedence in every version.
 # The CSI driver passes an option containing '=' as a flag and one with ':' and no '=' as a
 # config-file key (pkg/sidecar_mounter/sidecar_mounter_config.go prepareMountArgs). The rule is
-# tests/test_gcsfuse_options.py. write-global-max-blocks is left to gcsfuse (1600 on these
-# machines, cfg/params.yaml).
+# tests/test_gcsfuse_options.py.
+#
+# Streaming writes (data prep, model export, checkpoints) draw blocks from a per-mount budget,
+# write-global-max-blocks; when it is spent a file falls back to staged writes on the sidecar's
+# disk (gcsfuse internal/fs/inode/file.go). gcsfuse's own budget depends on the version: 1600 on
+# a high-performance machine, 4 (params.yaml default) elsewhere, and A4 (a4-highgpu-8g) and A4X
+# join that group only in v3.5 (cfg/params.yaml machine-type-groups; v3.2.7 cfg/optimize.go).
+# The flag gives every shipped version gcsfuse's high-performance value.
+GCSFUSE_WRITE_GLOBAL_MAX_BLOCKS = 1600
 READ_MOSTLY_MOUNT_OPTIONS = (
     "implicit-dirs",
     "metadata-cache-negative-ttl-secs=0",
@@ -60,6 +67,7 @@ READ_MOSTLY_MOUNT_OPTIONS = (
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
     "write:enable-streaming-writes:true",
+    f"write-global-max-blocks={GCSFUSE_WRITE_GLOBAL_MAX_BLOCKS}",
 )
 # The same mount without the file cache, for the pods that declare no sized `gke-gcsfuse-cache`
 # volume (the Ray head, the data-prep Job): there the webhook adds an emptyDir without a size
@@ -83,6 +91,7 @@ CHECKPOINT_MOUNT_OPTIONS = (
     "metadata-cache-negative-ttl-secs=0",
     "metadata-cache-ttl-secs=0",
     "write:enable-streaming-writes:true",
+    f"write-global-max-blocks={GCSFUSE_WRITE_GLOBAL_MAX_BLOCKS}",
 )
 OBJECT_USER_ROLE = "roles/storage.objectUser"
 

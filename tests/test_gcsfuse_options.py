@@ -15,8 +15,9 @@ tests/data/gcsfuse/params.json by tests/data/gcsfuse/derive_params.py):
   the config file is overridden (gcsfuse docs/troubleshooting.md names v3.4.0-v3.5.6; the 3.5
   maintenance tags v3.5.7-v3.5.9 keep the same code). From v3.6.0 config-file values are kept.
 The versions: those the GCS FUSE CSI driver's releases ship (cmd/sidecar_mounter/gcsfuse_binary
-at its tags v1.17.12 ... v1.24.x: v3.2.7 ... v3.11.2, the 3.5 line still in v1.21.30), a GKE
-patch's driver version being GKE's to choose, so every one of them is checked.
+at its tags v1.17.12 ... v1.24.x: v3.2.7 ... v3.11.2, the 3.5 line still in v1.21.30, v3.8.2 the
+most often shipped), a GKE patch's driver version being GKE's to choose, so each line is checked
+(first and last of the lines where the rules change).
 """
 
 from __future__ import annotations
@@ -143,3 +144,44 @@ def test_a_config_file_ttl_on_the_checkpoint_mount_is_overridden() -> None:
     assert values["metadata-cache-ttl-secs"] == "-1"
     values = effective(options, VERSIONS["v3.6.0"], "a4x-highgpu-4g")
     assert values["metadata-cache-ttl-secs"] == "0"
+
+
+# What gcsfuse runs with where neither our option nor its machine-type tuning sets a value.
+UNTUNED = "gcsfuse's untuned default"
+
+
+def _streaming_block_budget(options: list[str], version: dict[str, Any], machine: str) -> str:
+    """write-global-max-blocks as gcsfuse runs it: our value if set, else the high-performance
+    tuning where this version puts the machine in that group, else gcsfuse's default."""
+    values = effective(options, version, machine)
+    if "write-global-max-blocks" in values:
+        return values["write-global-max-blocks"]
+    tuning = version["params"]["write-global-max-blocks"][2]
+    tuned = machine in version["high_performance_machine_types"] and tuning is not None
+    return str(tuning) if tuned else UNTUNED
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_streaming_writes_get_one_block_budget_at_every_shipped_version(
+    stack: str, mode: str
+) -> None:
+    """A mount with streaming writes draws blocks from write-global-max-blocks and, once they are
+    spent, stages files on the sidecar's disk (gcsfuse internal/fs/inode/file.go,
+    CantAllocateAnyBlockError). gcsfuse sizes that budget by machine type, and A4 / A4X enter the
+    high-performance group only in v3.5 (cfg/params.yaml machine-type-groups): the budget a
+    mount gets must not depend on which gcsfuse GKE's driver ships."""
+    machine = PROFILES[stack].machine_type
+    for name, options in _gcsfuse_pvs(stack, mode).items():
+        if "write:enable-streaming-writes:true" not in options:
+            continue
+        budgets = {_streaming_block_budget(options, VERSIONS[tag], machine) for tag in VERSIONS}
+        assert len(budgets) == 1 and UNTUNED not in budgets, (name, budgets)
+
+
+def test_a4_and_a4x_get_the_untuned_budget_from_older_gcsfuse() -> None:
+    """The case the rule above exists for: without the option, A4X gets gcsfuse's default at
+    v3.4.4 and the tuned 1600 at v3.5.9."""
+    options = ["implicit-dirs", "write:enable-streaming-writes:true"]
+    for machine in (PROFILES["a4x"].machine_type, PROFILES["a4"].machine_type):
+        assert _streaming_block_budget(options, VERSIONS["v3.4.4"], machine) == UNTUNED
+        assert _streaming_block_budget(options, VERSIONS["v3.5.9"], machine) == "1600"

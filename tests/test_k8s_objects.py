@@ -475,6 +475,7 @@ MOUNT_OPTIONS = [
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
     "write:enable-streaming-writes:true",
+    "write-global-max-blocks=1600",
 ]
 
 

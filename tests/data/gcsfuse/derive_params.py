@@ -1,7 +1,7 @@
 """Derive the facts tests/test_gcsfuse_options.py reads from gcsfuse's own sources.
 
 Run inside a clone of github.com/GoogleCloudPlatform/gcsfuse:
-    python <this file> v3.2.7 v3.3.0 v3.4.0 v3.4.4 v3.5.6 v3.5.9 v3.6.0 v3.11.2 > params.json
+    python <this file> v3.2.7 v3.3.0 v3.4.0 v3.4.4 v3.5.6 v3.5.9 v3.6.0 v3.8.2 v3.11.2 > params.json
 
 Per tag: every flag of cfg/params.yaml as [config-path, type, high-performance tuning value or
 null], and whether cmd/root.go hands ApplyOptimizations a pflag-only "is set" check
