@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ from tests.support.dynamic_host import (
     start_dynamic_host,
 )
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -71,7 +70,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjc", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjc") as ray_head:
         yield ray_head
 
 

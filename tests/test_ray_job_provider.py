@@ -14,7 +14,6 @@ import json
 import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -46,7 +45,7 @@ from tests.support.local_proxies import (
     make_tls_material,
     start_service_proxy,
 )
-from tests.support.ray_head import RayHead, free_port, start_ray_head
+from tests.support.ray_head import RayHead, free_port, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -76,7 +75,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjp", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjp") as ray_head:
         yield ray_head
 
 

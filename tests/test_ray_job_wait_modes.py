@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -58,7 +57,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjw", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjw") as ray_head:
         yield ray_head
 
 
