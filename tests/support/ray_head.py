@@ -219,9 +219,14 @@ def _start_ray_head_once(
     temp_dir.mkdir(parents=True, exist_ok=True)
     # Nine distinct ports (two of Ray's components on one port make `ray start` fail).
     gcs_port, dashboard_port, *ports = free_ports(9)
-    ray_bin = ray_bin or Path(sys.executable).with_name("ray")
+    # Another release's head: its own Python runs its `ray start` through ray_start_patient.py.
+    launcher = (
+        [str(ray_bin.with_name("python")), "-I", str(_PATIENT_START)]
+        if ray_bin is not None
+        else [str(Path(sys.executable).with_name("ray"))]
+    )
     command = [
-        str(ray_bin), "start", "--head", "--block",
+        *launcher, "start", "--head", "--block",
         "--node-ip-address=127.0.0.1",
         f"--port={gcs_port}",
         "--include-dashboard=true",
@@ -313,6 +318,7 @@ def _session_name(url: str) -> str | None:
     return str(session) if session else ""
 
 
+_PATIENT_START = Path(__file__).with_name("ray_start_patient.py")
 _INHERITED_RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
 
 
