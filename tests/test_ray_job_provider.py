@@ -296,18 +296,31 @@ def test_dashboard_down_at_submit_then_up_within_the_deadline(
     inputs = props(
         dashboard_access.url_dashboard(late_url), gcs, "late-dashboard", wait_for="finished"
     )
-    opened = threading.Timer(2.0, forwarder.start)
-    opened.start()
+    # Down (every connection reset) until the provider has tried at least twice and 2 s passed.
+    forwarder.refuse()
     started = time.monotonic()
+    opened = threading.Thread(target=_open_after_retries, args=(forwarder, started, 2, 2.0))
+    opened.start()
     try:
         created = provider.create(inputs)
     finally:
-        opened.cancel()
+        opened.join()
         forwarder.stop()
     assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
     assert time.monotonic() - started >= 2.0  # it could only have succeeded after retrying
+    assert forwarder.refused >= 2
     assert forwarder.connections > 0
     assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+
+
+def _open_after_retries(
+    forwarder: TcpForwarder, since: float, tries: int, min_s: float, limit_s: float = 120.0
+) -> None:
+    while time.monotonic() - since < limit_s and (
+        forwarder.refused < tries or time.monotonic() - since < min_s
+    ):
+        time.sleep(0.05)
+    forwarder.start()
 
 
 def test_dashboard_down_past_the_deadline_names_the_address(

@@ -16,6 +16,7 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import struct
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,22 +30,39 @@ class TcpForwarder:
 
     The port is bound when the forwarder is made (so that nothing else can take it) and listened
     on from start(): until then a connection to it is refused, as for a dashboard not up yet.
+    refuse() listens but resets every connection, counting them in `refused`, so that a test can
+    wait until a client has tried (and retried) before start() forwards.
     """
 
     def __init__(self, target_port: int, listen_port: int | None = None) -> None:
         self.target_port = target_port
         self.connections = 0
+        self.refused = 0
+        self._forwarding = False
         self._stopped = threading.Event()
         self._server: socket.socket | None = _bound_socket(listen_port)
         self.listen_port: int = self._server.getsockname()[1]
+        self._listening = False
 
     def start(self) -> None:
+        self._forwarding = True
+        self._listen()
+
+    def refuse(self) -> None:
+        self._forwarding = False
+        self._listen()
+
+    def _listen(self) -> None:
         server = self._server
         if server is None:  # stopped before: take the same port again
             server = self._server = _bound_socket(self.listen_port)
+            self._listening = False
+        if self._listening:
+            return
         self._stopped.clear()
         server.listen(64)
         server.settimeout(0.2)
+        self._listening = True
         threading.Thread(target=self._accept_loop, args=(server,), daemon=True).start()
 
     def stop(self) -> None:
@@ -52,6 +70,7 @@ class TcpForwarder:
         if self._server is not None:
             self._server.close()
             self._server = None
+        self._listening = False
 
     def _accept_loop(self, server: socket.socket) -> None:
         while not self._stopped.is_set():
@@ -61,6 +80,12 @@ class TcpForwarder:
                 continue
             except OSError:
                 return
+            if not self._forwarding:
+                # SO_LINGER 0: close() sends a reset, as a port nothing listens on would.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                self.refused += 1
+                continue
             self.connections += 1
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
