@@ -255,7 +255,7 @@ def _start_ray_head_once(
     # take longer. The head is ready when its dashboard answers, whatever this allows.
     env["RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"] = "180"
     # How long `ray start` waits for the dashboard to register (Ray 2.60; Ray 2.47 and 2.49 poll
-    # a fixed 200 times, about 20 s, and a slow start is retried by start_ray_head).
+    # a fixed 200 times, about 20 s, which ray_start_patient.py stretches).
     env["RAY_DASHBOARD_STARTUP_TIMEOUT_S"] = "180"
     env.update(extra_env or {})
     log_path = temp_dir / "ray-start.log"
