@@ -278,18 +278,24 @@ def _start_ray_head_once(
 
 
 def _wait_until_ready(head: RayHead, root: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Until the dashboard answers GET /api/version with this head's session (a session folder
-    in its temp_dir); stops the head and raises when `ray start` exits, when the port answers for
-    another head, or after timeout_s."""
+    """Until `ray start` has said "Ray runtime started." and the dashboard answers GET
+    /api/version with this head's session (a session folder in its temp_dir); stops the head and
+    raises when `ray start` exits, when the port answers for another head, or after timeout_s.
+
+    The dashboard answers before the head is up: `ray start` then still waits for the raylet to
+    register with the GCS (30 s, ray/_private/node.py, Ray 2.47-2.60), and on a loaded machine it
+    gives up and stops every process it started, the dashboard included."""
     deadline = time.monotonic() + timeout_s
     while True:
         if root.poll() is not None:
             head.stop(grace_s=1.0)
             raise RayStartExitedError(
-                f"`ray start` exited with code {root.returncode} before the dashboard at "
-                f"{head.dashboard_url} answered; its log ({head.log_path}):\n{_tail(head.log_path)}"
+                f"`ray start` exited with code {root.returncode} before the head was up "
+                f"(dashboard {head.dashboard_url}); its log ({head.log_path}):\n"
+                f"{_tail(head.log_path)}"
             )
-        session = _session_name(f"{head.dashboard_url}/api/version")
+        started = _RUNTIME_STARTED in head.log_path.read_bytes()
+        session = _session_name(f"{head.dashboard_url}/api/version") if started else None
         if session is not None:
             if (head.temp_dir / session).is_dir():
                 return
@@ -319,6 +325,8 @@ def _session_name(url: str) -> str | None:
 
 
 _PATIENT_START = Path(__file__).with_name("ray_start_patient.py")
+# What `ray start` prints once the node is up (ray/scripts/scripts.py, Ray 2.47-2.60).
+_RUNTIME_STARTED = b"Ray runtime started."
 _INHERITED_RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
 
 
