@@ -157,7 +157,7 @@ def start_ray_head(
     num_cpus: int = 2,
     ready_timeout_s: float = 180.0,
     extra_env: dict[str, str] | None = None,
-    attempts: int = 3,
+    attempts: int = 5,
     ray_bin: Path | None = None,
 ) -> RayHead:
     """Start a head on 127.0.0.1 with free ports; return once its own dashboard answers.
