@@ -178,11 +178,10 @@ def test_outside_a_reservation_workers_and_nodes_scale_to_zero(
         expected = {"flexStart": {"enabled": True}} if capacity == "flexStart" else {}
         expected = {"spot": True} if capacity == "spot" else expected
         assert {k: priority[k] for k in ("flexStart", "spot") if k in priority} == expected
-    if schemas.crds_dir() is not None:
-        assert schemas.custom_resource_errors(cluster.inputs, schemas.crds_dir()) == []
     if mode == "autopilot":
         body = result.one(COMPUTE_CLASS).inputs
         assert schemas.custom_resource_errors(body, None) == []
+    assert schemas.custom_resource_errors(cluster.inputs, schemas.required_crds_dir()) == []
 
 
 def test_spot_standard_is_a_spot_pool_without_reservation() -> None:

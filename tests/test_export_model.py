@@ -9,7 +9,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from payloads.export import export_model
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, ray_temp_dir, start_ray_head
+from tests.support.require import require
 
 REPO = Path(__file__).resolve().parent.parent
 PAYLOAD_DIR = REPO / "payloads" / "export"
@@ -25,8 +25,7 @@ PAYLOAD_DIR = REPO / "payloads" / "export"
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    folder = Path(tempfile.mkdtemp(prefix="rx", dir="/tmp"))
-    with start_ray_head(folder / "h") as running:
+    with ray_temp_dir("rx") as folder, start_ray_head(folder / "h") as running:
         yield running
 
 
@@ -117,13 +116,14 @@ def test_failed_merge_fails_the_job_with_its_last_lines_and_no_marker(
 VERL_VENVS = os.environ.get("VERL_GKE_VERL_VENVS")
 
 
-@pytest.mark.skipif(not VERL_VENVS, reason="VERL_GKE_VERL_VENVS (verl release venvs) not set")
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
 def test_verl_merger_argparse_accepts_the_payload_argv(release: str, tmp_path: Path) -> None:
     """verl's parse_args, taken from the installed release's source and run in its venv (its
     module imports accelerate/torch, which the compose venvs do not install; argparse is all the
     command line needs)."""
+    require(VERL_VENVS, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
     python = Path(str(VERL_VENVS)) / release / "bin" / "python"
+    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing (.ci/run)")
     argv = export_model.merge_argv("verl.model_merger", tmp_path / "actor", tmp_path / "out")
     assert argv[1:3] == ["-m", "verl.model_merger"]
     probe = """

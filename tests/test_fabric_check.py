@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from payloads.fabric.fabric_check import (
     sizes_up_to,
     summarize,
 )
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, temporary_ray_head
 
 # Captured on two H200s over NVLink (bench/fabric_gpu.py, NCCL 2.28.9, NVLS off): NCCL names the
 # Socket network and prints an MNNVL state line although every channel is P2P.
@@ -210,7 +209,7 @@ def test_result_is_one_json_line_found_in_a_prefixed_log() -> None:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="fab", dir="/tmp")), num_cpus=3) as ray_head:
+    with temporary_ray_head("fab", num_cpus=3) as ray_head:
         yield ray_head
 
 

@@ -260,28 +260,28 @@ def test_cpu_reservation_brackets(vcpus: int, reserved_millicores: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("memory_gib", "kube_reserved_gib"),
-    # 25 % of the first 4 GiB, 20 % of the next 4, 10 % of the next 8, 6 % of the next 112,
-    # 2 % above 128 GiB (GKE "Plan node sizes").
-    [(4, 1.0), (8, 1.8), (16, 2.6), (128, 9.32), (2952, 9.32 + 0.02 * 2824)],
+    ("memory_gib", "reserved_mib"),
+    # Worked by hand, in MiB. kube-reserved: 25 % of the first 4 GiB, 20 % of the next 4, 10 % of
+    # the next 8, 6 % of the next 112, 2 % above 128 GiB (GKE "Plan node sizes"); plus the
+    # kernel's share (memory/64 + 16 MiB + 64 MiB + min(0.175 % of memory, 248 MiB)) and the
+    # 100 MiB eviction threshold.
+    #    4 GiB: kube 1024          + kernel   64 + 80 +   7.168 + 100 =   1275.168
+    #    8 GiB: kube 1024 + 819.2  + kernel  128 + 80 +  14.336 + 100 =   2165.536
+    #   16 GiB: kube 1843.2 + 819.2 + kernel 256 + 80 +  28.672 + 100 =   3127.072
+    #  128 GiB: kube 2662.4 + 6881.28 + kernel 2048 + 80 + 229.376 + 100 = 12001.056
+    # 2952 GiB: kube 9543.68 + 57835.52 + kernel 47232 + 80 + 248 (cap) + 100 = 115039.2
+    [(4, 1275.168), (8, 2165.536), (16, 3127.072), (128, 12001.056), (2952, 115039.2)],
 )
-def test_memory_reservation_brackets(memory_gib: int, kube_reserved_gib: float) -> None:
-    physical = memory_gib * GIB
-    kernel = physical / 64 + 80 * 1024**2 + min(0.00175 * physical, 248 * 1024**2)
-    eviction = 100 * 1024**2
-    expected = kube_reserved_gib * GIB + kernel + eviction
-    assert reserved_memory_bytes(memory_gib) == pytest.approx(expected, abs=1)
+def test_memory_reservation_brackets(memory_gib: int, reserved_mib: float) -> None:
+    assert reserved_memory_bytes(memory_gib) == pytest.approx(reserved_mib * 1024**2, abs=1)
 
 
 def test_ephemeral_storage_reservations() -> None:
-    # Local SSD: 100 GiB reserved for 3+ disks, 10 % eviction threshold, 2 % filesystem.
-    assert local_ssd_ephemeral_allocatable_bytes(32, 375) == int(12000 * 0.98 * 0.9 - 100) * GIB
-    assert local_ssd_ephemeral_allocatable_bytes(1, 375) == pytest.approx(
-        (375 * 0.98 * 0.9 - 50) * GIB, abs=1
-    )
-    # Boot disk, GKE's example: 100 GB reserves min(50, 41, 100) = 41 GiB.
-    disk = 100 * GIB
-    capacity = disk - (0.015635 * disk + 4.148 * GIB)
-    assert boot_disk_ephemeral_allocatable_bytes(100) == pytest.approx(
-        capacity * 0.9 - 41 * GIB, abs=1
-    )
+    # Local SSD: 100 GiB reserved for 3+ disks (50 for one), 10 % eviction threshold, 2 %
+    # filesystem. 32 x 375 GiB: 12000 x 0.98 x 0.9 - 100 = 10484 GiB;
+    # 1 x 375 GiB: 375 x 0.98 x 0.9 - 50 = 280.75 GiB.
+    assert local_ssd_ephemeral_allocatable_bytes(32, 375) == 10484 * GIB
+    assert local_ssd_ephemeral_allocatable_bytes(1, 375) == pytest.approx(280.75 * GIB, abs=1)
+    # Boot disk, GKE's example: 100 GB reserves min(50, 6 + 35, 100) = 41 GiB; the filesystem
+    # keeps 100 - (1.5635 + 4.148) = 94.2885 GiB; x 0.9 - 41 = 43.85965 GiB.
+    assert boot_disk_ephemeral_allocatable_bytes(100) == pytest.approx(43.85965 * GIB, abs=1)

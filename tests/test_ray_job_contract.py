@@ -20,9 +20,9 @@ and one host serve the whole module.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +35,7 @@ from pulumi.runtime.rpc import UNKNOWN
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
-from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider, submission_id
+from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support.dynamic_host import (
     PROVIDER_KEY,
     DynamicHost,
@@ -44,7 +44,7 @@ from tests.support.dynamic_host import (
     start_dynamic_host,
 )
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -71,7 +71,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjc", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjc") as ray_head:
         yield ray_head
 
 
@@ -184,8 +184,13 @@ def test_engine_sequence_from_first_up_to_destroy(
     checked = host.check(URN, None, news(first))
     assert failures(checked) == []
     created = host.create(URN, checked.inputs)
-    sid = submission_id(PREFIX, first["entrypoint"], first["runtime_env"])
-    assert created.id == sid
+    sid = created.id
+    # `contract-<12 hex>` (the derivation is pinned by test_ray_job_provider.py's
+    # test_submission_ids_of_existing_stacks_do_not_change), and the head's only job of this spec.
+    assert re.fullmatch(rf"{PREFIX}-[0-9a-f]{{12}}", sid)
+    assert [j.submission_id for j in jobs.list_jobs() if j.entrypoint == first["entrypoint"]] == [
+        sid
+    ]
     state = from_wire(created.properties)
     assert state["status"] == "RUNNING" and state["submission_id"] == sid
     assert state[PROVIDER_KEY] == from_wire(checked.inputs)[PROVIDER_KEY]
@@ -228,7 +233,10 @@ def test_engine_sequence_from_first_up_to_destroy(
     assert jobs.get_job_status(sid) == JobStatus.STOPPED
     recreated = host.create(URN, second_checked.inputs)
     new_sid = recreated.id
-    assert new_sid == submission_id(PREFIX, second["entrypoint"], second["runtime_env"])
+    assert re.fullmatch(rf"{PREFIX}-[0-9a-f]{{12}}", new_sid)
+    assert [j.submission_id for j in jobs.list_jobs() if j.entrypoint == second["entrypoint"]] == [
+        new_sid
+    ]
     assert new_sid != sid and jobs.get_job_status(new_sid) == JobStatus.RUNNING
 
     # refresh: Read with the prior outputs, until the trainer has written a checkpoint.

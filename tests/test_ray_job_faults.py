@@ -16,6 +16,7 @@ real response shapes), a socket that accepts and never answers.
 from __future__ import annotations
 
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token
 from tests.support.local_proxies import TcpForwarder
-from tests.support.ray_head import RayHead, free_port, start_ray_head
+from tests.support.ray_head import RayHead, free_port, start_ray_head, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -57,7 +58,7 @@ NAMESPACE, SERVICE, CLUSTER = "verl", "h200-ray-head-svc", "h200-ray"
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjf", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjf") as ray_head:
         yield ray_head
 
 
@@ -252,7 +253,8 @@ def test_a_404_that_is_not_the_api_servers_notfound_proves_nothing(kube: KubeApi
 def test_head_stopped_refresh_keeps_the_job_and_destroy_needs_evidence(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    own = start_ray_head(Path(tempfile.mkdtemp(prefix="rjs", dir="/tmp")))
+    own_dir = Path(tempfile.mkdtemp(prefix="rjs", dir="/tmp"))
+    own = start_ray_head(own_dir)
     gke = GkeApi("proj", "us-central1", "verl-h200").start()
     try:
         cluster = {**gke_cluster_input("proj", "us-central1", "verl-h200"),
@@ -302,6 +304,7 @@ def test_head_stopped_refresh_keeps_the_job_and_destroy_needs_evidence(
     finally:
         gke.stop()
         own.stop()
+        shutil.rmtree(own_dir, ignore_errors=True)
 
 
 def test_plain_url_without_evidence_sources_says_so(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -46,7 +46,7 @@ from tests.support.local_proxies import (
     make_tls_material,
     start_service_proxy,
 )
-from tests.support.ray_head import RayHead, free_port, start_ray_head
+from tests.support.ray_head import RayHead, free_port, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -76,7 +76,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjp", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjp") as ray_head:
         yield ray_head
 
 
@@ -156,7 +156,12 @@ def test_submit_runs_to_success_and_reads_checkpoints_back(
     sid = created.id
     outs = created.outs
     assert outs is not None
-    assert sid == submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
+    # The id the head ran the job under: `test-<12 hex>` (the derivation is pinned by
+    # test_submission_ids_of_existing_stacks_do_not_change), the only job of this spec.
+    assert re.fullmatch(r"test-[0-9a-f]{12}", sid)
+    assert [j.submission_id for j in jobs.list_jobs() if j.entrypoint == inputs["entrypoint"]] == [
+        sid
+    ]
     assert jobs.get_job_status(sid) == JobStatus.SUCCEEDED
     root = f"gs://{BUCKET}/success"
     expected = [f"{root}/global_step_{n}" for n in (1, 2, 3)]
@@ -268,9 +273,10 @@ def test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
         log_lines_per_step=40,
         deadlines=replace(FAST, startup_grace_s=120.0),
     )
-    sid = submission_id("test", inputs["entrypoint"], inputs["runtime_env"])
     with pytest.raises(RuntimeError) as failure:
         provider.create(inputs)
+    # The job the head ran for this spec (its id is not taken from the function under test).
+    (sid,) = [j.submission_id for j in jobs.list_jobs() if j.entrypoint == inputs["entrypoint"]]
     text = str(failure.value)
     assert f"Ray job {sid} FAILED: Job entrypoint command failed with exit code 3" in text
     assert "RuntimeError: boom at step 2" in text
@@ -290,18 +296,31 @@ def test_dashboard_down_at_submit_then_up_within_the_deadline(
     inputs = props(
         dashboard_access.url_dashboard(late_url), gcs, "late-dashboard", wait_for="finished"
     )
-    opened = threading.Timer(2.0, forwarder.start)
-    opened.start()
+    # Down (every connection reset) until the provider has tried at least twice and 2 s passed.
+    forwarder.refuse()
     started = time.monotonic()
+    opened = threading.Thread(target=_open_after_retries, args=(forwarder, started, 2, 2.0))
+    opened.start()
     try:
         created = provider.create(inputs)
     finally:
-        opened.cancel()
+        opened.join()
         forwarder.stop()
     assert created.outs is not None and created.outs["status"] == "SUCCEEDED"
     assert time.monotonic() - started >= 2.0  # it could only have succeeded after retrying
+    assert forwarder.refused >= 2
     assert forwarder.connections > 0
     assert jobs.get_job_status(created.id) == JobStatus.SUCCEEDED
+
+
+def _open_after_retries(
+    forwarder: TcpForwarder, since: float, tries: int, min_s: float, limit_s: float = 120.0
+) -> None:
+    while time.monotonic() - since < limit_s and (
+        forwarder.refused < tries or time.monotonic() - since < min_s
+    ):
+        time.sleep(0.05)
+    forwarder.start()
 
 
 def test_dashboard_down_past_the_deadline_names_the_address(
@@ -478,6 +497,22 @@ def test_submission_id_is_deterministic_safe_and_spec_sensitive() -> None:
     assert set(sid) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
     assert sid != submission_id("A4X stack!", "python3 train.py", {"env_vars": {"A": "2"}})
     assert sid != submission_id("A4X stack!", "python3 train.py --x", env)
+
+
+def test_submission_ids_of_existing_stacks_do_not_change() -> None:
+    # A stack's state holds the id; a changed derivation would make the next `pulumi up` submit
+    # the running job again under a new id. Derived by hand from the documented form (the prefix
+    # lowercased with runs of other characters turned into '-', then the first 12 hex digits of
+    # the SHA-256 of the compact, key-sorted JSON of entrypoint and runtime env, whole floats as
+    # integers):
+    #   printf '%s' '{"entrypoint":"python3 train.py","runtime_env":{"env_vars":{"A":"1"}}}' \
+    #     | sha256sum                               -> be7785737988...
+    #   printf '%s' '{"entrypoint":"python3 -m verl.trainer.main_ppo trainer.nnodes=2",'\
+    #     '"runtime_env":{"env_vars":{"N":600}}}' | sha256sum   -> 4fa6c098675a...
+    env = {"env_vars": {"A": "1"}}
+    assert submission_id("A4X stack!", "python3 train.py", env) == "a4x-stack-be7785737988"
+    entrypoint = "python3 -m verl.trainer.main_ppo trainer.nnodes=2"
+    assert submission_id("grpo", entrypoint, {"env_vars": {"N": 600.0}}) == "grpo-4fa6c098675a"
 
 
 @pytest.mark.parametrize("unknown", [UNKNOWN, Unknown()], ids=["wire-sentinel", "Unknown"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +34,7 @@ from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead, temporary_ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -58,7 +58,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjw", dir="/tmp"))) as ray_head:
+    with temporary_ray_head("rjw") as ray_head:
         yield ray_head
 
 
@@ -157,12 +157,17 @@ def test_a_run_that_dies_before_its_first_step_fails_up_with_rays_message_and_it
 
 
 def test_a_run_that_ends_right_after_its_first_step_is_reported_as_such(
-    host: DynamicHost, head: RayHead, jobs: JobSubmissionClient
+    host: DynamicHost, head: RayHead, jobs: JobSubmissionClient, tmp_path: Path
 ) -> None:
-    # The wait polls every 15 s; the run logs step 1 and fails within a few seconds, so the wait
-    # next sees it FAILED: the report must say it failed after its first step, not before.
+    # The wait polls every 15 s. The run logs step 1 and fails only once released, and the test
+    # releases it right after a poll saw it RUNNING without a step: the wait next sees it FAILED,
+    # and the report must say it failed after its first step, not before.
     slow_poll = dataclasses.replace(FAST, poll_interval_s=15.0)
-    command = [sys.executable, str(STARTUP_JOB), "--run", "ends-after-step", "--fail-after-steps"]
+    release = tmp_path / "release"
+    command = [
+        sys.executable, str(STARTUP_JOB), "--run", "ends-after-step", "--fail-after-steps",
+        "--release-file", str(release),
+    ]  # fmt: skip
     props = RayJobArgs(
         entrypoint=shlex.join(command),
         runtime_env={},
@@ -172,14 +177,38 @@ def test_a_run_that_ends_right_after_its_first_step_is_reported_as_such(
         wait_for="first_step",
         deadlines=slow_poll,
     ).to_props()
-    with pytest.raises(grpc.RpcError) as failure:
-        up(host, props)
+    releaser = threading.Thread(
+        target=_release_after_a_running_poll, args=(host, len(host.output), release)
+    )
+    releaser.start()
+    try:
+        with pytest.raises(grpc.RpcError) as failure:
+            up(host, props)
+    finally:
+        release.touch()
+        releaser.join()
     details = failure.value.details()
     assert "FAILED: Job entrypoint command failed with exit code 9\n" in details
     assert (
         "(after verl logged its first training step (step 1), before pulumi up returned, "
         "wait_for=first_step)"
     ) in details
+
+
+def _release_after_a_running_poll(
+    host: DynamicHost, since: int, release: Path, limit_s: float = 300
+) -> None:
+    """Create `release` once the provider has printed (after line `since` of the host's output) a
+    RUNNING status and, after it, that poll's phase line, printed just before the wait sleeps
+    its poll interval."""
+    deadline = time.monotonic() + limit_s
+    while not release.exists() and time.monotonic() < deadline:
+        lines = list(host.output)[since:]
+        running = [i for i, line in enumerate(lines) if "] RUNNING: " in line]
+        if running and any("] phase: " in line for line in lines[running[0] + 1 :]):
+            release.touch()
+            return
+        time.sleep(0.05)
 
 
 def test_running_mode_returns_before_the_first_step(
@@ -207,14 +236,16 @@ def test_finished_mode_waits_for_success(
 
 
 def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_checkpoint(
-    host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+    host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient, tmp_path: Path
 ) -> None:
     run = "fails-later"
-    # Holds 8 s after its first step: long enough for the wait to see that step under load.
-    props = job_props(head, run, "first_step", "--hold-seconds", "8", "--fail-after-steps")
+    # Holds after its first step until the test has seen `up` return, then fails.
+    hold = tmp_path / "hold"
+    props = job_props(head, run, "first_step", "--hold-file", str(hold), "--fail-after-steps")
     checked, created = up(host, props)
     sid = created.id
     assert from_wire(created.properties)["status"] == "RUNNING"
+    hold.touch()
     # verl saved step 1 before the run failed.
     write_checkpoint(gcs.client().bucket(BUCKET), run, 1, world_size=2)
     deadline = time.monotonic() + 60
@@ -243,7 +274,9 @@ def test_a_failure_after_up_is_recorded_by_refresh_and_up_resubmits_from_the_che
         f"gs://{BUCKET}/{run}: verl resumes from {checkpoint}"
     )
     assert said in printed(host, sid, "the last refresh saw it FAILED"), printed(host, sid)
-    # The engine's replacement: delete (nothing to stop), then create the next attempt.
+    # The engine's replacement: delete (nothing to stop), then create the next attempt, which
+    # holds after its first step again.
+    hold.unlink()
     host.delete(URN, sid, read.properties)
     resubmitted = host.create(URN, again.inputs)
     try:

@@ -16,7 +16,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access, verl_log
 from tests.support.local_proxies import make_tls_material, start_service_proxy
-from tests.support.ray_head import RayHead, free_port, start_ray_head
+from tests.support.ray_head import RayHead, free_port, ray_temp_dir, start_ray_head
 from tools import run as run_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,9 +61,8 @@ def _wait_for(jobs: JobSubmissionClient, sid: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs() -> Iterator[Runs]:
-    folder = Path(tempfile.mkdtemp(prefix="rcli", dir="/tmp"))
-    holds = {name: folder / f"release-{name}" for name in ("finished", "running", "starting")}
-    with start_ray_head(folder / "head") as head:
+    with ray_temp_dir("rcli") as folder, start_ray_head(folder / "head") as head:
+        holds = {name: folder / f"release-{name}" for name in ("finished", "running", "starting")}
         jobs = JobSubmissionClient(head.dashboard_url)
         finished = _submit(jobs, holds["finished"], "--steps", "5", "--finish")
         running = _submit(jobs, holds["running"], "--steps", "5")

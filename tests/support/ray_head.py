@@ -23,17 +23,24 @@ whose descendants are the whole head (GCS, raylet, dashboard, agents, workers, j
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 # Without this Ray rewrites 127.0.0.1 to the host's first interface address (test-tooling §3):
 # the head then listens there, and a driver (ray.init in the test process) looks for the GCS
@@ -93,44 +100,104 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on right now: all sockets are
-    held open until every port is chosen, so the kernel cannot hand out one twice."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+
+    They come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range), which is
+    where the kernel picks the local port of every outgoing connection and of every bind to port
+    0: a port from inside it can be taken by any connection on the machine before the process it
+    is meant for binds it. All sockets are held open until every port is chosen, so no port is
+    handed out twice. A port can still be taken meanwhile by another program that picks ports the
+    same way: callers start again with new ports when that happens (start_ray_head does).
+    """
+    low = _ephemeral_low()
+    candidates = random.sample(range(_PORT_FLOOR, low), min(low - _PORT_FLOOR, 50 * count + 50))
+    sockets: list[socket.socket] = []
     try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
+        for port in candidates:
+            if len(sockets) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+        if len(sockets) < count:
+            raise RuntimeError(f"found only {len(sockets)} of {count} free ports below {low}")
         return [int(sock.getsockname()[1]) for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
 
 
+# Above Ray's default ports and its default worker range (10002-19999), which other Ray heads on
+# the machine may use.
+_PORT_FLOOR = 20000
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default range is 32768-60999
+    return max(low, _PORT_FLOOR + 1000)
+
+
 class RayStartExitedError(RuntimeError):
     """`ray start` exited before its dashboard answered (e.g. a port taken meanwhile)."""
+
+
+class RayHeadNotReadyError(RuntimeError):
+    """The head's own dashboard did not answer in time, or another head's answered on its port."""
 
 
 def start_ray_head(
     temp_dir: Path,
     num_cpus: int = 2,
-    ready_timeout_s: float = 90.0,
+    ready_timeout_s: float = 180.0,
     extra_env: dict[str, str] | None = None,
-    attempts: int = 3,
+    attempts: int = 5,
+    ray_bin: Path | None = None,
 ) -> RayHead:
-    """Start a head on 127.0.0.1 with free ports; return once the dashboard answers.
+    """Start a head on 127.0.0.1 with free ports; return once its own dashboard answers.
 
     temp_dir: an absolute, short (<= 40 chars, e.g. tempfile.mkdtemp(dir="/tmp")) folder owned by
-    the caller; Ray writes its session and logs there. extra_env: added to the head's environment
-    (jobs and workers inherit it). A port is free when chosen, but another process on the machine
-    may take it before Ray binds it: a head whose `ray start` exits early is started again with
-    new ports, up to `attempts` times.
+    the caller; Ray writes its session and logs there (ray_temp_dir() makes one and removes it).
+    extra_env: added to the head's environment (jobs and workers inherit it). ray_bin: the `ray`
+    command of another Ray installation (a virtualenv of another Ray release); by default the one
+    beside this interpreter. A port is free when chosen, but another process on the machine may
+    take it before Ray binds it, and a loaded machine can be slow to bring the dashboard up: a
+    head whose `ray start` exits early, whose dashboard port answers for another head, or whose
+    dashboard does not answer within ready_timeout_s is stopped and started again with new
+    ports, up to `attempts` times.
     """
-    for attempt in range(1, attempts + 1):
+    failures: list[str] = []
+    for _ in range(attempts):
         try:
-            return _start_ray_head_once(temp_dir, num_cpus, ready_timeout_s, extra_env)
-        except RayStartExitedError:
-            if attempt == attempts:
-                raise
-    raise AssertionError("unreachable")
+            return _start_ray_head_once(temp_dir, num_cpus, ready_timeout_s, extra_env, ray_bin)
+        except (RayStartExitedError, RayHeadNotReadyError) as exc:
+            failures.append(str(exc))
+    raise RayHeadNotReadyError(
+        f"no Ray head after {attempts} attempts:\n" + "\n---\n".join(failures)
+    )
+
+
+@contextlib.contextmanager
+def ray_temp_dir(prefix: str) -> Iterator[Path]:
+    """A short folder under /tmp for a head's --temp-dir, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def temporary_ray_head(prefix: str, **options: Any) -> Iterator[RayHead]:
+    """start_ray_head in a ray_temp_dir(prefix); stopped and its folder removed afterwards."""
+    with ray_temp_dir(prefix) as folder, start_ray_head(folder, **options) as head:
+        yield head
 
 
 def _start_ray_head_once(
@@ -138,6 +205,7 @@ def _start_ray_head_once(
     num_cpus: int,
     ready_timeout_s: float,
     extra_env: dict[str, str] | None,
+    ray_bin: Path | None,
 ) -> RayHead:
     """Long because it is one `ray start` command line with its eleven ports and flags, then the
     wait for its dashboard."""
@@ -151,9 +219,14 @@ def _start_ray_head_once(
     temp_dir.mkdir(parents=True, exist_ok=True)
     # Nine distinct ports (two of Ray's components on one port make `ray start` fail).
     gcs_port, dashboard_port, *ports = free_ports(9)
-    ray_bin = Path(sys.executable).with_name("ray")
+    # Another release's head: its own Python runs its `ray start` through ray_start_patient.py.
+    launcher = (
+        [str(ray_bin.with_name("python")), "-I", str(_PATIENT_START)]
+        if ray_bin is not None
+        else [str(Path(sys.executable).with_name("ray"))]
+    )
     command = [
-        str(ray_bin), "start", "--head", "--block",
+        *launcher, "start", "--head", "--block",
         "--node-ip-address=127.0.0.1",
         f"--port={gcs_port}",
         "--include-dashboard=true",
@@ -177,6 +250,13 @@ def _start_ray_head_once(
     env = {k: v for k, v in os.environ.items() if k not in _INHERITED_RAY_ADDRESS_VARS}
     env.update(LOOPBACK_ENV)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # The dashboard gives each of its module subprocesses 30 s to start (ray/dashboard/consts.py,
+    # Ray 2.47-2.60), then exits: on a loaded two-core machine nine of them importing Ray at once
+    # take longer. The head is ready when its dashboard answers, whatever this allows.
+    env["RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"] = "180"
+    # How long `ray start` waits for the dashboard to register (Ray 2.60; Ray 2.47 and 2.49 poll
+    # a fixed 200 times, about 20 s, which ray_start_patient.py stretches).
+    env["RAY_DASHBOARD_STARTUP_TIMEOUT_S"] = "180"
     env.update(extra_env or {})
     log_path = temp_dir / "ray-start.log"
     with log_path.open("wb") as log:
@@ -192,36 +272,62 @@ def _start_ray_head_once(
         pids=(root.pid,),
         _root=root,
     )
-    deadline = time.monotonic() + ready_timeout_s
-    while True:
-        if root.poll() is not None:
-            head.stop(grace_s=1.0)
-            raise RayStartExitedError(
-                f"`ray start` exited with code {root.returncode} before the dashboard at "
-                f"{dashboard_url} answered; its log ({log_path}):\n{_tail(log_path)}"
-            )
-        if _answers(f"{dashboard_url}/api/version"):
-            break
-        if time.monotonic() > deadline:
-            head.stop(grace_s=1.0)
-            raise RuntimeError(
-                f"Ray dashboard at {dashboard_url} did not answer within {ready_timeout_s:.0f}s; "
-                f"`ray start` log ({log_path}):\n{_tail(log_path)}"
-            )
-        time.sleep(0.2)
+    _wait_until_ready(head, root, ready_timeout_s)
     head.pids = (root.pid, *_descendants(root.pid))
     return head
 
 
-_INHERITED_RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
+def _wait_until_ready(head: RayHead, root: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Until `ray start` has said "Ray runtime started." and the dashboard answers GET
+    /api/version with this head's session (a session folder in its temp_dir); stops the head and
+    raises when `ray start` exits, when the port answers for another head, or after timeout_s.
+
+    The dashboard answers before the head is up: `ray start` then still waits for the raylet to
+    register with the GCS (30 s, ray/_private/node.py, Ray 2.47-2.60), and on a loaded machine it
+    gives up and stops every process it started, the dashboard included."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if root.poll() is not None:
+            head.stop(grace_s=1.0)
+            raise RayStartExitedError(
+                f"`ray start` exited with code {root.returncode} before the head was up "
+                f"(dashboard {head.dashboard_url}); its log ({head.log_path}):\n"
+                f"{_tail(head.log_path)}"
+            )
+        started = _RUNTIME_STARTED in head.log_path.read_bytes()
+        session = _session_name(f"{head.dashboard_url}/api/version") if started else None
+        if session is not None:
+            if (head.temp_dir / session).is_dir():
+                return
+            head.stop(grace_s=1.0)
+            raise RayHeadNotReadyError(
+                f"{head.dashboard_url} answers for session {session!r}, not one of this head's "
+                f"(in {head.temp_dir}): another head took the port"
+            )
+        if time.monotonic() > deadline:
+            head.stop(grace_s=1.0)
+            raise RayHeadNotReadyError(
+                f"Ray dashboard at {head.dashboard_url} did not answer within {timeout_s:.0f}s; "
+                f"`ray start` log ({head.log_path}):\n{_tail(head.log_path)}"
+            )
+        time.sleep(0.2)
 
 
-def _answers(url: str) -> bool:
+def _session_name(url: str) -> str | None:
+    """The session_name GET /api/version answers with; None while nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = json.loads(response.read() or b"{}")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    session = body.get("session_name") if isinstance(body, dict) else None
+    return str(session) if session else ""
+
+
+_PATIENT_START = Path(__file__).with_name("ray_start_patient.py")
+# What `ray start` prints once the node is up (ray/scripts/scripts.py, Ray 2.47-2.60).
+_RUNTIME_STARTED = b"Ray runtime started."
+_INHERITED_RAY_ADDRESS_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
 
 
 def _tail(path: Path, lines: int = 40) -> str:

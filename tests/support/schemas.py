@@ -20,6 +20,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from tests.support import require
+
 CRDS_ENV = "VERL_GKE_CRDS_DIR"
 CRDS_MISSING = (
     f"{CRDS_ENV} is not set: custom resources are validated against the CRD schemas in "
@@ -140,6 +142,19 @@ COMPUTE_CLASS_SCHEMA: dict[str, Any] = {
 def crds_dir() -> Path | None:
     value = os.environ.get(CRDS_ENV)
     return Path(value) if value else None
+
+
+def required_crds_dir() -> Path:
+    """The CRD folder; a test that needs it is skipped locally and fails in CI without it
+    (tests/support/require.py)."""
+    directory = crds_dir()
+    require.require(directory is not None, CRDS_MISSING)
+    assert directory is not None
+    require.require(
+        directory.is_dir() and any(directory.glob("*.yaml")),
+        f"{CRDS_ENV}={directory} holds no CRD files (*.yaml); point it at ../shared/crds",
+    )
+    return directory
 
 
 def validation_version(kubernetes_version: str) -> str:
