@@ -31,10 +31,10 @@ def moving_images_notice(settings: StackSettings) -> str | None:
         return None
     listed = "; ".join(f"{key} = {image}" for key, image in moving)
     key, image = moving[0]
-    repository = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    # The tag stays readable beside the digest (the arm64 check reads it); the digest decides.
     return (
         f"images pulled by tag, which the registry can move to another image at any time (nodes "
         f"created on different days may then run different images): {listed}. Pin by digest, "
-        f"e.g. pulumi config set {key} {repository}@sha256:<digest> -s {settings.stack} "
+        f"e.g. pulumi config set {key} {image}@sha256:<digest> -s {settings.stack} "
         f"(README, Pinning images)"
     )

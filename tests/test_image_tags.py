@@ -36,9 +36,10 @@ def _moving_notices(**images: str) -> list[str]:
 def test_default_images_are_reported_as_moving_with_a_pin_that_is_accepted() -> None:
     (notice,) = _moving_notices()
     assert "verl-gke:verlImage = verlai/verl:vllm011.latest" in notice
-    assert "pulumi config set verl-gke:verlImage verlai/verl@sha256:<digest> -s a4" in notice
+    fix = "pulumi config set verl-gke:verlImage verlai/verl:vllm011.latest@sha256:<digest> -s a4"
+    assert fix in notice
     # The suggested form, with a real digest, is accepted and no longer reported for that key.
-    (left,) = _moving_notices(verlImage=PINNED)
+    (left,) = _moving_notices(verlImage=f"verlai/verl:vllm011.latest@{DIGEST}")
     assert "verl-gke:verlImage" not in left
 
 
