@@ -20,6 +20,7 @@ from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from components.run_telemetry import RunTelemetry, RunTelemetryArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
+from config.image_tags import moving_images_notice
 from config.profiles import Mode
 from config.pulumi_cli import require_cli_features
 from config.settings import settings_from_pulumi
@@ -33,6 +34,8 @@ require_cli_features()
 loaded = settings_from_pulumi(job_check=training_job, redact=redact)
 for notice in loaded.notices:
     pulumi.log.warn(notice)
+if moving_images := moving_images_notice(loaded.settings):
+    pulumi.log.warn(moving_images)
 settings = loaded.settings
 grpo = training_job(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(format_breakdown(grpo.memory))

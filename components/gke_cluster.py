@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 from components.host_network import POD_RANGE, SERVICE_RANGE, HostNetwork
 from components.image_registry import ImageRegistry
 from components.node_identity import NodeIdentity
+from config.billing_labels import billing_labels
 from config.cluster_security import (
     CLOUD_PLATFORM_SCOPE,
     MONITORING_COMPONENTS,
@@ -267,6 +268,8 @@ class GkeCluster(pulumi.ComponentResource):
             monitoring_config=monitoring_config(),
             # `pulumi destroy` must be able to delete the cluster.
             deletion_protection=False,
+            # GCP labels of the cluster (GKE "cluster labels"), for splitting the bill by stack.
+            resource_labels=billing_labels(pulumi.get_project(), s.stack),
             **self._mode_args(s, self.node_service_account),
             opts=pulumi.ResourceOptions(
                 parent=self,

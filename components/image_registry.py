@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from config.billing_labels import billing_labels
 from config.image_streaming import (
     ARTIFACT_REGISTRY_API,
     CONTAINER_FILE_SYSTEM_API,
@@ -80,6 +81,7 @@ class ImageRegistry(pulumi.ComponentResource):
             format="DOCKER",
             mode="REMOTE_REPOSITORY",
             description="Docker Hub through Artifact Registry, for GKE Image streaming",
+            labels=billing_labels(pulumi.get_project(), s.stack),
             remote_repository_config=gcp.artifactregistry.RepositoryRemoteRepositoryConfigArgs(
                 description="Docker Hub",
                 docker_repository=gcp.artifactregistry.RepositoryRemoteRepositoryConfigDockerRepositoryArgs(

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.gke_cluster import GkeCluster
 from components.workload_namespace import WorkloadNamespace
+from config.billing_labels import billing_labels
 from config.settings import StackSettings
 from manifests import storage as manifests
 from manifests.common import HF_SECRET_KEY, Manifest
@@ -73,6 +74,7 @@ class TrainingStorage(pulumi.ComponentResource):
             hierarchical_namespace=gcp.storage.BucketHierarchicalNamespaceArgs(enabled=True),
             public_access_prevention="enforced",
             force_destroy=s.delete_bucket_on_destroy,
+            labels=billing_labels(pulumi.get_project(), s.stack),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 retain_on_delete=not s.delete_bucket_on_destroy,

@@ -121,66 +121,109 @@ class StackSettings(BaseModel):
     region: str = Field(description="Region of the control plane, subnets and bucket")
     profile_name: str = Field(alias="profile", description="Accelerator profile: a4x, a4, a3u")
     zone: str = Field(description="Zone of the GPU reservation (RoCE profiles are zonal)")
-    mode: Mode
-    reservation: str | None = None
+    mode: Mode = Field(description="GKE mode: standard or autopilot (default: the profile's)")
+    reservation: str | None = Field(
+        default=None,
+        description="GPU reservation: NAME[/reservationBlocks/B[/reservationSubBlocks/S]]",
+    )
     # An existing workload policy for the GPU pool's placement (A4X), by name or self-link; unset,
     # the stack creates its own 1x72 policy (components/gpu_node_pool.py).
-    placement_policy: str | None = None
+    placement_policy: str | None = Field(
+        default=None, description="Existing workload policy of the GPU pool (unset: one is made)"
+    )
     # How the GPU nodes are obtained (config/capacity.py); default: `reservation` when
     # verl-gke:reservation is set, else `flexStart` where the profile offers it (_default_capacity).
-    capacity: Capacity
+    capacity: Capacity = Field(
+        description="How GPU nodes are obtained: reservation, flexStart, spot, onDemand"
+        " (default: reservation when one is set, else flexStart where offered)"
+    )
     # How long `pulumi up` waits for the GPU nodes outside a reservation (the RayCluster's
     # readiness timeout is this plus the start-up margin, config/capacity.py).
-    capacity_wait_minutes: int = Field(default=DEFAULT_WAIT_MINUTES, ge=10, le=MAX_WAIT_MINUTES)
-    gpu_nodes: int
-    hf_token: SecretStr
-    cluster_name: str
-    namespace: str = "default"
-    bucket_name: str
-    delete_bucket_on_destroy: bool = False
-    ksa_name: str = "verl-ray"
-    cpu_machine_type: str = "n4-highmem-16"
-    cpu_nodes: int = Field(default=1, ge=1, le=20)
-    cpu_max_nodes: int = Field(default=5, ge=1, le=100)
-    release_channel: str
+    capacity_wait_minutes: int = Field(
+        default=DEFAULT_WAIT_MINUTES,
+        ge=10,
+        le=MAX_WAIT_MINUTES,
+        description="Minutes pulumi up waits for GPU nodes outside a reservation",
+    )
+    gpu_nodes: int = Field(description="Number of GPU nodes (default: the profile's)")
+    hf_token: SecretStr = Field(description="Hugging Face token the model is downloaded with")
+    cluster_name: str = Field(description="GKE cluster name (default: verl-<stack>)")
+    namespace: str = Field(default="default", description="Kubernetes namespace of the workload")
+    bucket_name: str = Field(description="Checkpoint bucket (default: <project>-<clusterName>)")
+    delete_bucket_on_destroy: bool = Field(
+        default=False, description="pulumi destroy also deletes the bucket and its objects"
+    )
+    ksa_name: str = Field(default="verl-ray", description="Kubernetes service account of the pods")
+    cpu_machine_type: str = Field(
+        default="n4-highmem-16", description="Machine type of the CPU pool (Standard)"
+    )
+    cpu_nodes: int = Field(default=1, ge=1, le=20, description="Fewest CPU pool nodes (Standard)")
+    cpu_max_nodes: int = Field(
+        default=5, ge=1, le=100, description="Most CPU pool nodes (Standard)"
+    )
+    release_channel: str = Field(
+        description="GKE release channel (default: RAPID on Autopilot, else REGULAR)"
+    )
     # The lowest GKE version the stack accepts (default: the profile's minimum). A floor, not a
     # pin: the release channel picks the version.
-    kubernetes_version: str
-    verl_image: str
-    verl_ref: str
-    ray_version: str
-    model: str = DEFAULT_MODEL
-    data_prep_image: str
-    nccl_installer_image: str
+    kubernetes_version: str = Field(description="Lowest GKE version (default: the profile's)")
+    verl_image: str = Field(description="verl worker image (default: the profile's)")
+    verl_ref: str = Field(description="verl release tag or commit the job runs")
+    ray_version: str = Field(description="Ray version of the images (default: the profile's)")
+    model: str = Field(default=DEFAULT_MODEL, description="Hugging Face model trained")
+    data_prep_image: str = Field(description="Image of the data-prep Job (default: the profile's)")
+    nccl_installer_image: str = Field(
+        description="Image of the NCCL installer DaemonSet (default: the profile's)"
+    )
     # The version of ../shared/crds/ray.io_rayclusters.yaml the RayCluster is validated against.
-    kuberay_chart_version: str = "1.7.0"
+    kuberay_chart_version: str = Field(default="1.7.0", description="KubeRay operator chart")
     # NVIDIA DRA driver chart (A4X only). Not the seed's 25.3.1: it hard-codes
     # resource.k8s.io/v1beta1 DeviceClasses, which GKE 1.34 does not serve unless enabled;
     # 25.3.2 picks resource.k8s.io/v1 from the cluster (README, "NVIDIA DRA driver chart").
     # Default 25.12.0: docs/real-systems.md, "NVIDIA DRA driver version".
-    dra_driver_chart_version: str = "25.12.0"
+    dra_driver_chart_version: str = Field(
+        default="25.12.0", description="NVIDIA DRA driver chart version (A4X)"
+    )
     # Overrides of the GRPO job spec (training/grpo_spec.py), e.g.
     # `pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 4`; validated by the spec.
-    job: dict[str, Any] = Field(default_factory=dict)
+    job: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of the GRPO job spec (set with --path)"
+    )
     # When `pulumi up` returns for the GRPO job (config/job_wait.py); the old booleans still read.
-    job_wait: JobWait = job_wait_setting.DEFAULT
+    job_wait: JobWait = Field(
+        default=job_wait_setting.DEFAULT,
+        description="When pulumi up returns for the GRPO job: running, firstStep, finished",
+    )
     # Merge the run's final checkpoint into a Hugging Face model folder in the bucket.
-    export_model: bool = True
+    export_model: bool = Field(
+        default=True, description="Export the final checkpoint as a Hugging Face model folder"
+    )
     # Weights & Biases key: reaches the Ray pods only through a Kubernetes Secret.
-    wandb_api_key: SecretStr | None = None
+    wandb_api_key: SecretStr | None = Field(
+        default=None, description="Weights & Biases API key (optional)"
+    )
     # Run the NCCL all-reduce fabric check (payloads/fabric/) before GRPO, and its pass mark in GB/s
     # of bus bandwidth (default: the profile's, see payloads/fabric/fabric_check.py).
-    fabric_check: bool = True
-    fabric_min_busbw_gbps: float | None = Field(default=None, gt=0)
+    fabric_check: bool = Field(
+        default=True, description="Run the NCCL all-reduce fabric check before GRPO"
+    )
+    fabric_min_busbw_gbps: float | None = Field(
+        default=None, gt=0, description="Fabric check pass mark, GB/s bus bandwidth"
+    )
     # GKE Image streaming of the worker image through an Artifact Registry remote repository
     # (config/image_streaming.py); default: on where GKE documents it for the profile's nodes.
-    image_streaming: bool | None = None
-    host_subnet_cidr: str = "10.128.0.0/20"
-    pods_cidr: str = "10.4.0.0/14"
-    services_cidr: str = "10.0.32.0/20"
+    image_streaming: bool | None = Field(
+        default=None, description="GKE Image streaming of the worker image"
+    )
+    host_subnet_cidr: str = Field(default="10.128.0.0/20", description="Node subnet range")
+    pods_cidr: str = Field(default="10.4.0.0/14", description="Pod range")
+    services_cidr: str = Field(default="10.0.32.0/20", description="Service range")
     # IPv4 ranges allowed to reach the public control-plane endpoint (config/cluster_security.py);
     # empty: any address can (the plan says so). The deploying machine must be in the list.
-    authorized_networks: list[str] = Field(default_factory=list)
+    authorized_networks: list[str] = Field(
+        default_factory=list,
+        description="IPv4 CIDRs allowed to reach the control-plane endpoint (empty: any)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -274,14 +274,24 @@ def stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, str]:
     if not stack_file.exists():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_files(project_dir))
         raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
+    config = dict(project_config(project_dir))
+    stack_values = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
+    config.update({k: _config_text(v) for k, v in stack_values.items() if v is not None})
+    return config
+
+
+def project_config(project_dir: Path = REPO_ROOT) -> dict[str, str]:
+    """The `value` or `default` Pulumi.yaml gives each config key, which Pulumi applies to every
+    stack lacking the key (pulumi/pulumi sdk/go/common/workspace/config.go mergeConfig). A key
+    declared with neither is required: Pulumi refuses a stack without it, as the program does."""
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
-    config: dict[str, Any] = {}
+    found: dict[str, str] = {}
     for key, value in (project.get("config") or {}).items():
         if isinstance(value, dict):
             value = value.get("value", value.get("default"))
-        config[key] = value
-    config.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
-    return {key: _config_text(value) for key, value in config.items() if value is not None}
+        if value is not None:
+            found[key] = _config_text(value)
+    return found
 
 
 def _stack_files(project_dir: Path) -> Iterator[Path]:
@@ -322,6 +332,8 @@ def run_stack(
     config = {**stack_config(stack, project_dir), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
+    # `pulumi config rm` of a key Pulumi.yaml gives a default leaves the default.
+    config = {**project_config(project_dir), **config}
     # A value encrypted in the stack file was set with --secret.
     secret = set(secret_keys) | {key for key, value in config.items() if value == ENCRYPTED_VALUE}
     set_all_config(config, [key for key in config if key in secret])
