@@ -35,6 +35,8 @@ COMPONENT_TYPES = {
     "verl-gke:image_prepull:ImagePrepull",
     "verl-gke:image_registry:ImageRegistry",
     "verl-gke:kuberay_operator:KubeRayOperator",
+    # The nodes' own service account (every stack and mode).
+    "verl-gke:node_identity:NodeIdentity",
     "verl-gke:nvidia_dra_driver:NvidiaDraDriver",
     "verl-gke:ray_cluster:RayCluster",
     "verl-gke:rdma_networks:RdmaNetworks",
