@@ -7,7 +7,6 @@ allocatable comes from the machine facts in the profile table and GKE's reservat
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from config.node_capacity import (
     gcsfuse_sidecar_requests,
     local_ssd_ephemeral_allocatable_bytes,
     node_allocatable,
+    quantity,
     reserved_cpu_millicores,
     reserved_memory_bytes,
 )
@@ -30,25 +30,6 @@ from tools.offline_engine import PlanResult
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 
-_QUANTITY = re.compile(r"^(?P<number>[0-9.]+)(?P<suffix>m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-_FACTORS = {
-    None: 1,
-    "m": 0.001,
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-}
-
-
-def quantity(value: str) -> float:
-    match = _QUANTITY.match(value)
-    assert match, f"not a Kubernetes quantity: {value!r}"
-    return float(match["number"]) * _FACTORS[match["suffix"]]
 
 
 def container_requests(container: dict[str, Any]) -> NodeResources:
