@@ -1,6 +1,9 @@
 """The hash locks agree with the edited requirements files, and CI installs them in pip's
 hash-checking mode (pip "Secure installs": with --require-hashes every requirement must be
-pinned with == and carry at least one --hash, or pip refuses the whole install)."""
+pinned with == and carry at least one --hash, or pip refuses the whole install). torch alone
+is installed by version (requirements-torch.txt): the same version is a different wheel on
+PyPI (CUDA build) and on a CPU wheel mirror (`+cpu` local version, PEP 440), so no hash in a
+lock holds on both."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = {"requirements.txt": "requirements.lock", "requirements-dev.txt": "requirements-dev.lock"}
+TORCH = "requirements-torch.txt"
 # A lock entry: `name==version \` then `--hash=sha256:...` lines, then pip-compile's `# via`.
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+?)(?: \\)?$")
 _HASH = re.compile(r"^\s+--hash=sha256:[0-9a-f]{64}(?: \\)?$")
@@ -58,8 +62,8 @@ def _lock(path: Path) -> tuple[dict[str, str], dict[str, int], set[str]]:
 def test_lock_pins_exactly_the_edited_requirements(source: str, lock: str) -> None:
     pins = _pins(ROOT / source)
     versions, _, direct = _lock(ROOT / lock)
-    # A pin of the .txt is locked at a version it admits (`==2.13.0` admits the local build
-    # `2.13.0+cpu`, PEP 440), and nothing the lock takes straight from a .txt is gone from it.
+    # A pin of the .txt is locked at a version it admits, and nothing the lock takes straight
+    # from a .txt is gone from it.
     for name, specifier in pins.items():
         assert name in versions, f"{lock} lacks {name}: regenerate it (README, Development)"
         assert specifier.contains(versions[name], prereleases=True), (name, versions[name])
@@ -79,6 +83,28 @@ def test_the_dev_lock_installs_the_runtime_lock_versions() -> None:
     runtime, _, _ = _lock(ROOT / "requirements.lock")
     dev, _, _ = _lock(ROOT / "requirements-dev.lock")
     assert {name: dev.get(name) for name in runtime} == runtime
+
+
+def test_torch_is_outside_the_locks_and_installed_by_version_after_them() -> None:
+    # A hash pins one wheel file; torch's wheel for a version differs per machine (see above).
+    pins = _pins(ROOT / TORCH)
+    assert set(pins) == {"torch"}, f"{TORCH} is for torch alone: {sorted(pins)}"
+    for lock in LOCKS.values():
+        versions, _, _ = _lock(ROOT / lock)
+        held = sorted(n for n in versions if n in pins or n.startswith("nvidia-"))
+        assert not held, f"{lock} locks {held}: they belong in {TORCH} only"
+    for source in LOCKS:
+        assert "torch" not in _pins(ROOT / source), f"{source} pins torch: it belongs in {TORCH}"
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    pip = ".venv/bin/python -m pip install --quiet"
+    locked = lines.index(f"{pip} --require-hashes -r requirements-dev.lock")
+    by_version = f"{pip} -r {TORCH}"
+    assert by_version in lines, f".ci/run does not install {TORCH}"
+    assert lines.index(by_version) > locked, f".ci/run installs {TORCH} before the lock"
+    # `==X` without a local label admits both builds, `X` and `X+cpu` (PEP 440, version
+    # matching); a pin with `+cpu` would find nothing on PyPI.
+    (specifier,) = pins.values()
+    assert "+" not in specifier.version, f"{TORCH}: pin torch without a local build label"
 
 
 def test_ci_installs_the_locks_in_hash_checking_mode() -> None:
