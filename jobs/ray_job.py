@@ -308,7 +308,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             )
 
     def _stop(self, dashboard: Dashboard, job: JobInputs, sid: str) -> None:
-        dashboard.call("stop the job", lambda client: client.stop_job(sid))
+        dashboard.stop(sid)
         deadline = time.monotonic() + job.deadlines.stop_s
         while True:
             info = dashboard.job_info(sid)
