@@ -4,16 +4,7 @@ A failed job's log tail goes into an exception (the `pulumi up` error) and into 
 output (the state); one verl line can be megabytes (a pprint of a config, a tensor repr), so both
 the number of lines and the characters per line are capped, and what is cut is marked.
 
-Fetching: Ray's state API serves the last N lines of the driver log,
-``GET /api/v0/logs/file?submission_id=<id>&node_id=<driver node>&lines=N``. Measured against a
-real Ray 2.60 head: without ``node_id`` (or ``node_ip``) the dashboard answers 500
-(GetLogOptions: "node_id or node_ip must be provided ... when no actor or task_id"), so the
-driver's node id comes from the job's details (``driver_node_id``); a last line without a newline
-counts as a line. ``format=text`` asks Ray 2.34-2.44 not to prefix each chunk with "1" (ray PR
-#46556; the parameter was removed again in #51787 and is ignored since). The body is read as a
-stream, and each line is cut while reading, so a 5 MB line never sits in memory whole. When the
-state API cannot serve the file (no driver node yet, an older head), the Jobs API's whole log
-(``GET /api/jobs/<id>/logs``) is the fallback.
+Fetching (Ray's state API, the Jobs API as the fallback) is jobs/dashboard_client.py's.
 """
 
 from __future__ import annotations
@@ -21,11 +12,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-from urllib.parse import urlencode
-
-if TYPE_CHECKING:
-    from jobs.dashboard_access import ClientArgs
 
 # The failure report and the log_tail output.
 TAIL_LINES = 50
@@ -35,7 +21,7 @@ SCAN_LINES = 500
 SCAN_LINE_MAX_CHARS = 65_536
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CHUNK_BYTES = 1 << 16
+CHUNK_BYTES = 1 << 16
 
 
 class CappedLines:
@@ -102,47 +88,3 @@ def capped_from_chunks(chunks: Iterable[bytes], lines: int, max_chars: int) -> l
 
 class LogNotAvailableError(RuntimeError):
     """The state API could not serve the driver log."""
-
-
-def state_api_tail(
-    args: ClientArgs,
-    timeout: tuple[float, float],
-    submission_id: str,
-    driver_node_id: str | None,
-    lines: int,
-    max_chars: int,
-) -> list[str]:
-    """The last `lines` lines of the driver log through the state API (see the module doc).
-
-    A plain streamed request with the Jobs API client's address, headers (token) and CA: Ray's
-    own request helper reads the whole body before returning, which would defeat the streaming.
-    """
-    import requests
-
-    if not driver_node_id:
-        raise LogNotAvailableError(f"job {submission_id} has no driver node yet")
-    query = urlencode(
-        {
-            "submission_id": submission_id,
-            "node_id": driver_node_id,
-            "lines": lines,
-            "format": "text",
-        }
-    )
-    with requests.get(
-        f"{args.address}/api/v0/logs/file?{query}",
-        headers=args.headers,
-        verify=args.verify,
-        timeout=timeout,
-        stream=True,
-    ) as response:
-        if response.status_code in (401, 403):
-            # The wording the provider's credential check recognises.
-            raise RuntimeError(
-                f"Request failed with status code {response.status_code}: {response.text[:300]}"
-            )
-        if response.status_code != 200:
-            raise LogNotAvailableError(
-                f"state API answered {response.status_code}: {response.text[:200]!r}"
-            )
-        return capped_from_chunks(response.iter_content(_CHUNK_BYTES), lines, max_chars)

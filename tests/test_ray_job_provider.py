@@ -30,12 +30,12 @@ from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
+from jobs.dashboard_client import is_transient as _is_transient
 from jobs.ray_job import (
     UNKNOWN,
     JobDeadlines,
     RayJobArgs,
     RayJobProvider,
-    _is_transient,
     find_tagged_result,
     input_problems,
     submission_id,

@@ -46,7 +46,17 @@ class Runs:
 
 def _submit(jobs: JobSubmissionClient, hold: Path, *args: str) -> str:
     command = [sys.executable, str(STAND_IN), "--hold-file", str(hold), *args]
-    return jobs.submit_job(entrypoint=shlex.join(command))
+    # A head's dashboard answers before its agent has registered; until then Ray answers a
+    # submission 500 "No available agent to submit job, please try again later"
+    # (job_head.py, Ray 2.60).
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return jobs.submit_job(entrypoint=shlex.join(command))
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _wait_for(jobs: JobSubmissionClient, sid: str, text: str) -> None:
