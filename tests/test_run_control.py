@@ -259,20 +259,24 @@ def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmis
 # -- a head with Ray's token authentication -----------------------------------------------------
 
 
-def _answers_with_token(url: str) -> bool:
+def _session_name_with_token(url: str) -> str | None:
+    """tests.support.ray_head._session_name, sending this head's token (its /api/version wants
+    one): the session_name the head answers with, None while nothing answers."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {RAY_TOKEN}"})
     try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = json.loads(response.read() or b"{}")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    session = body.get("session_name") if isinstance(body, dict) else None
+    return str(session) if session else ""
 
 
 @pytest.fixture(scope="module")
 def token_head() -> Iterator[RayHead]:
     # The readiness probe of start_ray_head sends no token; this head wants one on /api/version.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ray_head_support, "_answers", _answers_with_token)
+        patch.setattr(ray_head_support, "_session_name", _session_name_with_token)
         token_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
         started = start_ray_head(
             Path(tempfile.mkdtemp(prefix="rtk", dir="/tmp")), extra_env=token_env
