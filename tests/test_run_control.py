@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from pulumi.runtime.proto import provider_pb2
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
+from jobs.job_inputs import JobInputs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support import ray_head as ray_head_support
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
@@ -245,6 +247,38 @@ def test_a_run_the_user_stopped_stays_stopped_through_refresh_and_up_until_resum
         host.delete(URN, sid, created.properties)
 
 
+def test_a_run_stopped_while_create_waits_is_kept_stopped_by_the_next_create(
+    head: RayHead, jobs: JobSubmissionClient, host: DynamicHost
+) -> None:
+    # `pulumi up` waits in create (wait_for=finished) when the user stops the run; that up and
+    # the next one (create again) must not resubmit it as -r2.
+    props = {
+        **stop_props(head),
+        "entrypoint": startup_job("--run", "stop-in-create", "--hold-seconds", "600"),
+        "submission_id_prefix": "stopwait",
+        "wait_for": "finished",
+    }
+    sid = JobInputs.parse(props).base_submission_id
+    checked = host.check(URN, None, engine_inputs(props, RayJobProvider()))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        creating = pool.submit(host.create, URN, checked.inputs)
+        deadline = time.monotonic() + WAIT_S
+        while sid not in [job.submission_id for job in jobs.list_jobs()]:
+            assert time.monotonic() < deadline and not creating.done(), "create submitted nothing"
+            time.sleep(0.2)
+        wait_until(jobs, sid, {JobStatus.RUNNING})
+        stopped = tool("stop", "--dashboard-url", head.dashboard_url, "--submission-id", sid)
+        assert stopped.returncode == 0, stopped.stderr
+        first = creating.result(timeout=WAIT_S)
+    again = host.create(URN, checked.inputs)
+    for created in (first, again):
+        state = from_wire(created.properties)
+        assert (created.id, state["status"], state["user_stop"]) == (sid, "STOPPED", True)
+    note = host.output_once(f"[ray-job {sid}] stopped by the user")
+    assert any("python -m tools.run resume" in line for line in note), note
+    assert f"{sid}-r2" not in [job.submission_id for job in jobs.list_jobs()]
+
+
 def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmissionClient) -> None:
     sid = submit(jobs, startup_job("--run", "done", "--steps", "1"))
     wait_until(jobs, sid, {JobStatus.SUCCEEDED})
@@ -259,20 +293,23 @@ def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmis
 # -- a head with Ray's token authentication -----------------------------------------------------
 
 
-def _answers_with_token(url: str) -> bool:
+def _session_name_with_token(url: str) -> str | None:
+    """ray_head's readiness probe (the session_name of GET /api/version), sending the token."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {RAY_TOKEN}"})
     try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = json.loads(response.read() or b"{}")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    session = body.get("session_name") if isinstance(body, dict) else None
+    return str(session) if session else ""
 
 
 @pytest.fixture(scope="module")
 def token_head() -> Iterator[RayHead]:
     # The readiness probe of start_ray_head sends no token; this head wants one on /api/version.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ray_head_support, "_answers", _answers_with_token)
+        patch.setattr(ray_head_support, "_session_name", _session_name_with_token)
         token_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
         started = start_ray_head(
             Path(tempfile.mkdtemp(prefix="rtk", dir="/tmp")), extra_env=token_env
