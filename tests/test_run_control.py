@@ -16,6 +16,7 @@ Rules encoded, with their source:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -31,15 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from pulumi.runtime.proto import provider_pb2
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
+from jobs.dashboard_client import Dashboard
 from jobs.job_inputs import JobInputs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support import ray_head as ray_head_support
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.ray_head import RayHead, start_ray_head
+from tools import run_control
+from tools.run_target import RunToolError, Target, open_dashboard
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -192,6 +197,29 @@ def test_follow_streams_the_log_with_phases_and_steps_until_the_run_ends(
     assert lines.index(logged[-1]) < lines.index(step_three)
     report = rows("\n".join(lines[lines.index(f"==> {sid} SUCCEEDED") + 1 :]))
     assert report["run"] == sid and report["status"].startswith("SUCCEEDED after")
+
+
+def test_follow_fails_when_the_stream_keeps_closing_with_nothing_new_while_the_run_runs(
+    head: RayHead, jobs: JobSubmissionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A proxy that closes the log websocket at once: follow must not end 0 on a RUNNING run.
+    sid = submit(jobs, startup_job("--run", "idle-stream", "--hold-seconds", "600"))
+    try:
+        wait_until(jobs, sid, {JobStatus.RUNNING})
+        target = Target(dashboard_access.DashboardUrl(head.dashboard_url), sid, None)
+        with open_dashboard(target, 30.0) as dashboard:
+            # Ray's SDK raises a websocket ERROR only when it knows the head's version
+            # (tail_job_logs, ray/dashboard/modules/job/sdk.py, Ray 2.60).
+            known = dashboard.call("version", lambda client: client._server_ray_version)
+        assert known == ray.__version__
+        monkeypatch.setattr(run_control, "RECONNECTS", 2)
+        monkeypatch.setattr(Dashboard, "follow_log", lambda _self, _sid: iter(()))
+        out = io.StringIO()
+        with pytest.raises(RunToolError, match="3 times in a row with nothing new"):
+            run_control.follow(target, 30.0, out)
+        assert out.getvalue().count("reconnecting") == 2
+    finally:
+        jobs.stop_job(sid)
 
 
 def stop_props(head: RayHead) -> dict[str, Any]:
