@@ -306,11 +306,16 @@ def _client_class() -> type:
                     f"{response.text[:500]}."
                 )
             try:
-                session = response.json().get("session_name")
+                body = response.json()
             except ValueError as exc:
                 raise RuntimeError(
                     f"GET /api/version answered {response.text[:200]!r}, not Ray's JSON"
                 ) from exc
+            # What Ray's own connection check records: tail_job_logs raises a websocket ERROR
+            # only when it knows the head is newer than 2.0.1, else it ends the stream as if
+            # closed (ray/dashboard/modules/dashboard_sdk.py and job/sdk.py, Ray 2.60).
+            self._server_ray_version = body.get("ray_version")
+            session = body.get("session_name")
             return str(session) if session else None
 
     return _TimedClient

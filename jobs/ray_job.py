@@ -227,13 +227,19 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 # sid now ended FAILED: the next attempt gets a fresh -rN id.
                 sid = self._submit_or_adopt(dashboard, job)
                 info, first_step = self._await(dashboard, job, sid)
-            if info.status.value in ("FAILED", "STOPPED"):
+            # A run the user stopped (jobs/user_stop.py) is not a failure: it enters the state
+            # as STOPPED with user_stop, and diff keeps it stopped.
+            stopped_by_user = _user_stop(dashboard, sid, info, {}) is True
+            if info.status.value in ("FAILED", "STOPPED") and not stopped_by_user:
                 raise ProviderRuntimeError(
                     failure_report(dashboard, sid, info, job.wait_for, first_step)
                 )
             result = _tagged_result(dashboard, job, sid, info)
             outs = _outputs(job, sid, info, _discover(job.checkpoint_root, None), result, dashboard)
         outs["first_step"] = first_step
+        if stopped_by_user:
+            outs["user_stop"] = True
+            progress(sid, user_stop_note(sid, outs))
         return pulumi.dynamic.CreateResult(sid, outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
@@ -401,6 +407,9 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             ended = (f"{base}-r{attempt}" if attempt > 1 else base, previous.status.value)
             attempt += 1
             previous = dashboard.job_info(f"{base}-r{attempt}")
+        if ended is not None and ended[1] == "STOPPED" and user_stop.recorded(dashboard, ended[0]):
+            # Stopped with `python -m tools.run stop` while create waited on it: it stays stopped.
+            return ended[0]
         sid = base if attempt == 1 else f"{base}-r{attempt}"
         if previous is not None:
             progress(sid, f"already submitted ({previous.status.value}): adopting it")
@@ -658,8 +667,9 @@ def _user_stop(
         return None
     try:
         return user_stop.recorded(dashboard, sid)
-    except DashboardUnreachableError:  # the status was read; keep what the last refresh saw
-        return props.get("user_stop")
+    except DashboardUnreachableError:
+        # The status was read, the record was not: a stop the last refresh saw stays known.
+        return True if props.get("user_stop") else None
 
 
 def _tagged_result(

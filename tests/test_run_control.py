@@ -16,6 +16,7 @@ Rules encoded, with their source:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -26,18 +27,24 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from pulumi.runtime.proto import provider_pb2
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
+from jobs.dashboard_client import Dashboard
+from jobs.job_inputs import JobInputs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support import ray_head as ray_head_support
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
 from tests.support.ray_head import RayHead, start_ray_head
+from tools import run_control
+from tools.run_target import RunToolError, Target, open_dashboard
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -192,6 +199,29 @@ def test_follow_streams_the_log_with_phases_and_steps_until_the_run_ends(
     assert report["run"] == sid and report["status"].startswith("SUCCEEDED after")
 
 
+def test_follow_fails_when_the_stream_keeps_closing_with_nothing_new_while_the_run_runs(
+    head: RayHead, jobs: JobSubmissionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A proxy that closes the log websocket at once: follow must not end 0 on a RUNNING run.
+    sid = submit(jobs, startup_job("--run", "idle-stream", "--hold-seconds", "600"))
+    try:
+        wait_until(jobs, sid, {JobStatus.RUNNING})
+        target = Target(dashboard_access.DashboardUrl(head.dashboard_url), sid, None)
+        with open_dashboard(target, 30.0) as dashboard:
+            # Ray's SDK raises a websocket ERROR only when it knows the head's version
+            # (tail_job_logs, ray/dashboard/modules/job/sdk.py, Ray 2.60).
+            known = dashboard.call("version", lambda client: client._server_ray_version)
+        assert known == ray.__version__
+        monkeypatch.setattr(run_control, "RECONNECTS", 2)
+        monkeypatch.setattr(Dashboard, "follow_log", lambda _self, _sid: iter(()))
+        out = io.StringIO()
+        with pytest.raises(RunToolError, match="3 times in a row with nothing new"):
+            run_control.follow(target, 30.0, out)
+        assert out.getvalue().count("reconnecting") == 2
+    finally:
+        jobs.stop_job(sid)
+
+
 def stop_props(head: RayHead) -> dict[str, Any]:
     return RayJobArgs(
         entrypoint=startup_job("--run", "user-stop", "--hold-seconds", "600"),
@@ -245,6 +275,38 @@ def test_a_run_the_user_stopped_stays_stopped_through_refresh_and_up_until_resum
         host.delete(URN, sid, created.properties)
 
 
+def test_a_run_stopped_while_create_waits_is_kept_stopped_by_the_next_create(
+    head: RayHead, jobs: JobSubmissionClient, host: DynamicHost
+) -> None:
+    # `pulumi up` waits in create (wait_for=finished) when the user stops the run; that up and
+    # the next one (create again) must not resubmit it as -r2.
+    props = {
+        **stop_props(head),
+        "entrypoint": startup_job("--run", "stop-in-create", "--hold-seconds", "600"),
+        "submission_id_prefix": "stopwait",
+        "wait_for": "finished",
+    }
+    sid = JobInputs.parse(props).base_submission_id
+    checked = host.check(URN, None, engine_inputs(props, RayJobProvider()))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        creating = pool.submit(host.create, URN, checked.inputs)
+        deadline = time.monotonic() + WAIT_S
+        while sid not in [job.submission_id for job in jobs.list_jobs()]:
+            assert time.monotonic() < deadline and not creating.done(), "create submitted nothing"
+            time.sleep(0.2)
+        wait_until(jobs, sid, {JobStatus.RUNNING})
+        stopped = tool("stop", "--dashboard-url", head.dashboard_url, "--submission-id", sid)
+        assert stopped.returncode == 0, stopped.stderr
+        first = creating.result(timeout=WAIT_S)
+    again = host.create(URN, checked.inputs)
+    for created in (first, again):
+        state = from_wire(created.properties)
+        assert (created.id, state["status"], state["user_stop"]) == (sid, "STOPPED", True)
+    note = host.output_once(f"[ray-job {sid}] stopped by the user")
+    assert any("python -m tools.run resume" in line for line in note), note
+    assert f"{sid}-r2" not in [job.submission_id for job in jobs.list_jobs()]
+
+
 def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmissionClient) -> None:
     sid = submit(jobs, startup_job("--run", "done", "--steps", "1"))
     wait_until(jobs, sid, {JobStatus.SUCCEEDED})
@@ -260,8 +322,7 @@ def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmis
 
 
 def _session_name_with_token(url: str) -> str | None:
-    """tests.support.ray_head._session_name, sending this head's token (its /api/version wants
-    one): the session_name the head answers with, None while nothing answers."""
+    """ray_head's readiness probe (the session_name of GET /api/version), sending the token."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {RAY_TOKEN}"})
     try:
         with urllib.request.urlopen(request, timeout=5) as response:

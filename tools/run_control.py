@@ -9,7 +9,8 @@
 - --follow: prints the driver log from its start as the driver writes it (the Jobs API's log
   websocket, as `ray job logs --follow`), and between its lines, prefixed "==> ", the start-up
   phase when it changes and each training step (jobs/verl_log.py, the provider's parser), until
-  the run ends.
+  the run ends. A closed stream is reopened; more than RECONNECTS closes in a row that brought
+  nothing new, while the run has not ended, are an error.
 """
 
 from __future__ import annotations
@@ -132,8 +133,10 @@ def follow(target: Target, timeout_s: float, out: TextIO = sys.stdout) -> None:
     printed, partial = 0, ""
     with open_dashboard(target, timeout_s) as dashboard:
         job_details(dashboard, target)
-        for attempt in range(RECONNECTS + 1):
-            received = 0  # characters of this connection (each one starts at the log's start)
+        idle = 0  # consecutive connections that brought nothing new
+        while True:
+            received, before = 0, printed  # each connection starts at the log's start
+            closed = "closed"
             try:
                 for chunk in dashboard.follow_log(sid):
                     skip = max(0, printed - received)
@@ -145,12 +148,18 @@ def follow(target: Target, timeout_s: float, out: TextIO = sys.stdout) -> None:
                     *lines, partial = text.split("\n")
                     _emit(out, lines, progress)
             except RuntimeError as exc:  # the socket closed early (a proxy, a head restart)
-                if attempt == RECONNECTS:
-                    raise RunToolError(f"following the log of {sid} failed: {exc}") from exc
-                out.write(f"==> log stream closed ({exc}); reconnecting\n")
+                closed = f"closed ({exc})"
             status = job_details(dashboard, target).status.value
             if status in _TERMINAL:
                 break
+            idle = 0 if printed > before else idle + 1
+            if idle > RECONNECTS:
+                raise RunToolError(
+                    f"following the log of {sid}: the log stream {closed} {idle} times in a row "
+                    f"with nothing new while the run is {status}; run it again, or look at the "
+                    "driver log in the Ray dashboard"
+                )
+            out.write(f"==> log stream {closed} while {status}; reconnecting\n")
             time.sleep(1.0)
     if partial:
         _emit(out, [partial], progress)
