@@ -339,7 +339,8 @@ def test_wandb_logger_without_a_key_is_refused_before_any_resource() -> None:
 
 
 def test_tools_run_prefers_the_plain_endpoint_outputs_over_the_secret_kubeconfig() -> None:
-    from tools import run as run_tool
+    # tools.run finds where the run is through tools/run_target.py.
+    from tools import run_target as run_tool
 
     def no_pulumi(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("the secret kubeconfig output must not be read")
