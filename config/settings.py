@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from config import cluster_security, input_rules, known_values, placement
+from config import cluster_security, declared_defaults, input_rules, known_values, placement
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan, streaming_refusal
@@ -1026,7 +1026,7 @@ def _load_settings(
 ) -> LoadedSettings:
     where = stack_file or f"Pulumi.{stack}.yaml"
     problems = _unknown_keys(config, stack)
-    values = dict(config)
+    values = declared_defaults.without_unset(config, NAMESPACE, StackSettings)
     notices: list[str] = []
     _plan_encrypted_values(values, notices, where)
     _drop_unused_reservation_placeholder(values, notices)

@@ -62,7 +62,7 @@ def test_bad_image_reference_refused_for_every_image_setting(key: str, value: st
     ("key", "value"),
     [
         ("verl-gke:rayVersion", "latest"),
-        ("verl-gke:rayVersion", ""),
+        ("verl-gke:rayVersion", " "),
         ("verl-gke:rayVersion", "2.47"),
         ("verl-gke:rayVersion", "2.47.0; curl x"),
         ("verl-gke:verlRef", "latest"),

@@ -92,6 +92,9 @@ def describe(resource: RecordedResource) -> str:
             value = ",".join(value)
         elif path == "nodeConfig.guestAccelerators":
             value = ",".join(f"{a.get('type')}x{a.get('count')}" for a in value)
+        elif isinstance(value, dict):
+            # Inputs come back through the engine's protobuf Struct, whose key order is not kept.
+            value = dict(sorted(value.items()))
         parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
     return " ".join(parts)
 
@@ -136,12 +139,14 @@ def write_manifests(
     written = []
     for resource, body in kubernetes_objects(result):
         path = target / f"{body['kind'].lower()}-{resource.name}.yaml"
-        path.write_text(yaml.safe_dump(redacted(body, markers), sort_keys=False))
+        # Sorted keys (as `kubectl get -o yaml` prints them): the engine's protobuf Struct does not
+        # keep key order, so an unsorted render differs from run to run.
+        path.write_text(yaml.safe_dump(redacted(body, markers), sort_keys=True))
         written.append(path)
     for release in result.of_type("kubernetes:helm.sh/v3:Release"):
         path = target / f"helm-{release.name}-values.yaml"
         values = redacted(release.inputs.get("values") or {}, markers)
-        path.write_text(yaml.safe_dump(values, sort_keys=False))
+        path.write_text(yaml.safe_dump(values, sort_keys=True))
         written.append(path)
     return written
 
