@@ -1,8 +1,10 @@
 """The defaults Pulumi.yaml declares for settings whose real default is not one fixed value.
 
-Pulumi applies a declared `default` to every stack that lacks the key, and refuses a stack that
-lacks a key declared without one ("Stack 'a4' is missing configuration value ...": pulumi/pulumi
-sdk/go/common/workspace/project.go, ValidateStackConfigAndApplyProjectConfig). A setting whose
+Pulumi applies a declared `default` (any non-null value, the empty string included) to every stack
+that lacks the key, and refuses a stack that lacks a key declared without one ("Stack 'a4' is
+missing configuration value ...": pulumi/pulumi sdk/go/common/workspace/config.go mergeConfig). It
+checks a plain stack value's type on its text (validateStackConfigValue; project.go
+ValidateConfigValue), so a `string` key takes any value `pulumi config set` writes. A setting whose
 default the program derives from the stack (its profile, its name, another setting), or that is
 optional, is therefore declared as a string whose default, the empty string, means "not set" (a
 string: Pulumi's integer and boolean types cannot say "not set", and an explicit 0 GPU nodes must
