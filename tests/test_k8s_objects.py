@@ -102,7 +102,7 @@ def test_nccl_installer_per_profile(stack: str, mode: str) -> None:
 def test_autopilot_follows_the_tutorial_without_a_node_installer(stack: str, mode: str) -> None:
     # The tutorial's ComputeClass + DRANET flow has no installer DaemonSet; the workers install
     # the gIB plugin into an emptyDir themselves, and Autopilot rejects privileged pods that no
-    # allowlist matches (README, "Autopilot and the NCCL installer").
+    # allowlist matches (docs/architecture.md, "GKE and chart contracts").
     result = plan(stack, mode)
     assert k8s_objects(result, "DaemonSet") == []
     names = {r.inputs["metadata"]["name"] for r in k8s_objects(result, "Namespace")}
@@ -620,7 +620,7 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     assert volumes["training-bucket-vol"]["persistentVolumeClaim"] == {
         "claimName": "training-bucket-uncached-pvc"
     }
-    # Hardened where the image allows it (README, checkov findings).
+    # Hardened where the image allows it (docs/architecture.md, checkov findings).
     assert spec["automountServiceAccountToken"] is False
     assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert container["securityContext"] == {

@@ -1,4 +1,4 @@
-"""The house rules of the layout (README "Architecture"): each top-level folder is one place
+"""The house rules of the layout (docs/architecture.md): each top-level folder is one place
 where code runs or one layer, none holds more than 30 % of the program, the pure layers import
 nothing from the Pulumi components, there are no import cycles and no function longer than 60
 lines without saying why.

@@ -187,7 +187,7 @@ def test_job_composes_and_validates(profile: str, mode: Mode, release: str) -> N
     overrides = _overrides(_spec(profile, mode))
     assert set(verdict["values"]) == {o.split("=", 1)[0] for o in overrides} | set(REPORTED)
     # verl resumes from the experiment folder's latest checkpoint only in mode auto
-    # (RayPPOTrainer._load_checkpoint): every job keeps it, as the README promises.
+    # (RayPPOTrainer._load_checkpoint): every job keeps it, as docs/grpo-job.md promises.
     assert verdict["values"]["trainer.resume_mode"]["composed"] == "auto"
     for key, value in verdict["values"].items():
         if key in REPORTED:

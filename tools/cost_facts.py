@@ -199,6 +199,7 @@ def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str])
         f"  prices: list prices for {REGION} read on {CLUSTER_FEE.read_on} "
         f"(tools/price_table.py); prices vary by region{region_note}",
         f"  GPU nodes ($/h): {_gpu_line(settings)}",
+        f"  GPU node rate by capacity mode ({config('capacity')}): {_modes_line(settings)}",
         f"  CPU: {_cpu_line(settings)}",
         f"  control plane ($/h): {_usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
         f"management fee in both modes ({GKE_PRICING}); "
@@ -253,6 +254,18 @@ def _gpu_line(settings: StackSettings) -> str:
             "not, not from pulumi up"
         )
     return head
+
+
+def _modes_line(settings: StackSettings) -> str:
+    """The node-hour rate of the stack's GPU machine under every capacity mode this profile and
+    GKE mode accept, so the modes can be compared before choosing; the chosen one is marked."""
+    machine = settings.profile.machine_type
+    supported = settings.profile.capacity[settings.mode].supported
+    rates = []
+    for capacity in supported:
+        chosen = " (this stack)" if capacity is settings.capacity else ""
+        rates.append(f"{capacity.value}{chosen} {_rate(gpu_machine_price(machine, capacity))}")
+    return f"{machine}: " + "; ".join(rates)
 
 
 def _cpu_line(settings: StackSettings) -> str:
