@@ -161,7 +161,8 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
         if key.startswith("NCCL_") and key != "NCCL_DEBUG":
             assert training_env[key] == value, key
     assert len(env["VERL_GKE_FABRIC_CHECK_SHA256"]) == 64
-    assert fabric.inputs["wait"] is True
+    assert fabric.inputs["wait_for"] == "finished"
+    assert "wait" not in fabric.inputs  # the deprecated boolean (jobs/job_inputs.py RayJobArgs)
     assert fabric.inputs["result_tag"] == "fabric"
     assert fabric.inputs.get("checkpoint_root") is None
     # GRPO is submitted only after the check passed; the check needs the RayCluster, runs once
