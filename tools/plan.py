@@ -63,7 +63,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
-    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait", "checkpoint_root"),
+    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait_for", "checkpoint_root"),
 }
 
 
