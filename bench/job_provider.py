@@ -156,6 +156,18 @@ def bench_discovery(runs: int) -> None:
         )
 
 
+def _alternate(runs: int, actions: dict[str, Any], client: Any) -> dict[str, list[float]]:
+    """Seconds each action takes to a RUNNING job, the actions taking turns; each job stopped."""
+    results: dict[str, list[float]] = {label: [] for label in actions}
+    for index in range(runs):
+        for label, action in actions.items():
+            started = time.perf_counter()
+            sid = action(index)
+            results[label].append(time.perf_counter() - started)
+            client.stop_job(sid)
+    return results
+
+
 def bench_submit(runs: int) -> None:
     print("\n== 2. submit-to-RUNNING latency on one local Ray head ==")
     with (
@@ -208,14 +220,9 @@ def bench_submit(runs: int) -> None:
                 time.sleep(0.05)
             return sid
 
-        results: dict[str, list[float]] = {"provider create": [], "ray job submit --no-wait": []}
-        for index in range(runs):
-            for label, action in (("provider create", via_provider),
-                                  ("ray job submit --no-wait", via_cli)):  # fmt: skip
-                started = time.perf_counter()
-                sid = action(index)
-                results[label].append(time.perf_counter() - started)
-                client.stop_job(sid)
+        results = _alternate(
+            runs, {"provider create": via_provider, "ray job submit --no-wait": via_cli}, client
+        )
         for label, times in results.items():
             print(f"{label:28s} {summary(times)}")
         print("(both measured to the first observed RUNNING; the CLI figure includes polling")

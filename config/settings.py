@@ -214,7 +214,7 @@ class StackSettings(BaseModel):
             "capacity": _default_capacity(profile, mode, data.get("reservation")),
             "gpuNodes": profile.default_gpu_nodes,
             "clusterName": f"verl-{stack}",
-            # Autopilot DRANET needs the rapid channel (tutorial §3.B).
+            # Autopilot DRANET needs the rapid channel (the tutorial's Autopilot DRANET flow).
             "releaseChannel": "RAPID" if mode == Mode.AUTOPILOT.value else "REGULAR",
             "kubernetesVersion": _kubernetes_floor(profile, mode),
             "verlImage": profile.verl_image,
@@ -323,9 +323,9 @@ ACCEPT_GPU_NODES = "accept_gpu_nodes"
 def _problems(
     s: StackSettings, accept_gpu_nodes: Callable[[int], bool] | None = None
 ) -> list[str | None]:
-    """The rules of config/stack_rules.py; imported here, when a stack is validated, because
-    they read this module's StackSettings and config_key."""
-    from config.stack_rules import problems
+    """The rules of config/stack_rules.py, which read this module's StackSettings and
+    config_key: imported when a stack is validated, after both modules are loaded."""
+    from config.stack_rules import problems  # deferred: stack_rules imports this module
 
     return problems(s, accept_gpu_nodes)
 
