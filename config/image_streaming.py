@@ -1,4 +1,4 @@
-"""How the GPU nodes get the worker image (issue 13 lever 2): streamed through an Artifact
+"""How the GPU nodes get the worker image : streamed through an Artifact
 Registry remote repository in front of Docker Hub, or pre-pulled where streaming is off.
 
 Pure: no Pulumi. Settings resolve `verl-gke:imageStreaming` to an ImagePullPlan here;

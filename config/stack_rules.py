@@ -356,7 +356,7 @@ def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> 
 
 
 _CIDR_FIELDS = ("host_subnet_cidr", "pods_cidr", "services_cidr")
-# 192.168.0.0/16 is taken by the gVNIC and RoCE subnets (tutorial §2.1).
+# 192.168.0.0/16 is taken by the gVNIC and RoCE subnets (the tutorial's Standard networks).
 _RDMA_RANGE = ipaddress.IPv4Network("192.168.0.0/16")
 
 

@@ -33,7 +33,7 @@ PART_OF = "verl-gke"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-# Autopilot's built-in class for CPU pods that need a chosen machine series (tutorial §4.5).
+# Autopilot's built-in class for CPU pods that need a chosen machine series (tutorial, data prep).
 AUTOPILOT_CPU_CLASS = "Performance"
 
 
