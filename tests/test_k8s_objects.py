@@ -102,7 +102,7 @@ def test_nccl_installer_per_profile(stack: str, mode: str) -> None:
 def test_autopilot_follows_the_tutorial_without_a_node_installer(stack: str, mode: str) -> None:
     # The tutorial's ComputeClass + DRANET flow has no installer DaemonSet; the workers install
     # the gIB plugin into an emptyDir themselves, and Autopilot rejects privileged pods that no
-    # allowlist matches (README, "Autopilot and the NCCL installer").
+    # allowlist matches (docs/real-systems.md, "Autopilot and the NCCL installer").
     result = plan(stack, mode)
     assert k8s_objects(result, "DaemonSet") == []
     names = {r.inputs["metadata"]["name"] for r in k8s_objects(result, "Namespace")}
