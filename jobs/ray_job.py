@@ -82,8 +82,7 @@ submitted once more under the next -rN id. Errors of the provider's own (jobs/pr
 reach `pulumi up` as their message, without the host's traceback.
 
 Rules of pulumi.dynamic that shape this module (pulumi sdk/python/lib/pulumi/dynamic): the provider
-is
-pickled with dill into the state and runs in a separate process, so it holds no client, socket or
+is pickled with dill into the state and runs in a separate process, so it holds no client, socket or
 token; heavy imports happen inside methods; connection data are inputs; the engine applies no
 timeouts, so every wait here has its own deadline; progress goes to stdout with flush=True.
 """
