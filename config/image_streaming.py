@@ -1,5 +1,5 @@
-"""How the GPU nodes get the worker image : streamed through an Artifact
-Registry remote repository in front of Docker Hub, or pre-pulled where streaming is off.
+"""How the GPU nodes get the worker image: streamed through an Artifact Registry remote
+repository in front of Docker Hub, or pre-pulled where streaming is off.
 
 Pure: no Pulumi. Settings resolve `verl-gke:imageStreaming` to an ImagePullPlan here;
 components/image_registry.py (streaming) and components/image_prepull.py (pre-pull) create what
