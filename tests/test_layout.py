@@ -139,6 +139,12 @@ def test_layers_import_only_what_they_may(layer: str) -> None:
     assert not bad, sorted(bad)
 
 
+def test_the_composition_root_imports_no_offline_code() -> None:
+    known = checked_modules()
+    bad = {m for m in imports_of(ROOT / "__main__.py", known) if m.split(".")[0] in OFFLINE}
+    assert not bad, sorted(bad)
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, str] = {}
     stack: list[str] = []
