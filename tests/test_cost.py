@@ -1,4 +1,4 @@
-"""Cost in money before anything is created (issue 20, item 3): the price table's provenance, the
+"""Cost in money before anything is created: the price table's provenance, the
 plan's $/h on every stack, mode and capacity the settings accept, the arithmetic against a hand
 derivation, and the billing-while-waiting claim against the capacity plan's own fact."""
 

@@ -1,4 +1,4 @@
-"""How the Ray job provider reports faults (issue 17, items 8-11), through the real
+"""How the Ray job provider reports faults, through the real
 `python -m pulumi.dynamic` host over gRPC against a real local Ray head.
 
 - Log endpoints that fail while the status answers end a first-step wait after

@@ -1,8 +1,8 @@
 """The plan's "What you pay for" block: the GPU capacity a stack bills, on every stack and mode
 (on Autopilot the machine type hides inside the ComputeClass, so it is spelled out here), how the
 worker image reaches the GPU nodes and what its pull still costs, and the modelled minutes to the
-first training step (bench/startup_links.py's model, scheduled over the plan's own recorded graph:
-no second run of the program).
+first training step (tools/startup_links.py's model, scheduled over the plan's own recorded graph
+by tools/startup_schedule.py: no second run of the program).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from bench.startup_links import Schedule, levers_in_graph, schedule
 from config.bucket_layout import GSM8K_TRAIN
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
@@ -29,13 +28,16 @@ from tools.price_table import (
     cpu_machine_price,
     gpu_machine_price,
 )
+from tools.startup_links import job_facts, levers_in_graph
+from tools.startup_schedule import Schedule, schedule
+from training.assembly import training_job
 from training.memory_fit import known_model
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
     """The start-up schedule with the levers the program implements."""
-    arch = settings.profile.arch
-    return schedule(result, arch, levers_in_graph(result, arch))
+    job = job_facts(settings, training_job(settings).spec)
+    return schedule(result, job, levers_in_graph(result, job.arch))
 
 
 def _image_line(timed: Schedule, settings: StackSettings) -> str:

@@ -63,7 +63,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
-    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait", "checkpoint_root"),
+    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait_for", "checkpoint_root"),
 }
 
 
@@ -256,7 +256,7 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
 
 
 def teardown_notes(settings: StackSettings) -> Iterator[str]:
-    """What `pulumi destroy` leaves behind for this stack (README, "Tear down")."""
+    """What `pulumi destroy` leaves behind for this stack (README, "Tear-down and re-deploys")."""
     if settings.networking.rdma_vpcs:
         return
     yield (
@@ -264,7 +264,7 @@ def teardown_notes(settings: StackSettings) -> Iterator[str]:
         f"network profile 'auto'); `pulumi destroy` does not delete them. Before destroying, "
         f"record the hash: gcloud container clusters describe {settings.cluster_name} "
         f"--location={settings.region} --project={settings.project} --format='value(id)' "
-        f"| cut -c1-8; then follow README, Tear down"
+        f"| cut -c1-8; then follow README, Tear-down and re-deploys"
     )
 
 
