@@ -149,7 +149,8 @@ class StackSettings(BaseModel):
     kuberay_chart_version: str = Field(default="1.7.0", description="KubeRay operator chart")
     # NVIDIA DRA driver chart (A4X only). Not the seed's 25.3.1: it hard-codes
     # resource.k8s.io/v1beta1 DeviceClasses, which GKE 1.34 does not serve unless enabled;
-    # 25.3.2 picks resource.k8s.io/v1 from the cluster (docs/real-systems.md, "NVIDIA DRA driver chart (A4X)").
+    # 25.3.2 picks resource.k8s.io/v1 from the cluster (docs/real-systems.md, "NVIDIA DRA
+    # driver chart (A4X)").
     # Default 25.12.0: docs/real-systems.md, "NVIDIA DRA driver version".
     dra_driver_chart_version: str = Field(
         default="25.12.0", description="NVIDIA DRA driver chart version (A4X)"
