@@ -64,6 +64,8 @@ _COLUMN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _REWARD = re.compile(r"(?P<file>[A-Za-z0-9_./-]+\.py):(?P<function>[A-Za-z_][A-Za-z0-9_]*)")
 COLUMN_KEYS = ("prompt", "answer", "trainSplit", "testSplit", "subset", "instruction")
 COLUMNS_EXAMPLE = '{"prompt":"question","answer":"answer"}'
+# A reward file the repository carries, so a fix that names it is accepted as it stands.
+REWARD_EXAMPLE = "docs/examples/exact_match.py:compute_score"
 
 
 @dataclass(frozen=True)
@@ -207,10 +209,13 @@ def dataset_problems(
     if columns_text is None:
         if dataset == DEFAULT_DATASET:
             return []
+        also = ""
+        if reward is None and dataset not in BUILTIN_SCORED:
+            also = f" and {_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} (verl has no score for it)"
         return [
             f"{DATASET_KEY} = {dataset!r}: the data-prep Job needs to know which columns hold "
             f"the prompt and the answer. Fix: {_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} "
-            "(your column names)"
+            f"(your column names){also}"
         ]
     columns, why = parse_columns(columns_text)
     if columns is None:
@@ -224,7 +229,7 @@ def dataset_problems(
             f"{DATASET_KEY} = {dataset!r}: verl has no built-in score for this data_source "
             f"(it knows {list(BUILTIN_SCORED)} among math sets; verl/utils/reward_score), so the "
             f"first reward would raise NotImplementedError. Fix: "
-            f"{_fix(REWARD_KEY, 'rewards/exact_match.py:compute_score', stack)} "
+            f"{_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} "
             "(a file of this project with that function; docs/own-run.md)"
         ]
     return []
@@ -263,8 +268,7 @@ def _bucket_dataset_problems(
 def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_DIR) -> list[str]:
     if reward is None:
         return []
-    example = "rewards/exact_match.py:compute_score"
-    fix = _fix(REWARD_KEY, example, stack)
+    fix = _fix(REWARD_KEY, REWARD_EXAMPLE, stack)
     match = _REWARD.fullmatch(reward)
     if match is None:
         return [f"{REWARD_KEY} = {reward!r}: not FILE.py:FUNCTION. Fix: {fix}"]
@@ -370,3 +374,61 @@ def dataset_of(s: StackSettings) -> DatasetChoice:
 
 def reward_of(s: StackSettings) -> RewardChoice | None:
     return reward_choice(s.reward) if s.reward is not None else None
+
+
+# openai/gsm8k's `main` configuration: 7,473 train and 1,319 test rows (the dataset card,
+# huggingface.co/datasets/openai/gsm8k).
+GSM8K_ROWS = {"train": 7473, "test": 1319}
+
+
+def plan_lines(s: StackSettings) -> list[str]:
+    """The run's dataset, reward and verl, for the plan."""
+    dataset = dataset_of(s)
+    reward = reward_of(s)
+    if dataset.kind == "gsm8k":
+        how = "verl's examples/data_preprocess/gsm8k.py" + (
+            f" at {s.verl_ref}" if s.verl_source == "checkout" else " rows, written by the Job"
+        )
+        shown = (
+            f"openai/gsm8k ({how}): train {GSM8K_ROWS['train']:,} rows, "
+            f"test {GSM8K_ROWS['test']:,} rows -> {dataset.folder}"
+        )
+    elif dataset.kind == "hub":
+        assert dataset.columns is not None
+        c = dataset.columns
+        shown = (
+            f"{dataset.dataset} (Hub; prompt column {c.prompt!r}, answer column {c.answer!r}, "
+            f"splits {c.train_split}/{c.test_split}"
+            + (f", subset {c.subset}" if c.subset else "")
+            + (", instruction appended" if c.instruction else "")
+            + f") -> {dataset.folder}; split sizes, columns and access (gated?) are checked "
+            "by the data-prep Job with verl-gke:hfToken, not offline"
+        )
+    else:
+        shown = (
+            f"{dataset.dataset} -> {dataset.folder}/{{train,test}}.parquet in verl's format; "
+            "the data-prep Job checks their columns before any GPU is used"
+        )
+    lines = ["Run inputs:", f"  dataset: {shown}"]
+    if reward is None:
+        lines.append(
+            f"  reward: verl's built-in score for data_source {dataset.dataset!r} "
+            "(verl/utils/reward_score default_compute_score)"
+            if dataset.kind != "bucket"
+            else "  reward: verl's built-in score for each row's data_source "
+            "(verl/utils/reward_score default_compute_score)"
+        )
+    else:
+        lines.append(
+            f"  reward: {reward.file}:{reward.function} (line {reward.line}, sha256 "
+            f"{reward.sha256[:16]}) -> custom_reward_function.path={reward.mounted_path}"
+        )
+    if s.verl_source == "image":
+        lines.append(
+            f"  verl: the image's own ({VERL_SOURCE_KEY}=image; {s.verl_image} must carry verl: "
+            f"python3 -c 'import verl' in it); verlRef is not used, and verl's config checks "
+            f"assume {s.profile.verl_ref}, the profile's release"
+        )
+    else:
+        lines.append(f"  verl: volcengine/verl at {s.verl_ref}, first on PYTHONPATH")
+    return lines
