@@ -55,6 +55,19 @@ BUILTIN_SCORED = ("openai/gsm8k", "lighteval/MATH", "DigitalLearningGmbH/MATH-li
 # get_custom_reward_fn's _call_with_kwargs, verl/trainer/ppo/reward.py v0.6.1 and v0.9.0).
 REWARD_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
+# Where verl's config holds the custom reward function. v0.6.1 reads the top-level
+# custom_reward_function (verl/trainer/ppo/reward.py get_custom_reward_fn). From v0.9.0 (and
+# ddbcdb7, the A4X ref) it reads reward.custom_reward_function, and the top-level key is legacy:
+# only the fully-async entrypoint migrates it (verl/experimental/reward_loop/reward_loop.py
+# migrate_legacy_reward_impl), so main_ppo would ignore a function passed there.
+REWARD_CONFIG_KEY = {"v0.6.1": "custom_reward_function", "ddbcdb7": "reward.custom_reward_function"}
+
+
+def reward_config_key(verl_ref: str, profile_ref: str) -> str:
+    """REWARD_CONFIG_KEY at the stack's ref; a ref not in the table: the profile's ref's key."""
+    return REWARD_CONFIG_KEY.get(verl_ref, REWARD_CONFIG_KEY[profile_ref])
+
+
 VerlSource = Literal["checkout", "image"]
 VERL_SOURCES: tuple[str, ...] = ("checkout", "image")
 
@@ -421,7 +434,8 @@ def plan_lines(s: StackSettings) -> list[str]:
     else:
         lines.append(
             f"  reward: {reward.file}:{reward.function} (line {reward.line}, sha256 "
-            f"{reward.sha256[:16]}) -> custom_reward_function.path={reward.mounted_path}"
+            f"{reward.sha256[:16]}) -> "
+            f"{reward_config_key(s.verl_ref, s.profile.verl_ref)}.path={reward.mounted_path}"
         )
     if s.verl_source == "image":
         lines.append(

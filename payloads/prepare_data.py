@@ -339,17 +339,22 @@ def hub_rows(
     }
     if gsm8k:
         row["ability"] = "math"
+    if isinstance(answer, float) and answer.is_integer():
+        # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0.
+        answer = int(answer)
     truth = gsm8k_solution(str(answer)) if gsm8k else str(answer)
     row["reward_model"] = {"style": "rule", "ground_truth": truth}
     row["extra_info"] = {"split": split, "index": idx, "answer": answer, "question": question}
     return row
 
 
-def load_hub_dataset(dataset: str, columns: dict[str, str], token: str | None) -> object:
-    import datasets  # in the verl image; tests load a local folder
+def load_hub_dataset(
+    dataset: str, columns: dict[str, str], token: str | None, source: str | None = None
+) -> object:
+    import datasets  # in the verl image
 
-    try:
-        return datasets.load_dataset(dataset, columns.get("subset"), token=token)
+    try:  # tests pass a local folder as source; data_source stays the dataset's id
+        return datasets.load_dataset(source or dataset, columns.get("subset"), token=token)
     except Exception as error:  # the Hub's refusals come as several exception types
         raise StepError(
             f"could not load the dataset {dataset!r} ({type(error).__name__}: {error}). If it "
@@ -360,7 +365,12 @@ def load_hub_dataset(dataset: str, columns: dict[str, str], token: str | None) -
 
 
 def prepare_hub_dataset(
-    root: Path, dataset: str, columns: dict[str, str], out: Path, token: str | None
+    root: Path,
+    dataset: str,
+    columns: dict[str, str],
+    out: Path,
+    token: str | None,
+    source: str | None = None,
 ) -> None:
     step = "dataset"
     inputs = {"dataset": dataset, "columns": json.dumps(columns, sort_keys=True), "out": str(out)}
@@ -369,7 +379,7 @@ def prepare_hub_dataset(
         return
     started = time.monotonic()
     clear_marker(root, step)
-    loaded = load_hub_dataset(dataset, columns, token)
+    loaded = load_hub_dataset(dataset, columns, token, source)
     splits = {"train": columns.get("trainSplit", "train"), "test": columns.get("testSplit", "test")}
     available = sorted(loaded.keys())  # type: ignore[attr-defined]
     for name in splits.values():

@@ -94,7 +94,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         # mistake there is: refuse it here, with the knob that fixes it.
         raise GrpoPreflightError([in_config_terms(str(error))]) from None
     entrypoint, runtime_env = runner_job(
-        training_argv(spec),
+        [*training_argv(spec), *reward_overrides(settings)],
         job_runtime_env(spec, settings),
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
@@ -118,37 +118,44 @@ def training_job(settings: StackSettings) -> TrainingJob:
 
 
 def with_run_inputs(spec: GrpoSpec, settings: StackSettings) -> GrpoSpec:
-    """The spec reading verl-gke:dataset's parquet and scoring with verl-gke:reward."""
+    """The spec reading verl-gke:dataset's parquet."""
     dataset = run_inputs.dataset_of(settings)
-    reward = run_inputs.reward_of(settings)
     return spec.model_copy(
-        update={
-            "train_files": dataset.train_files,
-            "val_files": dataset.val_files,
-            "reward_path": reward.mounted_path if reward else None,
-            "reward_name": reward.function if reward else None,
-        }
+        update={"train_files": dataset.train_files, "val_files": dataset.val_files}
     )
+
+
+def reward_overrides(settings: StackSettings) -> list[str]:
+    """custom_reward_function path and name for verl-gke:reward, under the key verl reads at the
+    stack's ref (config/run_inputs.py REWARD_CONFIG_KEY); none for verl's built-in score."""
+    reward = run_inputs.reward_of(settings)
+    if reward is None:
+        return []
+    key = run_inputs.reward_config_key(settings.verl_ref, settings.profile.verl_ref)
+    return [f"{key}.path={reward.mounted_path}", f"{key}.name={reward.function}"]
 
 
 def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     """The job reads the parquet and the reward file the data-prep Job writes, nothing else."""
     wanted = with_run_inputs(spec, settings)
     problems = []
-    for field, setting in (
-        ("train_files", run_inputs.DATASET_KEY),
-        ("val_files", run_inputs.DATASET_KEY),
-        ("reward_path", run_inputs.REWARD_KEY),
-        ("reward_name", run_inputs.REWARD_KEY),
-    ):
+    for field in ("train_files", "val_files"):
         value, expected = getattr(spec, field), getattr(wanted, field)
         if value != expected:
             alias = GrpoSpec.model_fields[field].alias or field
             problems.append(
-                f"{CONFIG_KEY}.{alias} = {value!r}: the data-prep Job writes {setting}'s "
-                f"{'reward file' if 'reward' in field else 'parquet'} to {expected!r}, so the "
-                f"job would not find it. Fix: pulumi config rm --path {CONFIG_KEY}.{alias} -s "
-                f"{settings.stack} and set {setting} instead"
+                f"{CONFIG_KEY}.{alias} = {value!r}: the data-prep Job writes "
+                f"{run_inputs.DATASET_KEY}'s parquet to {expected!r}, so the job would not find "
+                f"it. Fix: pulumi config rm --path {CONFIG_KEY}.{alias} -s {settings.stack} and "
+                f"set {run_inputs.DATASET_KEY} instead"
+            )
+    for override in spec.extra_overrides:
+        key = override.lstrip("+").partition("=")[0]
+        if "custom_reward_function" in key.split("."):
+            problems.append(
+                f"{CONFIG_KEY}.extraOverrides: {override!r}: the reward function is "
+                f"{run_inputs.REWARD_KEY}, which ships the file with the run. Fix: remove it and "
+                f"pulumi config set {run_inputs.REWARD_KEY} FILE.py:FUNCTION -s {settings.stack}"
             )
     return problems
 

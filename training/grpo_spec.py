@@ -192,10 +192,6 @@ class GrpoSpec(BaseModel):
     ref_param_offload: bool | None = None
     enable_gradient_checkpointing: bool | None = None
     use_remove_padding: bool | None = None
-    # verl-gke:reward's copy in the bucket and its function (config/run_inputs.py); None: verl's
-    # built-in score for the rows' data_source.
-    reward_path: HydraString | None = None
-    reward_name: HydraString | None = None
     # Escape hatch for verl keys not modelled above; rendered last, shell-quoted as given.
     extra_overrides: tuple[str, ...] = ()
 
@@ -281,8 +277,6 @@ _HYDRA_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "ref_param_offload": ("actor_rollout_ref.ref.fsdp_config.param_offload",),
         "enable_gradient_checkpointing": ("actor_rollout_ref.model.enable_gradient_checkpointing",),
         "use_remove_padding": ("actor_rollout_ref.model.use_remove_padding",),
-        "reward_path": ("custom_reward_function.path",),
-        "reward_name": ("custom_reward_function.name",),
     }
 )
 
