@@ -95,7 +95,14 @@ def model_export_dir(experiment: str) -> str:
 
 def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
     """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
-    return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_path(model_id))
+    return (
+        VERL_CHECKOUT,
+        GSM8K_DIR,
+        PREP_MARKERS,
+        DATASETS_ROOT,
+        REWARDS_ROOT,
+        model_path(model_id),
+    )
 
 
 def is_shared(path: str) -> bool:

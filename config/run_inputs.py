@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from config.bucket_layout import (
     DATA_MOUNT,
@@ -28,8 +28,26 @@ from config.bucket_layout import (
     model_folder_name,
 )
 
-if TYPE_CHECKING:
-    from config.settings import StackSettings
+
+class StackSettings(Protocol):
+    """The fields of config.settings.StackSettings read here (that module imports this one)."""
+
+    stack: str
+    bucket_name: str
+    dataset: str
+    dataset_columns: str | None
+    reward: str | None
+    verl_source: str
+    verl_ref: str
+    verl_image: str
+
+    @property
+    def profile(self) -> _Profile: ...
+
+
+class _Profile(Protocol):
+    verl_ref: str
+
 
 NAMESPACE = "verl-gke"
 DATASET_KEY = f"{NAMESPACE}:dataset"

@@ -616,6 +616,28 @@ def model_folder_arg(value: str) -> str:
     return value
 
 
+def add_run_input_args(parser: argparse.ArgumentParser) -> None:
+    """verl from the image, the dataset and the reward file (none for the tutorial's run)."""
+    parser.add_argument(
+        "--verl-from-image",
+        action="store_true",
+        help="no verl checkout: the job runs the image's own verl; GSM8K is converted here",
+    )
+    parser.add_argument("--dataset", help="Hugging Face dataset id converted with the columns")
+    parser.add_argument(
+        "--dataset-columns",
+        type=json.loads,
+        help='JSON {"prompt": COL, "answer": COL, "trainSplit", "testSplit", "subset", '
+        '"instruction"} (with --dataset)',
+    )
+    parser.add_argument("--dataset-dir", type=Path, help="where --dataset's parquet goes")
+    parser.add_argument(
+        "--check-dataset", type=Path, help="folder of train/test parquet in verl's format"
+    )
+    parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
+    parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Prepare verl source, GSM8K and the model on the training volume. Each step "
@@ -635,24 +657,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tag, branch or commit sha to check out; 7 to 40 hex digits are taken as a "
         "(full or abbreviated) commit sha (required unless --verl-from-image)",
     )
-    parser.add_argument(
-        "--verl-from-image",
-        action="store_true",
-        help="no verl checkout: the job runs the image's own verl; GSM8K is converted here",
-    )
-    parser.add_argument("--dataset", help="Hugging Face dataset id converted with the columns")
-    parser.add_argument(
-        "--dataset-columns",
-        type=json.loads,
-        help='JSON {"prompt": COL, "answer": COL, "trainSplit", "testSplit", "subset", '
-        '"instruction"} (with --dataset)',
-    )
-    parser.add_argument("--dataset-dir", type=Path, help="where --dataset's parquet goes")
-    parser.add_argument(
-        "--check-dataset", type=Path, help="folder of train/test parquet in verl's format"
-    )
-    parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
-    parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
+    add_run_input_args(parser)
     parser.add_argument(
         "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
     )
