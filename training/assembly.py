@@ -146,8 +146,8 @@ def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
             problems.append(
                 f"{CONFIG_KEY}.{alias} = {value!r}: the data-prep Job writes "
                 f"{run_inputs.DATASET_KEY}'s parquet to {expected!r}, so the job would not find "
-                f"it. Fix: pulumi config rm --path {CONFIG_KEY}.{alias} -s {settings.stack} and "
-                f"set {run_inputs.DATASET_KEY} instead"
+                f"it. Fix: remove {CONFIG_KEY}.{alias} and set {run_inputs.DATASET_KEY} to the "
+                "dataset you want"
             )
     for override in spec.extra_overrides:
         key = override.lstrip("+").partition("=")[0]
