@@ -5,10 +5,13 @@ and the Ray job. verl's own code reads the results in tests/test_run_inputs_verl
 from __future__ import annotations
 
 import ast
+import http.server
 import inspect
 import json
 import re
 import shlex
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from config.settings import StackSettings, load_settings
 from manifests import data_prep, fuse_mounts
 from tests.data.run_inputs import rewards
 from tests.program import REAL
+from training import dataset_access
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
 
@@ -233,3 +237,64 @@ def test_the_tutorials_run_has_no_run_input_arguments() -> None:
     assert data_prep.run_input_args(s) == []
     assert "PYTHONPATH" in training_job(s).runtime_env["env_vars"]
     assert not any("custom_reward_function" in a for a in _argv(s))
+
+
+# --- the Hub's access check (during pulumi up) --------------------------------------------------
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """The Hub's auth-check answers: 200, or 401/403/404 with the X-Error-Code header
+    huggingface_hub reads (utils/_http.py hf_raise_for_status: GatedRepo, RepoNotFound)."""
+
+    answers: dict[str, tuple[int, str | None]] = {
+        "/api/datasets/open/set/auth-check": (200, None),
+        "/api/datasets/gated/set/auth-check": (403, "GatedRepo"),
+        "/api/datasets/private/set/auth-check": (401, "RepoNotFound"),
+    }
+    seen: list[str | None] = []
+
+    def do_GET(self) -> None:
+        status, code = self.answers.get(self.path, (404, "RepoNotFound"))
+        _Hub.seen.append(self.headers.get("Authorization"))
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[str]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("dataset", "refused"),
+    [("open/set", None), ("gated/set", "accept them at"), ("private/set", "no dataset"),
+     ("missing/set", "no dataset")],
+)  # fmt: skip
+def test_the_hub_access_check_refuses_gated_and_unknown_datasets(
+    hub: str, dataset: str, refused: str | None
+) -> None:
+    problems, notes = dataset_access.access_problems(dataset, "hf_x", "a3u", hub=hub)
+    assert _Hub.seen[-1] == "Bearer hf_x"
+    if refused is None:
+        assert problems == [] and notes == []
+    else:
+        [problem] = problems
+        assert problem.startswith(f"verl-gke:dataset = '{dataset}'") and refused in problem
+        assert f"{hub}/datasets/{dataset}" in problem or "openai/gsm8k" in problem
+
+
+def test_an_unreachable_hub_leaves_access_unchecked() -> None:
+    def down(url: str, token: str) -> tuple[int, str | None]:
+        raise OSError("connection refused")
+
+    problems, notes = dataset_access.access_problems("a/b", "hf_x", "a3u", get=down)
+    assert problems == [] and "unchecked" in notes[0]
