@@ -298,3 +298,71 @@ def test_an_unreachable_hub_leaves_access_unchecked() -> None:
 
     problems, notes = dataset_access.access_problems("a/b", "hf_x", "a3u", get=down)
     assert problems == [] and "unchecked" in notes[0]
+
+
+# --- payloads/prepare_data.py: the steps the Job runs -------------------------------------------
+
+
+def _steps(*args: str) -> list[str]:
+    from payloads import prepare_data
+
+    base = ["--data-root", "/tmp/d", "--model", "o/m", "--model-folder", "m"]
+    parsed = prepare_data.parse_args([*base, *args])
+    return [name for name, _ in prepare_data.run_steps(parsed, Path("/tmp/d"), "hub", None)]
+
+
+def test_the_tutorials_steps_are_unchanged_and_image_verl_makes_no_checkout() -> None:
+    assert _steps("--verl-ref", "v0.6.1") == ["verl", "gsm8k", "model"]
+    assert _steps("--verl-from-image") == ["dataset", "model"]
+    assert _steps("--verl-from-image", "--reward-file", "/s/r.py", "--reward-dest", "/d/r.py") == [
+        "reward", "dataset", "model"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--verl-ref", "v1", "--dataset", "a/b"], ["--verl-ref", "v1", "--reward-file", "/r.py"]],
+)
+def test_incomplete_run_input_arguments_are_refused(args: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        _steps(*args)
+
+
+def test_the_reward_file_reaches_the_path_the_command_names(tmp_path: Path) -> None:
+    # A configMap volume projects each key as a file of that name under the mountPath
+    # (Kubernetes, "Configure a Pod to Use a ConfigMap"): the command's --reward-file is that file.
+    from payloads import prepare_data
+
+    s = settings(**HUB)
+    job = data_prep.data_prep_job(s, "script", "cpu-pool")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "script"]
+    configmap = data_prep.script_configmap(s, "script")
+    command = container["command"]
+    assert command[command.index("--reward-file") + 1] == (
+        f"{mount['mountPath']}/{next(k for k in configmap['data'] if k.endswith('reward.py'))}"
+    )
+    source = tmp_path / "reward.py"
+    source.write_text(configmap["data"][data_prep.REWARD_KEY])
+    dest = tmp_path / command[command.index("--reward-dest") + 1].lstrip("/")
+    for _ in range(2):  # a retried Job finds it done
+        prepare_data.copy_reward(source, dest)
+    assert dest.read_text() == (ROOT / REWARDS).read_text()
+
+
+def test_gsm8k_rows_from_the_image_follow_verls_gsm8k_preprocessing() -> None:
+    # verl's examples/data_preprocess/gsm8k.py: the question plus its instruction as one user
+    # message, ability "math", the number after "#### " without commas as the ground truth, and
+    # extra_info {split, index, answer, question}.
+    from payloads import prepare_data
+
+    columns = {**prepare_data.GSM8K_COLUMNS, "instruction": prepare_data.GSM8K_INSTRUCTION,
+               "answerFormat": "gsm8k"}  # fmt: skip
+    example = {"question": "Q?", "answer": "work\n#### 1,234"}
+    row = prepare_data.hub_rows(example, 7, "test", "openai/gsm8k", columns)
+    assert row == {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": f"Q? {prepare_data.GSM8K_INSTRUCTION}"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "1234"},
+        "extra_info": {"split": "test", "index": 7, "answer": "work\n#### 1,234", "question": "Q?"},
+    }
