@@ -20,7 +20,7 @@ from config import run_inputs
 from config.settings import StackSettings, load_settings
 from manifests import data_prep, fuse_mounts
 from tests.data.run_inputs import rewards
-from tests.program import REAL
+from tests.program import REAL, plan
 from training import dataset_access
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
@@ -366,3 +366,20 @@ def test_gsm8k_rows_from_the_image_follow_verls_gsm8k_preprocessing() -> None:
         "reward_model": {"style": "rule", "ground_truth": "1234"},
         "extra_info": {"split": "test", "index": 7, "answer": "work\n#### 1,234", "question": "Q?"},
     }
+
+
+@pytest.mark.parametrize("verl_source", ["checkout", "image"])
+def test_ray_pods_copy_the_checkout_only_when_verl_comes_from_it(verl_source: str) -> None:
+    # The copy waits for data prep's verl marker, which an image run never writes: it would
+    # hold every Ray pod in Init for good.
+    result = plan("a3u", "standard", **{"verl-gke__verlSource": verl_source})
+    [cluster] = [r.inputs for r in result.resources if r.type == "kubernetes:ray.io/v1:RayCluster"]
+    spec = cluster["spec"]
+    pods = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    copies = [
+        c["name"]
+        for pod in pods
+        for c in pod["template"]["spec"].get("initContainers", [])
+        if c["name"] == fuse_mounts.VERL_COPY_CONTAINER
+    ]
+    assert len(copies) == (len(pods) if verl_source == "checkout" else 0)
