@@ -26,6 +26,7 @@ from config.pulumi_cli import require_cli_features
 from config.settings import settings_from_pulumi
 from jobs.secret_scan import redact
 from training.assembly import training_job
+from training.dataset_access import check_stack_access
 from training.memory_fit import format_breakdown
 
 # Validate everything before the first resource is registered.
@@ -37,6 +38,10 @@ for notice in loaded.notices:
 if moving_images := moving_images_notice(loaded.settings):
     pulumi.log.warn(moving_images)
 settings = loaded.settings
+# The Hub's auth-check of verl-gke:dataset with the stack's token, by `pulumi up` only: a preview
+# (and so the offline plan and the tests) asks nothing of the network.
+if not pulumi.runtime.is_dry_run():
+    check_stack_access(settings, pulumi.log.warn)
 grpo = training_job(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(format_breakdown(grpo.memory))
 if grpo.memory_warning:

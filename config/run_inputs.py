@@ -74,11 +74,16 @@ BUILTIN_SCORED = ("openai/gsm8k", "lighteval/MATH", "DigitalLearningGmbH/MATH-li
 REWARD_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
 # Where verl's config holds the custom reward function. v0.6.1 reads the top-level
-# custom_reward_function (verl/trainer/ppo/reward.py get_custom_reward_fn). From v0.9.0 (and
-# ddbcdb7, the A4X ref) it reads reward.custom_reward_function, and the top-level key is legacy:
-# only the fully-async entrypoint migrates it (verl/experimental/reward_loop/reward_loop.py
-# migrate_legacy_reward_impl), so main_ppo would ignore a function passed there.
-REWARD_CONFIG_KEY = {"v0.6.1": "custom_reward_function", "ddbcdb7": "reward.custom_reward_function"}
+# custom_reward_function (verl/trainer/ppo/reward.py get_custom_reward_fn). v0.9.0 and ddbcdb7
+# (the A4X ref) read reward.custom_reward_function, and the top-level key is legacy: only the
+# fully-async entrypoint migrates it (verl/experimental/reward_loop/reward_loop.py
+# migrate_legacy_reward_impl), so main_ppo would ignore a function passed there. v0.9.0 is listed
+# for a stack whose profile pins v0.6.1 but whose verlRef is set to v0.9.0.
+REWARD_CONFIG_KEY = {
+    "v0.6.1": "custom_reward_function",
+    "v0.9.0": "reward.custom_reward_function",
+    "ddbcdb7": "reward.custom_reward_function",
+}
 
 
 def reward_config_key(verl_ref: str, profile_ref: str) -> str:

@@ -244,7 +244,9 @@ def test_the_tutorials_run_has_no_run_input_arguments() -> None:
 
 class _Hub(http.server.BaseHTTPRequestHandler):
     """The Hub's auth-check answers: 200, or 401/403/404 with the X-Error-Code header
-    huggingface_hub reads (utils/_http.py hf_raise_for_status: GatedRepo, RepoNotFound)."""
+    huggingface_hub reads (utils/_http.py hf_raise_for_status: GatedRepo, RepoNotFound), and the
+    401 with X-Error-Message "Invalid credentials in Authorization header" it reads as a refused
+    token rather than a missing repository (same function, 0.36.2 and 1.33.0)."""
 
     answers: dict[str, tuple[int, str | None]] = {
         "/api/datasets/open/set/auth-check": (200, None),
@@ -256,9 +258,13 @@ class _Hub(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         status, code = self.answers.get(self.path, (404, "RepoNotFound"))
         _Hub.seen.append(self.headers.get("Authorization"))
+        if self.headers.get("Authorization") == "Bearer hf_unknown":
+            status, code = 401, None
         self.send_response(status)
         if code:
             self.send_header("X-Error-Code", code)
+        if status == 401 and code is None:
+            self.send_header("X-Error-Message", "Invalid credentials in Authorization header")
         self.end_headers()
 
     def log_message(self, *args: object) -> None:
@@ -292,8 +298,34 @@ def test_the_hub_access_check_refuses_gated_and_unknown_datasets(
         assert f"{hub}/datasets/{dataset}" in problem or "openai/gsm8k" in problem
 
 
+def test_a_token_the_hub_refuses_is_named_as_the_token_not_the_dataset(hub: str) -> None:
+    # The fix must not be another dataset id: openai/gsm8k is refused the same way.
+    for dataset in ("open/set", "openai/gsm8k"):
+        [problem], _ = dataset_access.access_problems(dataset, "hf_unknown", "a3u", hub=hub)
+        assert problem.startswith("verl-gke:hfToken: the Hub refuses the token")
+        assert "pulumi config set --secret verl-gke:hfToken" in problem
+        assert "verl-gke:dataset" not in problem
+
+
+def test_pulumi_up_stops_on_a_refused_dataset_before_any_resource() -> None:
+    # __main__.py calls check_stack_access outside a preview, before the first resource.
+    from config.settings import SettingsError
+
+    def gated(url: str, token: str) -> tuple[int, str | None, str | None]:
+        return 403, "GatedRepo", None
+
+    warned: list[str] = []
+    with pytest.raises(SettingsError) as caught:
+        dataset_access.check_stack_access(settings(**HUB), warned.append, get=gated)
+    assert "verl-gke:dataset = 'example-org/arith'" in str(caught.value)
+    dataset_access.check_stack_access(
+        settings(**HUB), warned.append, get=lambda u, t: (200, None, None)
+    )
+    assert warned == []
+
+
 def test_an_unreachable_hub_leaves_access_unchecked() -> None:
-    def down(url: str, token: str) -> tuple[int, str | None]:
+    def down(url: str, token: str) -> tuple[int, str | None, str | None]:
         raise OSError("connection refused")
 
     problems, notes = dataset_access.access_problems("a/b", "hf_x", "a3u", get=down)

@@ -59,8 +59,19 @@ ROWS = {
 }
 
 
+# A stack whose profile pins v0.6.1 with verlRef set to v0.9.0 by hand: the job runs verl 0.9.0,
+# so the reward must be under the key 0.9.0's main_ppo reads.
+HAND_SET_REF = ("a3u", "v0.9.0", "0.9.0")
+
+
 def _settings(release: str) -> StackSettings:
     return load_settings(STACK_FOR_RELEASE[release], {**REAL, **OWN_RUN}, offline=False).settings
+
+
+def _hand_set_ref_settings() -> StackSettings:
+    stack, ref, _ = HAND_SET_REF
+    config = {**REAL, **OWN_RUN, "verl-gke:verlRef": ref}
+    return load_settings(stack, config, offline=False).settings
 
 
 def _local(overrides: list[str]) -> list[str]:
@@ -109,6 +120,11 @@ def _requests() -> dict[tuple[str, str], tuple[Path, dict[str, Any]]]:
             _python(release),
             {**base, "reward_overrides": _other_key(rendered), "with_dataset": False},
         )
+    hand_set = _local(reward_overrides(_hand_set_ref_settings()))
+    requests[(HAND_SET_REF[2], "hand-set-ref")] = (
+        _python(HAND_SET_REF[2]),
+        {**base, "reward_overrides": hand_set, "with_dataset": False},
+    )
     return requests
 
 
@@ -155,6 +171,15 @@ def test_the_other_releases_reward_key_is_not_what_verl_reads(release: str) -> N
     report = _reports()[(release, "other-key")]
     assert not report["ok"]
     assert report["stage"] in ("compose", "reward"), report
+
+
+def test_a_verl_ref_set_by_hand_gets_the_reward_key_that_release_reads() -> None:
+    # verl v0.9.0 reads reward.custom_reward_function (get_custom_reward_fn, RewardLoopWorker);
+    # the top-level key of the profile's v0.6.1 would leave the function unloaded.
+    report = _reports()[(HAND_SET_REF[2], "hand-set-ref")]
+    assert report["verl_version"] == HAND_SET_REF[2]
+    assert report["ok"], report.get("traceback") or report
+    assert report["scores"] == [1.0] * len(ROWS["train"])
 
 
 @pytest.mark.parametrize("release", DATASET_RELEASES)

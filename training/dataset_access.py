@@ -4,8 +4,9 @@
 The Hub's own access check: GET {endpoint}/api/datasets/{id}/auth-check with the token as a
 Bearer header answers 200 when the token can read the files; otherwise its X-Error-Code header
 says why: GatedRepo (the licence is not accepted by the token's account) or RepoNotFound (no such
-dataset, or a private one the token cannot see) (huggingface_hub HfApi.auth_check and
-utils/_http.py hf_raise_for_status, huggingface_hub 1.x).
+dataset, or a private one the token cannot see), and a 401 whose X-Error-Message is "Invalid
+credentials in Authorization header" is a token the Hub does not know, not a missing dataset
+(huggingface_hub HfApi.auth_check and utils/_http.py hf_raise_for_status, 0.36.2 and 1.33.0).
 """
 
 from __future__ import annotations
@@ -17,22 +18,26 @@ from collections.abc import Callable
 
 from config import run_inputs
 from config.run_inputs import DATASET_KEY
-from config.settings import StackSettings
+from config.settings import SettingsError, StackSettings
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 15.0
 
-# (status, X-Error-Code header or None) of one GET; raises OSError when the Hub cannot be reached.
-Fetch = Callable[[str, str], tuple[int, str | None]]
+# huggingface_hub's hf_raise_for_status: this 401 message means the token itself is refused.
+INVALID_TOKEN = "Invalid credentials in Authorization header"
+
+# (status, X-Error-Code or None, X-Error-Message or None) of one GET; raises OSError when the Hub
+# cannot be reached.
+Fetch = Callable[[str, str], tuple[int, str | None, str | None]]
 
 
-def fetch(url: str, token: str) -> tuple[int, str | None]:
+def fetch(url: str, token: str) -> tuple[int, str | None, str | None]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status, response.headers.get("X-Error-Code")
+            return response.status, None, None
     except urllib.error.HTTPError as error:
-        return error.code, error.headers.get("X-Error-Code")
+        return error.code, error.headers.get("X-Error-Code"), error.headers.get("X-Error-Message")
 
 
 def access_problems(
@@ -42,12 +47,18 @@ def access_problems(
     url = f"{hub}/api/datasets/{urllib.parse.quote(dataset, safe='/')}/auth-check"
     page = f"{hub}/datasets/{dataset}"
     try:
-        status, code = get(url, token)
+        status, code, message = get(url, token)
     except OSError as error:
         return [], [f"{DATASET_KEY}: the Hub did not answer ({error}); access is unchecked"]
     if status == 200:
         return [], []
     where = f"{DATASET_KEY} = {dataset!r}"
+    if status == 401 and message == INVALID_TOKEN:
+        return [
+            f"verl-gke:hfToken: the Hub refuses the token ({INVALID_TOKEN}), so neither the "
+            f"dataset nor the model could be downloaded. Fix: pulumi config set --secret "
+            f"verl-gke:hfToken <a token from {hub}/settings/tokens> -s {stack}"
+        ], []
     if code == "GatedRepo":
         return [
             f"{where}: the dataset is gated and the account of verl-gke:hfToken has not "
@@ -72,3 +83,19 @@ def stack_access_problems(
         return [], []
     token = settings.hf_token.get_secret_value()
     return access_problems(dataset.dataset, token, settings.stack, get)
+
+
+def check_stack_access(
+    settings: StackSettings, warn: Callable[[str], None], get: Fetch = fetch
+) -> None:
+    """stack_access_problems raised as a SettingsError (before any resource is registered);
+    the notes go to `warn`."""
+    problems, notes = stack_access_problems(settings, get)
+    for note in notes:
+        warn(note)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise SettingsError(
+            f"stack {settings.stack!r}: the Hugging Face Hub refuses the run's dataset or token, "
+            f"nothing was created:\n{lines}"
+        )
