@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.memory_fit import (
     GIB,
-    KNOWN_MODELS,
     GrpoMemoryInputs,
     MemoryBreakdown,
     ModelArch,
     estimate,
 )
+from training.model_facts import table_facts
 
 TINY = ModelArch("tiny", 64, 128, 2, 4, 2, 1000, False)
 
@@ -237,8 +237,8 @@ def arch_from_name(name: str) -> ModelArch:
     """Inverse of ModelArch.with_layers' naming: 'Qwen/Qwen2.5-32B-Instruct[8L]'."""
     if name.endswith("L]"):
         base, layers = name[:-2].split("[")
-        return KNOWN_MODELS[base].with_layers(int(layers))
-    return TINY if name == "tiny" else KNOWN_MODELS[name]
+        return table_facts(base).arch.with_layers(int(layers))
+    return TINY if name == "tiny" else table_facts(name).arch
 
 
 def reestimate(path: str) -> None:
@@ -270,7 +270,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--model",
         default="Qwen/Qwen2.5-0.5B-Instruct",
-        help="a KNOWN_MODELS id, or 'tiny' for the CPU smoke test",
+        help="a Hub id of training/model_table.py, or 'tiny' for the CPU smoke test",
     )
     parser.add_argument("--layers", type=int, default=0, help="keep the geometry, fewer layers")
     parser.add_argument("--seq-len", type=int, default=2048)
@@ -289,7 +289,7 @@ def main() -> None:
     if args.reestimate:
         reestimate(args.reestimate)
         return
-    arch = TINY if args.model == "tiny" else KNOWN_MODELS[args.model]
+    arch = TINY if args.model == "tiny" else table_facts(args.model).arch
     if args.layers:
         arch = arch.with_layers(args.layers)
     backend = "nccl" if args.device == "cuda" else "gloo"

@@ -29,7 +29,7 @@ from tools.price_table import (
     cpu_machine_price,
     gpu_machine_price,
 )
-from training.memory_fit import known_model
+from training.model_facts import ModelFactsError, model_facts
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
@@ -318,7 +318,10 @@ def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
 
 
 def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
-    arch = known_model(job.get("actor_rollout_ref.model.path", settings.model))
+    try:
+        arch = model_facts(settings).arch  # verl-gke:modelConfig or the committed table
+    except ModelFactsError:
+        arch = None
     count, why = checkpoints_kept(job)
     if not job:
         return "no GRPO job in this plan"
