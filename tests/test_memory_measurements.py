@@ -14,14 +14,15 @@ from typing import Any
 
 import pytest
 
-from training.memory_fit import KNOWN_MODELS, GrpoMemoryInputs, estimate
+from training.memory_fit import GrpoMemoryInputs, estimate
+from training.model_facts import table_facts
 
 DATA = json.loads((Path(__file__).parent / "data" / "memory_measurements.json").read_text())
 TOLERANCE_PCT = float(DATA["tolerance_pct"])
 
 
 def _estimate(case: dict[str, Any]) -> tuple[float, float]:
-    arch = KNOWN_MODELS[case["model"]]
+    arch = table_facts(case["model"]).arch
     if case["layers"]:
         arch = arch.with_layers(case["layers"])
     response_len = case["seq_len"] // 2
