@@ -156,6 +156,7 @@ def test_a_model_outside_the_table_is_refused_offline_with_model_config_as_fix()
     (problem,) = caught.value.problems
     assert problem.startswith("verl-gke:model = 'my-org/my-finetune': not in the committed table")
     assert "pulumi config set verl-gke:modelConfig PATH/config.json -s a3u" in problem
+    assert ". Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u (or" in problem
 
 
 def test_model_config_gives_the_facts_of_a_model_outside_the_table(tmp_path: Path) -> None:

@@ -159,9 +159,9 @@ def _fix(settings: StackSettings, reason: str) -> str:
         )
     if "not in the committed table" in reason:
         return (
-            f"pulumi config set {config_key('model_config_file')} PATH/config.json -s "
-            f"{settings.stack} (the model's config.json, copied into your repository); or "
-            f"{settings.fix('model', 'Qwen/Qwen3-8B')}"
+            f"{settings.fix('model', 'Qwen/Qwen3-8B')} (or, to train this model, give its "
+            f"config.json: pulumi config set {config_key('model_config_file')} "
+            f"PATH/config.json -s {settings.stack}, a copy in your repository)"
         )
     return settings.fix("model", "Qwen/Qwen3-8B")
 
