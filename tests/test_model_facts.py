@@ -17,15 +17,13 @@ import pytest
 from config.settings import load_settings
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
-from training.model_facts import (
-    HF_ENDPOINT_ENV,
+from training.model_config import (
     ModelFactsError,
-    _hub_config,
     arch_from_config,
     best_rollout_tp,
     rollout_tp_fits,
-    table_facts,
 )
+from training.model_facts import HF_ENDPOINT_ENV, _hub_config, table_facts
 from training.model_table import MODEL_TABLE
 
 GOOD = {

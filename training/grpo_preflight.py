@@ -16,7 +16,7 @@ from training.grpo_spec import (
     _setting,
 )
 from training.memory_fit import ModelArch
-from training.model_facts import best_rollout_tp, rollout_tp_fits
+from training.model_config import best_rollout_tp, rollout_tp_fits
 
 
 def _problem(field_name: str, value: object, why: str, fix: str) -> str:

@@ -57,7 +57,8 @@ from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
 from config.settings import DEFAULT_MODEL
 from jobs.secret_scan import redact
-from training.model_facts import ModelFacts, best_rollout_tp, rollout_tp_fits, table_facts
+from training.model_config import best_rollout_tp, rollout_tp_fits
+from training.model_facts import ModelFacts, table_facts
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
