@@ -4,8 +4,9 @@ Builds the model from the committed table's config.json facts (training/model_ta
 Qwen3, Llama, Mistral, Gemma) with random weights (nothing is downloaded), shards it with FSDP2
 (`fully_shard` per decoder layer, the untied embedding, then the root, bf16 params / fp32 reduce
 as verl does), and runs GRPO-style steps: two micro-batches of forward + backward (fp32
-log_softmax log-probs, clipped ratio loss, low-variance KL) then clip_grad_norm_ and a foreach AdamW step. It records torch.cuda.max_memory_allocated during
-forward/backward and during the optimizer step, after a first step has created the AdamW states,
+log_softmax log-probs, clipped ratio loss, low-variance KL) then clip_grad_norm_ and a foreach
+AdamW step. It records torch.cuda.max_memory_allocated during forward/backward and during the
+optimizer step, after a first step has created the AdamW states,
 and prints one JSON line per case next to the estimate.
 
     torchrun --nproc-per-node 2 bench/memory_fit_gpu.py --model Qwen/Qwen2.5-7B-Instruct \
