@@ -76,6 +76,9 @@ class ModelArch:
     # around attention and MLP); Qwen3 and Gemma 3 add a per-head-dim norm on q and k.
     norms_per_layer: int = 2
     qk_norm: bool = False
+    # Gemma 2's final_logit_softcapping: logits = cap * tanh(logits / cap), whose tanh output
+    # (bf16, one more token x vocab tensor) autograd keeps for backward (modeling_gemma2.py).
+    final_logit_softcapping: bool = False
 
     @property
     def head_size(self) -> int:
@@ -252,17 +255,34 @@ def layer_activation_bytes_per_token(arch: ModelArch) -> int:
 
     Hugging Face Qwen2/Llama layer with SDPA flash attention (counted tensor by tensor with
     torch.autograd.graph.saved_tensors_hooks):
-    - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h);
+    - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h)
+      (Gemma's differ: _norm_bytes_per_token);
     - rotated q and k, v (RoPE's multiplications save cos/sin, not q/k), the attention output,
       which is also o_proj's input, and the fp32 logsumexp per head;
     - MLP: gate, SiLU(gate), up and their product (4 x 2I).
     """
-    h, q, kv, inter = arch.hidden_size, arch.q_size, arch.kv_size, arch.intermediate_size
-    norms = arch.norms_per_layer * (FP32 * h + BF16 * h + BF16 * h)
+    q, kv, inter = arch.q_size, arch.kv_size, arch.intermediate_size
+    norms = _norm_bytes_per_token(arch)
     attention = BF16 * (2 * q + 2 * kv)
     lse = FP32 * arch.num_attention_heads
     mlp = 4 * BF16 * inter
     return norms + attention + lse + mlp
+
+
+def _norm_bytes_per_token(arch: ModelArch) -> int:
+    """What a layer's RMSNorms save per token. Qwen2/Llama: the fp32 upcast, the bf16 normalised
+    value and the bf16 output (8h each). Gemma 2/3 (four norms): the weight is applied in fp32
+    as x * (1 + w) before the cast, so each saves its fp32 input and fp32 normalised value; the
+    two pre-norms' bf16 outputs feed projections (saved), the two post-norms' feed residual adds
+    (not saved): 2 x 10h + 2 x 8h (Gemma2RMSNorm; measured on H200, docs/memory-and-fabric.md)."""
+    h = arch.hidden_size
+    if arch.norms_per_layer == 4:
+        return 2 * (2 * FP32 * h + BF16 * h) + 2 * (2 * FP32 * h)
+    return arch.norms_per_layer * (FP32 * h + BF16 * h + BF16 * h)
+
+
+def _softcap_bytes(arch: ModelArch) -> int:
+    return BF16 if arch.final_logit_softcapping else 0
 
 
 def _layer_backward_transient_bytes_per_token(arch: ModelArch) -> int:
@@ -368,7 +388,9 @@ def _actor_update_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate
     tokens = inputs.train_tokens
     per_layer = layer_activation_bytes_per_token(arch)
     final_norm = 2 * (FP32 * arch.hidden_size + BF16 * arch.hidden_size)
-    logits_train = _LOGITS_BYTES_TRAIN[inputs.logprob_impl] * arch.vocab_size
+    logits_train = (
+        _LOGITS_BYTES_TRAIN[inputs.logprob_impl] + _softcap_bytes(arch)
+    ) * arch.vocab_size
     if inputs.gradient_checkpointing:
         saved = arch.num_hidden_layers * BF16 * arch.hidden_size
         activation_label = "activations: checkpointed layer inputs"
@@ -426,7 +448,7 @@ def _log_prob_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
     lp_activations = _gib(
         lp_tokens
         * (
-            _LOGITS_BYTES_FORWARD[inputs.logprob_impl] * arch.vocab_size
+            (_LOGITS_BYTES_FORWARD[inputs.logprob_impl] + _softcap_bytes(arch)) * arch.vocab_size
             + 4 * BF16 * arch.intermediate_size
         )
     )

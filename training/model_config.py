@@ -56,6 +56,7 @@ def arch_from_config(config: Mapping[str, Any], name: str) -> ModelArch:
         head_dim=int(head_dim) if isinstance(head_dim, int) else None,
         norms_per_layer=4 if model_type in _FOUR_NORM_TYPES else 2,
         qk_norm=model_type in _QK_NORM_TYPES,
+        final_logit_softcapping=bool(config.get("final_logit_softcapping")),
     )
 
 

@@ -94,7 +94,7 @@ def _gemma(kind: str, hidden: int, inter: int, layers: int, heads: int, kv: int,
     }
 
 
-_GEMMA2 = {"head_dim": 256, "vocab_size": 256000}
+_GEMMA2 = {"head_dim": 256, "vocab_size": 256000, "final_logit_softcapping": 30.0}
 _MISTRAL_7B_V03 = {
     "model_type": "mistral",
     "architectures": ["MistralForCausalLM"],
@@ -138,7 +138,7 @@ _ENTRIES: dict[str, TableEntry] = {
     "google/gemma-2-2b-it": TableEntry(_gemma("gemma2", 2304, 9216, 26, 8, 4, **_GEMMA2), 2.61),
     "google/gemma-2-9b-it": TableEntry(_gemma("gemma2", 3584, 14336, 42, 16, 8, **_GEMMA2), 9.24),
     "google/gemma-2-27b-it": TableEntry(
-        _gemma("gemma2", 4608, 36864, 46, 32, 16, head_dim=128, vocab_size=256000), 27.2
+        _gemma("gemma2", 4608, 36864, 46, 32, 16, **{**_GEMMA2, "head_dim": 128}), 27.2
     ),
     "google/gemma-3-1b-it": TableEntry(
         _gemma("gemma3_text", 1152, 6912, 26, 4, 1, head_dim=256, vocab_size=262144), 1.0
