@@ -6,6 +6,8 @@ gated model the token may not read; 404/401 with RepoNotFound; 404 with EntryNot
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from config.settings import load_settings
+from tests.support.require import missing
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
 from training.model_config import (
@@ -34,6 +37,7 @@ GOOD = {
     "verl-gke:reservation": "my-res",
 }
 TOKEN = GOOD["verl-gke:hfToken"]
+VENVS_ENV = "VERL_GKE_VERL_VENVS"
 
 
 def _settings(**config: str) -> Any:
@@ -282,3 +286,45 @@ def test_unreachable_hub_is_refused_before_anything_is_created(
     with pytest.raises(GrpoPreflightError, match="the Hub could not be reached"):
         training_job(_settings(model="Qwen/Qwen3-8B"), hub=True)
     _hub_config.cache_clear()
+
+
+# --- the table against transformers' own model classes ------------------------------------------
+
+# Builds each table model on the meta device (no memory, no weights) with the transformers of
+# verl's pinned release, and prints its parameter count: the classes verl's FSDP actor loads.
+_COUNT_PARAMS = """
+import json, sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+counts = {}
+for hub_id, config in json.load(sys.stdin).items():
+    config = dict(config)
+    config.pop("architectures", None)
+    hf = AutoConfig.for_model(config.pop("model_type"), **config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf)
+    counts[hub_id] = sum(p.numel() for p in model.parameters())
+print(json.dumps(counts))
+"""
+
+
+def test_table_arithmetic_equals_the_parameters_transformers_builds() -> None:
+    # One layer each keeps it fast; the layer count only multiplies the per-layer count.
+    root = os.environ.get(VENVS_ENV)
+    python = Path(root or ".") / "0.6.1" / "bin" / "python"
+    if not root or not python.is_file():
+        missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/run builds (0.6.1/bin/python)")
+    configs = {
+        hub_id: {**entry.config, "num_hidden_layers": 1} for hub_id, entry in MODEL_TABLE.items()
+    }
+    done = subprocess.run(
+        [str(python), "-c", _COUNT_PARAMS],
+        input=json.dumps(configs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    for hub_id in MODEL_TABLE:
+        arch = table_facts(hub_id).arch.with_layers(1)
+        assert counts[hub_id] == arch.num_params, hub_id
