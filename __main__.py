@@ -54,7 +54,7 @@ rdma_networks = (
 )
 # The service account every node runs as, with only the roles GKE documents for nodes.
 node_identity = NodeIdentity("node-identity", NodeIdentityArgs(settings))
-# Image streaming (issue 13 lever 2): the APIs and the remote repository need no cluster, so they
+# Image streaming: the APIs and the remote repository need no cluster, so they
 # are created alongside the network; the cluster waits only for the streaming API.
 images = (
     ImageRegistry("images", ImageRegistryArgs(settings, node_identity.member))

@@ -1,11 +1,12 @@
-"""Modelled time to the first GRPO step, today and with each start-up lever (issue 13).
+"""Modelled time to the first GRPO step, today and with each start-up lever.
 
     .venv/bin/python bench/critical_path.py
 
 The program runs under the offline engine (tools/offline_engine.py, imported lazily: importing
 this module is cheap); its recorded dependency graph is scheduled with the duration of every link
-(bench/startup_links.py: minutes, source, estimate or not). Levers change links, the graph decides
-what overlaps, so a lever's saving is what it takes off the longest path.
+(tools/startup_links.py: minutes, source, estimate or not; tools/startup_schedule.py: the
+schedule). Levers change links, the graph decides what overlaps, so a lever's saving is what it
+takes off the longest path.
 
 Prints, per stack/mode:
   - today (no levers) against every lever alone and all levers, minutes saved by each, and how
@@ -17,7 +18,7 @@ Prints, per stack/mode:
 Prints figures; asserts nothing (tests/test_critical_path_model.py checks the model's structure).
 
 For other code: `modelled_minutes(stack, mode, levers)` and `modelled_schedule(...)`, and the
-pure model in bench/startup_links.py for a graph already recorded.
+pure model in tools/startup_links.py and tools/startup_schedule.py for a graph already recorded.
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.startup_links import (
+from config.profiles import PROFILES
+from tools.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
     NO_LEVERS,
+    JobFacts,
     Lever,
     Link,
-    Schedule,
+    job_facts,
     levers_in_graph,
-    schedule,
 )
-from config.profiles import PROFILES
+from tools.startup_schedule import Schedule, schedule
 
 if TYPE_CHECKING:
     from tools.offline_engine import PlanResult
@@ -68,10 +70,21 @@ def recorded(stack: str, mode: str) -> PlanResult:
     return run_stack(stack, {**CONFIG, "verl-gke:mode": mode}, strict=True)
 
 
+@cache
+def run_facts(stack: str, mode: str) -> JobFacts:
+    """The run's own facts (model, KL terms, validation) from the settings and the GRPO spec
+    that the recorded program was built from."""
+    from tools.plan import planned_settings
+    from training.assembly import training_job
+
+    settings = planned_settings(stack, {**CONFIG, "verl-gke:mode": mode}, strict=True)
+    return job_facts(settings, training_job(settings).spec)
+
+
 def modelled_schedule(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:
     if stack not in PROFILES:
         raise ValueError(f"stack {stack!r}: one of {', '.join(PROFILES)}")
-    return schedule(recorded(stack, mode), PROFILES[stack].arch, levers)
+    return schedule(recorded(stack, mode), run_facts(stack, mode), levers)
 
 
 def modelled_minutes(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> float:
@@ -90,14 +103,17 @@ def _lever_cell(today: float, alone: Schedule, lever: Lever) -> str:
     return f"-{today - alone.overlapped:.1f}"
 
 
-def main() -> int:
-    print("Modelled minutes to the first GRPO step (links: bench/startup_links.py)\n")
+Schedules = dict[tuple[str, str], tuple[Schedule, Schedule]]
+
+
+def _print_minutes() -> Schedules:
+    """The minutes table (today, each lever alone, all levers, the program as recorded)."""
     head = "".join(f"{lever.value:>17}" for lever in LEVERS)
     print(
         f"{'stack':<6}{'mode':<11}{'no levers':>10}{'est.':>6}{head}{'all levers':>12}"
         f"{'saved':>7}{'program':>9}"
     )
-    cache_: dict[tuple[str, str], tuple[Schedule, Schedule]] = {}
+    cache_: Schedules = {}
     implemented: dict[tuple[str, str], frozenset[Lever]] = {}
     for stack, mode in COMBINATIONS:
         today = modelled_schedule(stack, mode)
@@ -121,17 +137,11 @@ def main() -> int:
     for (stack, mode), found in implemented.items():
         names = ", ".join(sorted(lv.value for lv in found)) or "none"
         print(f"    {stack}/{mode}: {names}")
+    return cache_
 
-    print("\nAgainst the schedules of the same links (today / all levers):")
-    print(f"{'stack':<6}{'mode':<11}{'overlapped':>13}{'(a) seq':>15}{'(b) chain':>15}")
-    for (stack, mode), (today, best) in cache_.items():
-        print(
-            f"{stack:<6}{mode:<11}{today.overlapped:>6.1f}/{best.overlapped:<6.1f}"
-            f"{today.sequential:>8.1f}/{best.sequential:<6.1f}"
-            f"{today.chain:>8.1f}/{best.chain:<6.1f}"
-        )
 
-    sources: dict[str, int] = {}
+def _print_critical_paths(cache_: Schedules, sources: dict[str, int]) -> None:
+    """Every link of each critical path, today and with all levers, numbered into `sources`."""
 
     def ref(link: Link) -> str:
         number = sources.setdefault(link.source, len(sources) + 1)
@@ -158,6 +168,20 @@ def main() -> int:
         for lever, why in skipped.items():
             print(f"    ({lever.value} not applied: {why})")
 
+
+def main() -> int:
+    print("Modelled minutes to the first GRPO step (links: tools/startup_links.py)\n")
+    cache_ = _print_minutes()
+    print("\nAgainst the schedules of the same links (today / all levers):")
+    print(f"{'stack':<6}{'mode':<11}{'overlapped':>13}{'(a) seq':>15}{'(b) chain':>15}")
+    for (stack, mode), (today, best) in cache_.items():
+        print(
+            f"{stack:<6}{mode:<11}{today.overlapped:>6.1f}/{best.overlapped:<6.1f}"
+            f"{today.sequential:>8.1f}/{best.sequential:<6.1f}"
+            f"{today.chain:>8.1f}/{best.chain:<6.1f}"
+        )
+    sources: dict[str, int] = {}
+    _print_critical_paths(cache_, sources)
     print("\nLevers:")
     for lever in LEVERS:
         print(f"  {lever.value}: {LEVER_SOURCES[lever]}")

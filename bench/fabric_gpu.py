@@ -81,7 +81,7 @@ def worst_transport(local: Transport, device: torch.device) -> Transport:
     return order[int(index.item())]
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-bytes", default="1GiB")
     parser.add_argument("--iters", type=int, default=DEFAULT_ITERS)
@@ -91,8 +91,11 @@ def main() -> None:
     parser.add_argument("--log-dir", default="/tmp/fabric-bench-nccl")
     parser.add_argument("--min-busbw-gbps", type=float, default=160.0, help="a3u's floor")
     parser.add_argument("--out", default="")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def _device(args: argparse.Namespace) -> torch.device:
+    """The process group's device (one GPU per rank, NCCL; or the CPU, gloo)."""
     if args.device == "cuda":
         configure_nccl_logging(args.log_dir)
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -102,6 +105,38 @@ def main() -> None:
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    return device
+
+
+def _rows(
+    sizes: list[int],
+    check_rounds: list[list[float]],
+    plain_rounds: list[list[float]],
+    check_best: list[float],
+    plain_best: list[float],
+) -> list[dict[str, object]]:
+    """Per message size: the check's and the plain loop's bus bandwidth and every round."""
+    factor = bus_bandwidth_factor(dist.get_world_size())
+    rows = []
+    for i, size in enumerate(sizes):
+        check_bus = size / check_best[i] / 1e9 * factor
+        plain_bus = size / plain_best[i] / 1e9 * factor
+        rows.append(
+            {
+                "bytes": size,
+                "check_busbw_gbps": round(check_bus, 2),
+                "plain_busbw_gbps": round(plain_bus, 2),
+                "ratio": round(check_bus / plain_bus, 4),
+                "check_rounds_us": [round(r[i] * 1e6, 1) for r in check_rounds],
+                "plain_rounds_us": [round(r[i] * 1e6, 1) for r in plain_rounds],
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    args = _arguments()
+    device = _device(args)
     world = dist.get_world_size()
     sizes = sizes_up_to(parse_size(args.max_bytes))
 
@@ -136,21 +171,7 @@ def main() -> None:
         require_known_transport=args.device == "cuda",
         network=nccl_network(lines),
     )
-    factor = bus_bandwidth_factor(world)
-    rows = []
-    for i, size in enumerate(sizes):
-        check_bus = size / check_best[i] / 1e9 * factor
-        plain_bus = size / plain_best[i] / 1e9 * factor
-        rows.append(
-            {
-                "bytes": size,
-                "check_busbw_gbps": round(check_bus, 2),
-                "plain_busbw_gbps": round(plain_bus, 2),
-                "ratio": round(check_bus / plain_bus, 4),
-                "check_rounds_us": [round(r[i] * 1e6, 1) for r in check_rounds],
-                "plain_rounds_us": [round(r[i] * 1e6, 1) for r in plain_rounds],
-            }
-        )
+    rows = _rows(sizes, check_rounds, plain_rounds, check_best, plain_best)
     if dist.get_rank() == 0:
         report = {
             "world_size": world,

@@ -43,8 +43,9 @@ sys.path.insert(0, str(REPO))
 from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud import storage  # noqa: E402
 
-from jobs import dashboard_access  # noqa: E402
+from jobs import dashboard_access, job_logs  # noqa: E402
 from jobs.checkpoints import TRACKER_FILE, discover_checkpoints  # noqa: E402
+from jobs.dashboard_client import state_api_tail  # noqa: E402
 from jobs.job_evidence import gke_cluster_input  # noqa: E402
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider  # noqa: E402
 from tests.job_fixtures.fake_trainer import write_checkpoint  # noqa: E402
@@ -155,6 +156,18 @@ def bench_discovery(runs: int) -> None:
         )
 
 
+def _alternate(runs: int, actions: dict[str, Any], client: Any) -> dict[str, list[float]]:
+    """Seconds each action takes to a RUNNING job, the actions taking turns; each job stopped."""
+    results: dict[str, list[float]] = {label: [] for label in actions}
+    for index in range(runs):
+        for label, action in actions.items():
+            started = time.perf_counter()
+            sid = action(index)
+            results[label].append(time.perf_counter() - started)
+            client.stop_job(sid)
+    return results
+
+
 def bench_submit(runs: int) -> None:
     print("\n== 2. submit-to-RUNNING latency on one local Ray head ==")
     with (
@@ -207,14 +220,9 @@ def bench_submit(runs: int) -> None:
                 time.sleep(0.05)
             return sid
 
-        results: dict[str, list[float]] = {"provider create": [], "ray job submit --no-wait": []}
-        for index in range(runs):
-            for label, action in (("provider create", via_provider),
-                                  ("ray job submit --no-wait", via_cli)):  # fmt: skip
-                started = time.perf_counter()
-                sid = action(index)
-                results[label].append(time.perf_counter() - started)
-                client.stop_job(sid)
+        results = _alternate(
+            runs, {"provider create": via_provider, "ray job submit --no-wait": via_cli}, client
+        )
         for label, times in results.items():
             print(f"{label:28s} {summary(times)}")
         print("(both measured to the first observed RUNNING; the CLI figure includes polling")
@@ -333,15 +341,13 @@ def bench_tail() -> None:
         whole = client.get_job_logs(sid)
         old_tail = "\n".join(whole.rstrip("\n").splitlines()[-50:])
         info = client.get_job_info(sid)
-        response = requests.get(
-            f"{head.dashboard_url}/api/v0/logs/file",
-            params={"submission_id": sid, "node_id": info.driver_node_id, "lines": 50},
-        )
+        # The provider's own read (Ray's state API, each line cut while streaming).
+        tail = state_api_tail(client, sid, info.driver_node_id, 50, job_logs.TAIL_LINE_MAX_CHARS)
         print(f"old report (last 50 whole lines)   {len(old_tail):>12,d} chars")
         print(f"capped report (the error message)  {len(message):>12,d} chars   "
               f"create failed after {elapsed:.1f} s")  # fmt: skip
         print(f"whole log (Jobs API /logs)         {len(whole):>12,d} chars fetched")
-        print(f"state API tail, lines=50           {len(response.content):>12,d} bytes fetched "
+        print(f"state API tail, lines=50           {sum(map(len, tail)):>12,d} chars kept "
               "(streamed and cut while reading)")  # fmt: skip
 
 

@@ -135,23 +135,18 @@ def max_over_ranks(value: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def run_case(
+def _train_steps(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     arch: ModelArch,
     device: torch.device,
-    checkpointing: bool,
     micro_batch: int,
     seq_len: int,
     micro_batches: int,
     steps: int,
-) -> dict[str, object]:
-    world = dist.get_world_size()
-    model = build_model(arch, device, checkpointing)
-    shard(model, arch, device.type)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    resident_after_shard = torch.cuda.memory_allocated() / GIB if device.type == "cuda" else 0.0
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+) -> tuple[float, float, list[float]]:
+    """GRPO-shaped update steps: this rank's peak GiB of forward+backward and of the optimizer
+    step over the steady-state steps, and every step's seconds."""
     response_len = seq_len // 2
     fwd_bwd_peak = 0.0
     step_peak = 0.0
@@ -177,12 +172,40 @@ def run_case(
         if step > 0:
             fwd_bwd_peak = max(fwd_bwd_peak, this_fwd_bwd)
             step_peak = max(step_peak, this_step)
-    # Memory on the GPU outside PyTorch's allocator: CUDA context, NCCL buffers, cuBLAS handles.
+    return fwd_bwd_peak, step_peak, step_times
+
+
+def _non_torch_gib(device: torch.device) -> float:
+    """Memory on the GPU outside PyTorch's allocator: CUDA context, NCCL buffers, cuBLAS
+    handles (the most of any rank)."""
     non_torch = 0.0
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info()
         non_torch = (total - free - torch.cuda.memory_reserved()) / GIB
-    non_torch = max_over_ranks(non_torch, device)
+    return max_over_ranks(non_torch, device)
+
+
+def run_case(
+    arch: ModelArch,
+    device: torch.device,
+    checkpointing: bool,
+    micro_batch: int,
+    seq_len: int,
+    micro_batches: int,
+    steps: int,
+) -> dict[str, object]:
+    world = dist.get_world_size()
+    model = build_model(arch, device, checkpointing)
+    shard(model, arch, device.type)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    resident_after_shard = torch.cuda.memory_allocated() / GIB if device.type == "cuda" else 0.0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    fwd_bwd_peak, step_peak, step_times = _train_steps(
+        model, optimizer, arch, device, micro_batch, seq_len, micro_batches, steps
+    )
+    non_torch = _non_torch_gib(device)
     fwd_bwd_peak = max_over_ranks(fwd_bwd_peak, device)
     step_peak = max_over_ranks(step_peak, device)
     reserved = torch.cuda.max_memory_reserved() / GIB if device.type == "cuda" else 0.0

@@ -5,7 +5,7 @@
 For each stack: the median wall time of `python -m tools.plan <stack>` in a fresh process, and the
 median wall time of a baseline process that only imports the Pulumi SDK classes the plan uses and
 registers the same resources (same type tokens, same inputs) under the same mocks, with none of
-this project's code. The ratio is the project's own overhead. Targets (issue 2): <= 3 s per
+this project's code. The ratio is the project's own overhead. Targets: <= 3 s per
 stack, ratio <= 1.5 on the 2-core CI machine. Prints figures; asserts nothing.
 """
 

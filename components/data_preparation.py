@@ -27,7 +27,7 @@ class DataPreparationArgs:
     storage: TrainingStorage
     # The script's text; read from payloads/prepare_data.py when not given.
     script: str | None = None
-    # The image repository and its reader role, where the pod pulls through it (lever 2).
+    # The image repository and its reader role, where the pod pulls through it (image streaming).
     image_registry: ImageRegistry | None = None
 
 

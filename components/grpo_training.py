@@ -66,8 +66,8 @@ class GrpoTraining(pulumi.ComponentResource):
         grpo_waits_for = [*on_cluster, args.data_preparation]
         if s.fabric_check:
             run = fabric_check_run(s)
-            # `wait`: GRPO is only submitted once the fabric passed (GPUs are exclusive, and a
-            # failed check fails `pulumi up` with its verdict and log tail).
+            # wait_for "finished": GRPO is only submitted once the fabric passed (GPUs are
+            # exclusive, and a failed check fails `pulumi up` with its verdict and log tail).
             self.fabric_check = RayJob(
                 f"{name}-fabric-check",
                 RayJobArgs(
@@ -76,7 +76,7 @@ class GrpoTraining(pulumi.ComponentResource):
                     dashboard=dashboard,
                     checkpoint_root=None,
                     submission_id_prefix=f"{s.stack}-fabric",
-                    wait=True,
+                    wait_for="finished",
                     deadlines=FABRIC_DEADLINES,
                     result_tag=FABRIC_RESULT_TAG,
                 ),

@@ -1,5 +1,5 @@
-"""The worker-image pre-puller of a Standard stack without image streaming (issue 13 lever 2;
-A4X by default): a DaemonSet on the GPU nodes (manifests/prepull.py), created with the cluster,
+"""The worker-image pre-puller of a Standard stack without image streaming (A4X by default):
+a DaemonSet on the GPU nodes (manifests/prepull.py), created with the cluster,
 long before the GPU pool has nodes, so its pod starts pulling the moment a GPU node registers.
 """
 

@@ -1,4 +1,4 @@
-"""Where the nodes stream the worker image from (issue 13 lever 2, config/image_streaming.py).
+"""Where the nodes stream the worker image from (GKE Image streaming, config/image_streaming.py).
 
 With image streaming (the x86 stacks by default): the two Google APIs streaming needs, an Artifact
 Registry remote repository in front of Docker Hub in the cluster's region, and the reader role on

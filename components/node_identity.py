@@ -65,7 +65,8 @@ class NodeIdentity(pulumi.ComponentResource):
         configured image lives in (a user's own verlImage, say). Docker Hub images need none;
         the stack's remote repository grants its own (components/image_registry.py); a public
         repository of another project (Google's NCCL installer images) is readable by anyone,
-        and a private one of another project is the user's to grant (README, Security)."""
+        and a private one of another project is the user's to grant (docs/deploying.md,
+        "Security baseline")."""
         repositories = {
             repo
             for field in image_fields()

@@ -49,9 +49,9 @@ class RayClusterArgs:
     rdma_networks: RdmaNetworks | None
     # The head's log-forwarder config and, with a W&B key, the Secret the Ray pods read.
     telemetry: RunTelemetry
-    # The image repository and its reader role, where the pods pull through it (lever 2).
+    # The image repository and its reader role, where the pods pull through it (image streaming).
     image_registry: ImageRegistry | None = None
-    # The worker-image pre-puller (lever 2 without streaming): it must exist before the workers
+    # The worker-image pre-puller (Standard, no image streaming): it must exist before the workers
     # are created, since on an autoscaled pool the workers are what brings the GPU nodes.
     prepull: ImagePrepull | None = None
 

@@ -1,4 +1,4 @@
-"""The gVNIC VPC and the RoCE VPC for A4/A3 Ultra GKE Standard (tutorial §2.1).
+"""The gVNIC VPC and the RoCE VPC for A4/A3 Ultra GKE Standard (the tutorial's Standard networks).
 
 Their names and CIDRs come from manifests/rdma_layout.py, the pure layout the Kubernetes network
 mapping (GKENetworkParamSet/Network) is derived from too, so the two cannot drift apart.

@@ -1,6 +1,6 @@
 """Training storage: the GCS bucket, the workload's identity and access to the bucket, the Hugging
 Face secret and the GCS FUSE volumes of the bucket: /data with and without the file cache, and
-/checkpoints (tutorial §4; issue 13 lever 1)."""
+/checkpoints (the tutorial's gcsfuse-storage.yaml, split in two mounts)."""
 
 from __future__ import annotations
 

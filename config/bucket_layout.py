@@ -24,7 +24,7 @@ VERL_CHECKOUT = f"{DATA_MOUNT}/verl"
 # has it; the data-prep script keeps this folder when it replaces the checkout), but the Ray pods
 # reach them through their own mount: metadata TTL 0 and no file cache, so verl's resume marker
 # (latest_checkpointed_iteration.txt, rewritten in place) is read fresh on every node, while
-# DATA_MOUNT caches metadata for good (manifests/fuse_mounts.py, issue 13 lever 1).
+# DATA_MOUNT caches metadata for good (manifests/fuse_mounts.py).
 CHECKPOINT_PREFIX = "verl/checkpoints"
 CHECKPOINT_MOUNT = "/checkpoints"
 # One folder per experiment below it (trainer.default_local_dir).

@@ -1,5 +1,5 @@
-"""How the GPU nodes get the worker image (issue 13 lever 2): streamed through an Artifact
-Registry remote repository in front of Docker Hub, or pre-pulled where streaming is off.
+"""How the GPU nodes get the worker image: streamed through an Artifact Registry remote
+repository in front of Docker Hub, or pre-pulled where streaming is off.
 
 Pure: no Pulumi. Settings resolve `verl-gke:imageStreaming` to an ImagePullPlan here;
 components/image_registry.py (streaming) and components/image_prepull.py (pre-pull) create what
@@ -17,7 +17,7 @@ Sources:
   repository (here: the stack's dedicated node service account, config/cluster_security.py).
 - Artifact Registry "Reduce latency with image prewarming" (docs.cloud.google.com/
   artifact-registry/docs/prewarm-images): the Image streaming cache "typically populates on the
-  first pull from a client that has image streaming enabled" (bench/startup_links.py models it).
+  first pull from a client that has image streaming enabled" (tools/startup_links.py models it).
 - Image path form LOCATION-docker.pkg.dev/PROJECT-ID/REPOSITORY/IMAGE (Artifact Registry Docker
   docs); a remote repository in front of Docker Hub streams (wdenniss.com/using-image-streaming-
   with-dockerhub).
@@ -111,7 +111,7 @@ def pull_plan(
         streaming=streaming,
         pool_streaming=streaming and standard,
         # Autopilot creates the node for the pending worker, which pulls at once: nothing to
-        # pre-pull ahead of (bench/startup_links.py), and a DaemonSet's pods are billed there.
+        # pre-pull ahead of (tools/startup_links.py), and a DaemonSet's pods are billed there.
         prepull=standard and not streaming,
         repository_id=repo,
         registry=f"{region}-docker.pkg.dev/{project}/{repo}" if repo else None,

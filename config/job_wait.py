@@ -16,7 +16,7 @@ KEY = "verl-gke:jobWait"
 
 
 class JobWait(StrEnum):
-    # RUNNING and still so after the provider's start-up grace (the behaviour before issue 10).
+    # RUNNING and still so after the provider's start-up grace.
     RUNNING = "running"
     # verl logged its first training step: start-up (image, model load, vLLM, validation) is
     # behind, which is where most runs that fail, fail.

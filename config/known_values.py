@@ -201,8 +201,8 @@ def chart_version_notice(key: str, value: str, published: tuple[str, ...]) -> st
 
 # --- Kubernetes versions ---------------------------------------------------------------------
 # GKE offers no Kubernetes minor before upstream Kubernetes releases it. The newest minor this
-# program has read is 1.37 (kubernetes-validate 1.37.0 ships schemas 1.25 ... 1.37,
-# reference/test-tooling.md), released by August 2026; upstream releases three minors a year
+# program has read is 1.37 (kubernetes-validate 1.37.0 ships schemas 1.25 ... 1.37),
+# released by August 2026; upstream releases three minors a year
 # ("Kubernetes Release Cadence", KEP-2572), so no more than one every three months after it. A
 # floor above every version GKE offers fails only after the cluster exists
 # (components/gke_cluster.py compares the cluster's version with the floor); a bound that did not

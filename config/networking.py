@@ -22,7 +22,7 @@ class NodeNics(StrEnum):
     """How the GPU nodes get their RDMA NICs."""
 
     # A Standard node pool with 1 gVNIC + one RDMA additional node network per NIC, on the VPCs
-    # we create (tutorial §2).
+    # we create (the tutorial's Standard networks).
     ADDITIONAL_NETWORKS = "additional-networks"
     # A Standard node pool with `accelerator_network_profile="auto"` and GKE's managed DRANET
     # driver: GKE creates the networks, the NICs become DRA devices (seed, A4X).
@@ -34,9 +34,9 @@ class NodeNics(StrEnum):
 class PodNics(StrEnum):
     """How a Ray worker pod gets its RDMA NICs."""
 
-    # GKENetworkParamSet/Network objects and pod interface annotations (tutorial §2.5).
+    # GKENetworkParamSet/Network objects and pod interface annotations (network-mapping.yaml).
     NETWORK_MAPPING = "network-mapping"
-    # A ComputeClass plus one claim for all NICs (ResourceClaimTemplate all-mrdma, tutorial §3.B).
+    # A ComputeClass plus one claim for all NICs (ResourceClaimTemplate all-mrdma, DRANET).
     ALL_NICS_CLAIM = "all-nics-claim"
     # One claim per NIC from the ResourceClaimTemplate rdma-nic (seed: rdma-nic-0..3).
     PER_NIC_CLAIMS = "per-nic-claims"

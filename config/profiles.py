@@ -1,7 +1,8 @@
 """The accelerator profiles: every per-architecture fact lives in this one table.
 
-Components read a profile; they never branch on its name. Sources: ../shared/seed (A4X) and
-../shared/reference/tutorial-facts.md (A4 / A3 Ultra), cited per field below.
+Components read a profile; they never branch on its name. Sources: the seed (gke-verl-grpo-tutorial,
+A4X) and the GKE tutorial "Fine-tune and scale reinforcement learning with verl on GKE" with its
+AIHypercomputerSamples scripts (A4 / A3 Ultra), cited per field below.
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ class GpuNetworking(StrEnum):
     """How the GPU nodes get their RDMA NICs."""
 
     # Standard A4/A3U: a gVNIC VPC and a RoCE VPC created by us, attached as 1 + 8 additional
-    # node networks, mapped into pods with GKENetworkParamSet/Network objects (tutorial §2).
+    # node networks, mapped into pods with GKENetworkParamSet/Network objects (tutorial, Standard).
     MULTI_NIC = "multi-nic"
     # A4X Standard: node pool `accelerator_network_profile="auto"`; GKE creates the networks and
     # the managed DRANET driver exposes the NICs as DRA devices (seed, Cluster Toolkit gke-a4x).
     DRANET_NODE_POOL = "dranet-node-pool"
     # Autopilot A4/A3U: a ComputeClass with `acceleratorNetworkProfile: auto` and DRA networking
-    # (tutorial §3.B); GKE creates the node pools and the networks.
+    # (the tutorial's Autopilot DRANET flow); GKE creates the node pools and the networks.
     DRANET_COMPUTE_CLASS = "dranet-compute-class"
 
 
@@ -212,7 +213,7 @@ DRANET_MIN_VERSION: Mapping[GpuNetworking, str] = MappingProxyType(
 # versions" table (docs.cloud.google.com/kubernetes-engine/docs/release-notes, 2026 snapshots):
 # new minor versions reach Rapid first, then Regular, then Stable; when Regular's default for
 # cluster creation was already 1.35.5-gke.1163012, Stable's was still 1.34.8-gke.1000000, below
-# the Autopilot DRANET floor. Rapid (the tutorial's choice, §3.B) and Regular are accepted; the
+# the Autopilot DRANET floor. Rapid (the tutorial's choice for DRANET) and Regular are accepted; the
 # version GKE actually gives the cluster is checked against the floor before any GPU is asked for
 # (components/gke_cluster.py).
 AUTOPILOT_DRANET_REFUSED_CHANNELS: Mapping[str, str] = MappingProxyType(
@@ -229,7 +230,7 @@ AUTOPILOT_DRANET_REFUSED_CHANNELS: Mapping[str, str] = MappingProxyType(
 # Artifact Registry standard or remote repository; "Autopilot clusters automatically use Image
 # streaming to pull eligible images"; Standard pools turn it on with gcfsConfig. Neither the
 # requirements nor the limitations name an architecture, and no GKE page found documents it on
-# Arm nodes (r2-ttfs-facts §3), so arm64 (A4X) is refused and pre-pulls instead.
+# Arm nodes, so arm64 (A4X) is refused and pre-pulls instead.
 IMAGE_STREAMING_UNSUPPORTED_ARCHES: Mapping[str, str] = MappingProxyType(
     {
         "arm64": "GKE does not document Image streaming on Arm nodes (the 'Use Image streaming' "
@@ -240,8 +241,8 @@ IMAGE_STREAMING_UNSUPPORTED_ARCHES: Mapping[str, str] = MappingProxyType(
 _GPU_TAINT = Toleration(key="nvidia.com/gpu")
 _ARM64_TAINT = Toleration(key="kubernetes.io/arch")
 
-# Shared x86 values (tutorial-facts §5, §6, §8): A4 and A3 Ultra differ only in GPU, machine and
-# the NCCL tuning file names.
+# Shared x86 values (the tutorial's RayClusters, runtime envs and images): A4 and A3 Ultra
+# differ only in GPU, machine and the NCCL tuning file names.
 _X86_VERL_IMAGE = "verlai/verl:vllm011.latest"
 _X86_VERL_REF = "v0.6.1"
 _X86_RAY_VERSION = "2.47.0"
@@ -249,7 +250,7 @@ _X86_GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v
 
 
 def _x86_standard_nccl_env(tuner_file: str) -> Mapping[str, str]:
-    # tutorial-facts §6.2 (Standard runtime-env, gIB from the hostPath NCCL installer).
+    # AIHypercomputerSamples verl_rl_standard runtime-env.yaml (gIB from the hostPath installer).
     return _frozen(
         {
             "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
@@ -269,7 +270,7 @@ def _x86_standard_nccl_env(tuner_file: str) -> Mapping[str, str]:
 
 
 def _x86_autopilot_nccl_env(conf_file: str) -> Mapping[str, str]:
-    # tutorial-facts §6.3 (Autopilot DRANET runtime-env). The H200 conf file name follows the
+    # AIHypercomputerSamples Autopilot DRANET runtime-env.yaml. The H200 conf file name follows the
     # tutorial prose ("change NCCL_CONF_FILE to /usr/local/gib/configs/nccl.a3u.conf").
     return _frozen(
         {
@@ -284,13 +285,13 @@ def _x86_autopilot_nccl_env(conf_file: str) -> Mapping[str, str]:
     )
 
 
-# The verl image the data-prep Job runs on the x86 CPU pool (tutorial §4.5).
+# The verl image the data-prep Job runs on the x86 CPU pool (the tutorial's data preparation).
 _X86_DATA_PREP_IMAGE = "verlai/verl:vllm011.latest"
-# tutorial-facts §5: head of all x86 RayClusters.
+# The head of all the tutorial's x86 RayClusters.
 _X86_RAY_HEAD = RayHeadShape(cpu="12", memory="32G", ephemeral_storage="9Gi")
 _X86_RAY_WORKERS = _frozen(
     {
-        # §5.3 (Standard): the whole a3-ultragpu-8g / a4-highgpu-8g node. The 1000Gi of
+        # ray-cluster-standard.yaml: the whole a3-ultragpu-8g / a4-highgpu-8g node. The 1000Gi of
         # ephemeral storage fits only because the GPU pool puts ephemeral storage on the 32
         # local SSDs (the 200 GB boot disk leaves about 97 GiB allocatable); tests/test_node_fit
         # checks every request against the node's allocatable.
@@ -301,7 +302,7 @@ _X86_RAY_WORKERS = _frozen(
             shared_memory="250Gi",
             ray_num_cpus="220",
         ),
-        # §5.1 (Autopilot DRANET): smaller, Autopilot keeps part of the node for itself. GKE
+        # ray-cluster-auto-dranet.yaml: smaller, Autopilot keeps part of the node for itself. GKE
         # creates these nodes with their 32 local SSDs as ephemeral storage (the "automatic"
         # count of GKE's autoscaler table; "-nolssd" shapes only on explicit request). The
         # tutorial's `num-cpus: "220"` would advertise CPUs the container may not use.
@@ -360,7 +361,7 @@ _X86_NETWORKING = _frozen(
 # Keys are `verl-gke:job` settings (camelCase); the program adds the model path, the GPU and node
 # counts and the experiment's name and checkpoint folder.
 
-# Shared by the seed's A4X command and the x86 scripts (tutorial-facts §7).
+# Shared by the seed's A4X command and the x86 scripts' `ray job submit`.
 _GRPO_COMMON: Mapping[str, Any] = _frozen(
     {
         "advEstimator": "grpo",
@@ -393,7 +394,7 @@ _A4X_GRPO: Mapping[str, Any] = _frozen(
         "refLogProbMicroBatchSizePerGpu": 16,
     }
 )
-# AIHypercomputerSamples verl_rl_standard/7_run_job.sh, latest seen (tutorial-facts §7).
+# AIHypercomputerSamples verl_rl_standard/7_run_job.sh, latest seen.
 _X86_STANDARD_GRPO: Mapping[str, Any] = _frozen(
     {
         **_GRPO_COMMON,
@@ -437,7 +438,7 @@ def _x86_profile(
     ray_cluster_name: str,
 ) -> AcceleratorProfile:
     """A4 and A3 Ultra: 8 GPUs and 8 RoCE NICs per x86 node, the same tutorial path; they differ
-    in GPU, machine and the names of the NCCL tuning files (tutorial §6).
+    in GPU, machine and the names of the NCCL tuning files (the tutorial's runtime-env.yaml).
 
     Long because it is one declarative profile (every field with its source)."""
     return AcceleratorProfile(

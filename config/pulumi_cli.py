@@ -30,6 +30,7 @@ def require_cli_features() -> None:
     raise PulumiCliTooOld(
         f"This program needs Pulumi CLI {MIN_PULUMI_CLI} or newer: the GRPO job uses the "
         f"replaceWith resource option, which this CLI does not support. No resource was created. "
-        f'Fix: install Pulumi CLI {MIN_PULUMI_CLI} or newer (README, "Requirements"), check '
+        f"Fix: install Pulumi CLI {MIN_PULUMI_CLI} or newer (docs/real-systems.md, "
+        f'"Pulumi CLI 3.207.0 or newer"), check '
         f"with `pulumi version`, and run the command again."
     )

@@ -1,6 +1,6 @@
 """Find verl's checkpoints in a GCS folder without listing every shard.
 
-verl writes (verl-ray-pulumi-facts.md §A2)::
+verl writes (verl/trainer/ppo/ray_trainer.py _save_checkpoint)::
 
     <root>/global_step_<N>/actor/model_world_size_<W>_rank_<r>.pt ...   one folder per saved step
     <root>/latest_checkpointed_iteration.txt                             str(N), written last

@@ -67,7 +67,7 @@ Lifecycle (DESIGN.md, Decisions and Real contracts):
 - delete: stops the job if it still runs and waits until it is terminal. Checkpoints and the job
   record are kept.
 
-Faults (issues 9, 17). A job is forgotten only on positive evidence that it is gone: the Ray head
+Faults. A job is forgotten only on positive evidence that it is gone: the Ray head
 says it does not know the id (404), or, when the dashboard does not answer within
 deadline_reach_s, the Kubernetes API (the head Service is gone, or no head pod is running) or the
 GKE API (the cluster is gone) says so (jobs/job_evidence.py, at most 15 s more). Without
@@ -81,8 +81,8 @@ ran (Ray writes that over a submission id reused after `ray job stop` + `ray job
 submitted once more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
 reach `pulumi up` as their message, without the host's traceback.
 
-Rules of pulumi.dynamic that shape this module (verl-ray-pulumi-facts.md §C): the provider is
-pickled with dill into the state and runs in a separate process, so it holds no client, socket or
+Rules of pulumi.dynamic that shape this module (pulumi sdk/python/lib/pulumi/dynamic): the provider
+is pickled with dill into the state and runs in a separate process, so it holds no client, socket or
 token; heavy imports happen inside methods; connection data are inputs; the engine applies no
 timeouts, so every wait here has its own deadline; progress goes to stdout with flush=True.
 """
@@ -433,7 +433,7 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 return "submitted"
             except RuntimeError as exc:
                 # Ray answers a duplicate id with a 500 wrapping the agent's 400: only the text
-                # tells it apart (verl-ray-pulumi-facts.md §B).
+                # tells it apart (Ray Jobs API, job_head.py submit).
                 if "already exists" in str(exc):
                     return "already exists: adopting it"
                 raise

@@ -33,12 +33,12 @@ PART_OF = "verl-gke"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-# Autopilot's built-in class for CPU pods that need a chosen machine series (tutorial §4.5).
+# Autopilot's built-in class for CPU pods that need a chosen machine series (tutorial, data prep).
 AUTOPILOT_CPU_CLASS = "Performance"
 
 
 # checkov findings accepted for an object, as checkov's own skip annotations so the reason sits
-# next to the object (README "checkov findings" lists them all).
+# next to the object (docs/architecture.md, "checkov findings", lists them all).
 def accepted_findings(findings: dict[str, str]) -> dict[str, str]:
     return {
         f"checkov.io/skip{index}": f"{check}={reason}"

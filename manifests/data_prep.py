@@ -1,4 +1,4 @@
-"""The data-preparation Job (tutorial §4.5) and the ConfigMap that carries its script.
+"""The tutorial's data-preparation Job and the ConfigMap that carries its script.
 
 The Job runs payloads/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
 /data/verl, writes GSM8K to /data/gsm8k/{train,test}.parquet and downloads the model to
@@ -38,7 +38,7 @@ VERL_REPO = "https://github.com/volcengine/verl.git"
 # A failure must reach `pulumi up` quickly; the script resumes where a retry left off.
 BACKOFF_LIMIT = 2
 
-# Pod and GCS FUSE sidecar sizes per mode (tutorial-facts §4.5, latest script versions).
+# Pod and GCS FUSE sidecar sizes per mode (the tutorial's data-prep scripts, latest).
 _RESOURCES = {
     Mode.STANDARD: {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
     Mode.AUTOPILOT: {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "50Gi"},
@@ -49,7 +49,7 @@ _SIDECAR_LIMITS = {
 }
 
 
-# checkov findings the Job keeps, and why (README, "checkov findings").
+# checkov findings the Job keeps, and why (docs/architecture.md, "checkov findings").
 JOB_FINDINGS = {
     "CKV_K8S_15": "tag-pinned image; IfNotPresent avoids re-pulling a 10+ GB image per retry",
     "CKV_K8S_22": "tools in the verl image write caches under the home directory",

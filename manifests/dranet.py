@@ -1,9 +1,9 @@
 """RDMA NICs as DRA devices (GKE-managed DRANET, device class `mrdma.google.com`).
 
-Autopilot A4/A3 Ultra (tutorial §3.B): a ComputeClass that makes GKE create the GPU node pool
-with `acceleratorNetworkProfile: auto`, and the ResourceClaimTemplate `all-mrdma` that hands a
-worker every RDMA NIC of its node. A4X Standard (seed `compute-domain-a4x.yaml`): the node pool
-already has the profile; the template `verl-rdma-nic` claims one NIC, and each worker claims it
+Autopilot A4/A3 Ultra (the tutorial's DRANET flow): a ComputeClass that makes GKE create the GPU
+node pool with `acceleratorNetworkProfile: auto`, and the ResourceClaimTemplate `all-mrdma` that
+hands a worker every RDMA NIC of its node. A4X Standard (seed `compute-domain-a4x.yaml`): the node
+pool already has the profile; the template `verl-rdma-nic` claims one NIC, and each worker claims it
 once per NIC of the node.
 """
 

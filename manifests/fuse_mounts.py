@@ -1,4 +1,4 @@
-"""What a Ray pod needs for its GCS FUSE mounts (issue 13 lever 1): the read-mostly data mount
+"""What a Ray pod needs for its GCS FUSE mounts: the read-mostly data mount
 (file-cached on the GPU workers, uncached on the head), the checkpoint mount, the FUSE sidecar's
 resources, a file-cache volume and a node-local copy of verl.
 

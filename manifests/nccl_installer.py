@@ -1,16 +1,16 @@
 """The NCCL gIB (RDMA) plugin installer DaemonSet (container-engine-accelerators/gpudirect-rdma).
 
-GKE Standard only. Two upstream variants (tutorial-facts §11): x86 (`nccl-rdma-installer.yaml`)
+GKE Standard only. Two upstream variants: x86 (`nccl-rdma-installer.yaml`)
 and A4X arm64 (`nccl-rdma-installer-a4x.yaml`). The tutorial applies them from the moving
 `master` branch; here the installer image is pinned (profile default,
 `verl-gke:ncclInstallerImage` to override) and the pod spec is built in code.
 
-Autopilot gets no installer: the tutorial's Autopilot flow (ComputeClass + DRANET, tutorial-facts
-§3.B) has none, and its Ray workers install the gIB plugin into their own pod (an init container
+Autopilot gets no installer: the tutorial's Autopilot flow (ComputeClass + DRANET) has
+none, and its Ray workers install the gIB plugin into their own pod (an init container
 and an emptyDir, manifests/ray_cluster.py), so nothing would read what a node-level installer
 writes. GKE documents `nccl-rdma-installer-autopilot.yaml` only for the older multi-networking
 Autopilot flow, and Autopilot rejects privileged pods that no installed allowlist matches
-(README, "Autopilot and the NCCL installer").
+(docs/real-systems.md, "Autopilot and the NCCL installer").
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 _AS_PUBLISHED = "Google's installer as published (container-engine-accelerators)"
 _AS_ROOT = "privileged root init container that writes into host directories"
-# checkov findings of the installer, and why (README, "checkov findings").
+# checkov findings of the installer, and why (docs/architecture.md, "checkov findings").
 FINDINGS = {
     "CKV_K8S_8": "one-shot install in an init container; the pause container has no endpoint",
     "CKV_K8S_9": "one-shot install in an init container; the pause container has no endpoint",

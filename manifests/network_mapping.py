@@ -1,4 +1,4 @@
-"""GKE multi-networking objects for A4/A3 Ultra Standard (tutorial §2.5 `network-mapping.yaml`).
+"""GKE multi-networking objects for A4/A3 Ultra Standard (the tutorial's `network-mapping.yaml`).
 
 One GKENetworkParamSet + Network pair per additional node NIC: `gvnic-1` on the gVNIC VPC and
 `rdma-0`..`rdma-7` on the RoCE VPC. Everything is derived from the RdmaLayout that also named the

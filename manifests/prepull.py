@@ -21,7 +21,7 @@ PREPULL_NAMESPACE = "kube-system"
 _RESOURCES = {"cpu": "10m", "memory": "16Mi", "ephemeral-storage": "16Mi"}
 
 _NO_ENDPOINT = "the pause container serves nothing and `true` exits at once: nothing to probe"
-# checkov findings of the pre-puller, and why (README, "checkov findings").
+# checkov findings of the pre-puller, and why (docs/architecture.md, "checkov findings").
 FINDINGS = {
     "CKV_K8S_8": _NO_ENDPOINT,
     "CKV_K8S_9": _NO_ENDPOINT,

@@ -1,5 +1,5 @@
-"""The RayCluster per profile and mode: the seed's ray-cluster-a4x.yaml (A4X), tutorial §5.1
-(A4/A3 Ultra Autopilot, DRANET) and §5.3 (A4/A3 Ultra Standard, multi-NIC).
+"""The RayCluster per profile and mode: the seed's ray-cluster-a4x.yaml (A4X), the tutorial's
+ray-cluster-auto-dranet.yaml (A4/A3 Ultra Autopilot) and ray-cluster-standard.yaml (Standard).
 
 Fixes of the tutorial's manifests: nodeSelector values are strings, unused hostPath volumes
 (`/lib64`, `/sys`, `/proc/sys`) are gone, the x86 Standard init container that `pip install -e`d
@@ -49,7 +49,7 @@ WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
 GIB_DIR = "/usr/local/gib"
 IMEX_CLAIM = "compute-domain-channel"
-# tutorial-facts §5.1: the Autopilot workers install the gIB plugin and its NCCL configs from
+# ray-cluster-auto-dranet.yaml: the Autopilot workers install the gIB plugin and NCCL configs from
 # Google's apt repository into a volume the worker container reads.
 GIB_APT_INSTALL = (
     "set -euo pipefail\n"

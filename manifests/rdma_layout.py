@@ -1,4 +1,4 @@
-"""Names and CIDRs of the gVNIC and RoCE networks of A4/A3 Ultra GKE Standard (tutorial §2.1).
+"""Names and CIDRs of the gVNIC and RoCE networks of A4/A3 Ultra GKE Standard (tutorial).
 
 A pure function of the settings, beside the manifests that use it: the VPCs and subnets
 (components/rdma_networks.py), the node pool's additional networks and the Kubernetes network

@@ -1,4 +1,4 @@
-"""Workload namespace, identity, the Hugging Face secret and the GCS FUSE volume (tutorial §4)."""
+"""Workload namespace, identity, the Hugging Face secret and the GCS FUSE volume (tutorial)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from manifests.common import (
 from manifests.fuse_mounts import FILE_CACHE_MAX_SIZE_MIB
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
-# Static binding by class name; no StorageClass object of that name exists (tutorial §4.4).
+# Static binding by class name; no StorageClass object of that name exists (gcsfuse-storage.yaml).
 GCSFUSE_STORAGE_CLASS = "gcsfuse-sc"
-# The PV's nominal size; GCS has no capacity, Kubernetes needs a number (tutorial §4.4).
+# The PV's nominal size; GCS has no capacity, Kubernetes needs a number (gcsfuse-storage.yaml).
 GCSFUSE_CAPACITY = "768Gi"
-# Three PVs of the one bucket (issue 13 lever 1). kubelet names a CSI volume `driver^volumeHandle`
+# Three PVs of the one bucket. kubelet names a CSI volume `driver^volumeHandle`
 # (pkg/volume/csi csiPlugin.GetVolumeName), so two PVs with one handle are one mount in a pod. The
 # driver takes `<bucket>:<anything>` as the handle and mounts the bucket before the first ':'
 # (gcs-fuse-csi-driver pkg/util/util.go ParseVolumeID, commit 2ed24c70 "Allow multiple volume

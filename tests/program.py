@@ -6,6 +6,9 @@ import copy
 from functools import cache
 
 from tools.offline_engine import PlanResult, run_stack
+from tools.plan import planned_settings
+from tools.startup_links import JobFacts, job_facts
+from training.assembly import training_job
 
 # The five stack/mode combinations the program supports.
 COMBINATIONS = (
@@ -44,3 +47,11 @@ def plan(
         overrides["verl-gke:mode"] = mode
     overrides.update({key.replace("__", ":"): value for key, value in extra.items()})
     return copy.deepcopy(_plan(stack, tuple(sorted(overrides.items())), unset))
+
+
+@cache
+def run_facts(stack: str, mode: str) -> JobFacts:
+    """The run's own start-up facts (model, KL terms, validation) of plan(stack, mode), from its
+    settings and GRPO spec."""
+    settings = planned_settings(stack, {**REAL, "verl-gke:mode": mode}, strict=True)
+    return job_facts(settings, training_job(settings).spec)

@@ -1,4 +1,4 @@
-"""After `pulumi up` (issue 10) as the real program registers it: the GRPO job's wait mode, the
+"""After `pulumi up` as the real program registers it: the GRPO job's wait mode, the
 outputs every stack exports, the head's log forwarder and its Logs Explorer link, the model
 export step, and the W&B key's path to the Ray pods."""
 

@@ -4,7 +4,7 @@ chart or GKE installs.
 
 Why a table and not the Kubernetes OpenAPI: kubernetes-validate's 1.34 schemas also describe
 beta versions such as resource.k8s.io/v1beta1, which exist in 1.34 but which GKE serves only when
-the cluster enables them. That gap is what broke the NVIDIA DRA driver chart 25.3.1 (issue 8).
+the cluster enables them. That gap is what broke the NVIDIA DRA driver chart 25.3.1.
 The Helm charts are not rendered here (no Helm, no chart download): what each chart version
 installs was derived from its templates at its tag into tests/data/charts/ (source and command in
 each file) and is evaluated with the program's values (tests/chart_objects.py), so a chart bump

@@ -1,4 +1,4 @@
-"""Issue 9: every class of bad input is refused before any resource, naming the key, the value
+"""Every class of bad input is refused before any resource, naming the key, the value
 (never a secret's) and a fix that is itself accepted.
 
 Each class is parametrised over its members; `test_every_suggested_fix_is_accepted` applies the
@@ -62,7 +62,7 @@ def test_bad_image_reference_refused_for_every_image_setting(key: str, value: st
     ("key", "value"),
     [
         ("verl-gke:rayVersion", "latest"),
-        ("verl-gke:rayVersion", ""),
+        ("verl-gke:rayVersion", " "),
         ("verl-gke:rayVersion", "2.47"),
         ("verl-gke:rayVersion", "2.47.0; curl x"),
         ("verl-gke:verlRef", "latest"),
@@ -378,7 +378,7 @@ def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
     assert job_accepted(stack, {"maxResponseLength": fitting}).spec.max_response_length == fitting
 
 
-# --- issue 17: every refusal's fix, applied as typed, is accepted (items 12-15) ----------------
+# --- every refusal's fix, applied as typed, is accepted ------------------------------------------
 
 from datetime import date  # noqa: E402
 
@@ -469,7 +469,7 @@ def refused(stack: str, config: dict[str, str]) -> str:
 # One member per class the issue names; each is refused naming key and value, and the fix as
 # typed makes the stack (GRPO job included) accepted.
 CLASSES = [
-    # item 12: pydantic type, range and choice errors; name rules; a flat --path key
+    # pydantic type, range and choice errors; name rules; a flat --path key
     ("a4x", {"verl-gke:gpuNodes": "two"}, "verl-gke:gpuNodes = 'two'"),
     ("a4x", {"verl-gke:capacityWaitMinutes": "9"}, "verl-gke:capacityWaitMinutes = '9'"),
     ("a4", {"verl-gke:jobWait": "first_step"}, "verl-gke:jobWait = 'first_step'"),
@@ -483,7 +483,7 @@ CLASSES = [
     ("a4", {"verl-gke:namespace": "Verl_NS"}, "verl-gke:namespace = 'Verl_NS'"),
     ("a4", {"verl-gke:ksaName": "Verl_KSA"}, "verl-gke:ksaName = 'Verl_KSA'"),
     ("a4x", {"verl-gke:job.trainBatchSize": "64"}, "verl-gke:job.trainBatchSize = '64'"),
-    # item 13: accepted before, failing later on paid hardware
+    # accepted before, failing later on paid hardware
     ("a4", {"verl-gke:namespace": "kube-system"}, "verl-gke:namespace = 'kube-system'"),
     ("a4", {"verl-gke:namespace": "gmp-public"}, "verl-gke:namespace = 'gmp-public'"),
     ("a4x", {"verl-gke:namespace": "nvidia-dra-driver-gpu"}, "'nvidia-dra-driver-gpu'"),
@@ -506,7 +506,7 @@ CLASSES = [
     ("a4", {"verl-gke:job": '{"totalEpochs": true}'}, "verl-gke:job.totalEpochs = True"),
     ("a4", {"verl-gke:gpuNodes": "010"}, "verl-gke:gpuNodes = '010'"),
     ("a4", {"verl-gke:job": '{"trainBatchSize": "0256"}'}, "verl-gke:job.trainBatchSize = '0256'"),
-    # item 14: fixes that used to be refused by the next rule, or pointed the wrong way
+    # fixes that used to be refused by the next rule, or pointed the wrong way
     ("a4x", {"verl-gke:gpuNodes": "19"}, "verl-gke:gpuNodes = 19"),
     ("a4", {"gcp:region": "us-central1-b"}, "gcp:region = 'us-central1-b'"),
     ("a4", {"verl-gke:region": "us-central1"}, "verl-gke:region"),
@@ -666,7 +666,7 @@ def test_no_error_echoes_a_secret_looking_value(changes: dict[str, str]) -> None
     assert next(iter(changes)) in message
 
 
-# Every refusal class of the tests above (issue 9), each member's fix applied as typed: the
+# Every refusal class of the tests above, each member's fix applied as typed: the
 # stack, GRPO job included, is then accepted. Each alternative a single fix offers is tried.
 SWEEP = [
     *[(stack, {key: "verlai/verl"}) for key in IMAGE_KEYS for stack in ("a4", "a4x")],

@@ -1,4 +1,4 @@
-"""verl-gke:capacity (issue 11): GKE's support matrix enforced before any resource, the GPU
+"""verl-gke:capacity: GKE's support matrix enforced before any resource, the GPU
 capacity of each mode, all nodes or none, GPUs released when the run ends, the plan's cost facts
 on every stack and mode, and the kept bucket adopted after `pulumi destroy`."""
 

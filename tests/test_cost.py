@@ -1,4 +1,4 @@
-"""Cost in money before anything is created (issue 20, item 3): the price table's provenance, the
+"""Cost in money before anything is created: the price table's provenance, the
 plan's $/h on every stack, mode and capacity the settings accept, the arithmetic against a hand
 derivation, and the billing-while-waiting claim against the capacity plan's own fact."""
 
@@ -177,3 +177,57 @@ def test_the_plan_prints_the_money_lines_from_the_rendered_job() -> None:
     assert "checkpoints in the kept bucket: ~366 GiB each" in text
     assert "58 steps" in text and "all kept (trainer.max_actor_ckpt_to_keep unset)" in text
     assert re.search(r"modelled cost to the first training step: at least \$[\d.]+ \(\d+ min", text)
+
+
+@pytest.mark.parametrize(("stack", "mode", "capacity"), ACCEPTED)
+def test_every_capacity_mode_the_stack_accepts_has_its_rate_or_says_not_in_table(
+    stack: str, mode: Mode, capacity: Capacity
+) -> None:
+    # The modes line lets a user compare the capacity modes before choosing one: every mode the
+    # settings accept for this profile and GKE mode (asked of load_settings, as ACCEPTED is) is
+    # named with its own table entry, whose page is the one the table records for that mode.
+    settings = settings_for(stack, mode, capacity)
+    (line,) = [x for x in money_lines(settings, 60.0, DEFAULT_JOB) if "by capacity mode" in x]
+    machine = settings.profile.machine_type
+    for other in [c for s, m, c in ACCEPTED if (s, m) == (stack, mode)]:
+        price = price_table.GPU_MACHINE[(machine, other)]
+        chosen = " (this stack)" if other is capacity else ""
+        shown = (
+            f"price not in table (see {price.source})"
+            if price.usd is None
+            else f"${price.usd:,.2f} per node-hour"
+        )
+        assert f"{other.value}{chosen} {shown}" in line, line
+    assert line.count("(this stack)") == 1
+
+
+def test_the_table_holds_every_machine_and_capacity_the_stacks_accept() -> None:
+    # No stack falls back to the generic "see the GPU pricing page" entry: each accepted
+    # machine x capacity has its own row with a source page and a read date.
+    for stack, _mode, capacity in ACCEPTED:
+        machine = PROFILES[stack].machine_type
+        assert (machine, capacity) in price_table.GPU_MACHINE, (machine, capacity)
+    for machine in {settings_for(*combo).cpu_machine_type for combo in ACCEPTED}:
+        assert machine in price_table.CPU_MACHINE, machine
+
+
+def test_the_modes_line_carries_the_tables_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test prices, not real ones: reservation $80, flexStart $40, Spot $30 per a3-ultragpu-8g
+    node-hour. a3u Standard on Spot with 2 GPU nodes and 1 CPU node at $1:
+      GPU       = 2 x 30 = $60.00/h
+      per hour  = 60 + 1 + 0.10 (control plane) = $61.10
+      45 min    = 0.75 x 61.10 = $45.825, shown as $45.83
+    """
+    rates = {Capacity.RESERVATION: 80.0, Capacity.FLEX_START: 40.0, Capacity.SPOT: 30.0}
+    monkeypatch.setattr(
+        cost_facts, "gpu_machine_price", lambda _machine, capacity: _test_price(rates[capacity])
+    )
+    monkeypatch.setattr(cost_facts, "cpu_machine_price", lambda *_: _test_price(1.0))
+    settings = settings_for("a3u", Mode.STANDARD, Capacity.SPOT)
+    text = "\n".join(money_lines(settings, 45.0, DEFAULT_JOB))
+    assert (
+        "a3-ultragpu-8g: reservation $80.00 per node-hour; flexStart $40.00 per node-hour; "
+        "spot (this stack) $30.00 per node-hour" in text
+    )
+    assert "$30.00 per node-hour x 2 nodes = $60.00/h" in text
+    assert "45 min x $61.10/h = $45.83; plus the nodes billed while the rest are awaited" in text

@@ -1,10 +1,11 @@
-"""The start-up model (bench/startup_links.py) over the real program's recorded graphs.
+"""The start-up model (tools/startup_links.py, tools/startup_schedule.py) over the real
+program's recorded graphs.
 
 Structural properties only, no timing: every link has a source, levers never slow the start,
-all levers together meet issue 13's 10-minute target on every stack/mode, the arm64 stack gets no
+all levers together save at least 10 minutes on every stack/mode, the arm64 stack gets no
 image-streaming saving (undocumented there), the durations follow what the recorded program
-says (validation before training, init containers, the model), and the levers are recognised
-in a graph that implements them.
+says and the run's own facts come from its settings and GRPO spec (validation before training,
+init containers, the model), and the levers are recognised in a graph that implements them.
 """
 
 from __future__ import annotations
@@ -20,25 +21,28 @@ from typing import Any
 
 import pytest
 
-from bench.startup_links import (
+from config.profiles import PROFILES
+from tests.program import COMBINATIONS, REAL, plan, run_facts
+from tools.offline_engine import PlanResult, RecordedResource
+from tools.plan import planned_settings
+from tools.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
     NO_LEVERS,
     Lever,
-    Schedule,
+    job_facts,
     levers_in_graph,
     links,
     model_weights,
-    schedule,
     startup_facts,
 )
-from config.profiles import PROFILES
-from tests.program import COMBINATIONS, plan
-from tools.offline_engine import PlanResult, RecordedResource
+from tools.startup_schedule import Schedule, schedule
+from training.assembly import training_job
+from training.model_facts import table_facts
 
 REPO = Path(__file__).resolve().parent.parent
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
-# Issue 13: with every lever on, at least this many minutes off today's figure.
+# With every lever on, at least this many minutes off today's figure.
 TARGET_SAVING_MIN = 10.0
 SUBSETS = [
     frozenset(combo)
@@ -48,7 +52,7 @@ SUBSETS = [
 
 
 def modelled(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:
-    return schedule(plan(stack, mode), PROFILES[stack].arch, levers)
+    return schedule(plan(stack, mode), run_facts(stack, mode), levers)
 
 
 def link_keys(result: Schedule) -> set[str]:
@@ -218,24 +222,35 @@ def grpo_job(result: PlanResult) -> RecordedResource:
 
 def test_validation_before_training_follows_the_job() -> None:
     for stack, mode in COMBINATIONS:
-        facts = startup_facts(plan(stack, mode), PROFILES[stack].arch)
+        facts = startup_facts(plan(stack, mode), run_facts(stack, mode))
+        # The fact from the spec agrees with the command verl runs.
         entrypoint = str(grpo_job(plan(stack, mode)).inputs["entrypoint"])
         assert facts.val_before_train == ("trainer.val_before_train=False" not in entrypoint)
         assert ("validation" in link_keys(modelled(stack, mode))) == facts.val_before_train
     # Turning it on in an x86 job adds the link and the minutes.
     recorded = plan("a3u", "standard")
-    job = grpo_job(recorded)
-
-    def validate(inputs: dict[str, Any]) -> None:
-        inputs["entrypoint"] = inputs["entrypoint"].replace(
-            "trainer.val_before_train=False", "trainer.val_before_train=True"
-        )
-
-    changed = with_inputs(recorded, job.type, validate, job.name)
-    before = schedule(recorded, "amd64")
-    after = schedule(changed, "amd64")
+    job = run_facts("a3u", "standard")
+    before = schedule(recorded, job)
+    after = schedule(recorded, dataclasses.replace(job, val_before_train=True))
     assert "validation" in link_keys(after) and "validation" not in link_keys(before)
     assert after.overlapped > before.overlapped
+
+
+def test_the_run_facts_come_from_the_spec() -> None:
+    settings = planned_settings("a3u", {**REAL, "verl-gke:mode": "standard"}, strict=True)
+    spec = training_job(settings).spec
+    # verl's trainer.val_before_train defaults to True; the reference policy is built for a KL
+    # loss or a KL reward (verl trainer/main_ppo.py adds the RefPolicy role for either).
+    unset = spec.model_copy(
+        update={"val_before_train": None, "use_kl_loss": None, "use_kl_in_reward": None}
+    )
+    assert job_facts(settings, unset).val_before_train is True
+    assert job_facts(settings, unset).reference_model is False
+    kl_reward = unset.model_copy(update={"use_kl_in_reward": True})
+    assert job_facts(settings, kl_reward).reference_model is True
+    off = unset.model_copy(update={"val_before_train": False})
+    assert job_facts(settings, off).val_before_train is False
+    assert job_facts(settings, spec).weights == model_weights(table_facts(settings.model))
 
 
 def test_worker_start_links_follow_the_ray_cluster() -> None:
@@ -251,12 +266,15 @@ def test_worker_start_links_follow_the_ray_cluster() -> None:
 
 
 def test_model_size_scales_the_load_and_unknown_models_fail_clearly() -> None:
-    assert model_weights("/data/Qwen2.5-32B-Instruct").gigabytes == 66.0
-    small = model_weights("/data/Qwen2.5-7B-Instruct")
-    assert small.estimate and small.gigabytes == 14.0
-    with pytest.raises(ValueError, match="KNOWN_WEIGHTS"):
-        model_weights("/data/my-model")
-    facts = startup_facts(plan("a3u", "standard"), "amd64")
+    # The seed (gke-verl-grpo-tutorial): the Qwen2.5-32B-Instruct download "needs about 66 GB".
+    assert model_weights(table_facts("Qwen/Qwen2.5-32B-Instruct")).gigabytes == 66.0
+    # huggingface.co/Qwen/Qwen2.5-7B-Instruct: 7.62 B parameters in bf16 safetensors, ~15 GB.
+    small = model_weights(table_facts("Qwen/Qwen2.5-7B-Instruct"))
+    assert small.estimate and small.gigabytes == 15.0
+    settings = planned_settings("a3u", {"verl-gke:model": "acme/my-model"}, strict=False)
+    with pytest.raises(ValueError, match="verl-gke:modelConfig"):
+        job_facts(settings, training_job(planned_settings("a3u", {}, strict=False)).spec)
+    facts = startup_facts(plan("a3u", "standard"), run_facts("a3u", "standard"))
     big = links(facts).grpo[1]
     smaller = links(dataclasses.replace(facts, weights=small)).grpo[1]
     assert big.key == smaller.key == "actor-load"
@@ -264,8 +282,9 @@ def test_model_size_scales_the_load_and_unknown_models_fail_clearly() -> None:
 
 
 def test_arch_is_checked() -> None:
+    job = dataclasses.replace(run_facts("a3u", "standard"), arch="x86")
     with pytest.raises(ValueError, match="arch"):
-        startup_facts(plan("a3u", "standard"), "x86")
+        startup_facts(plan("a3u", "standard"), job)
 
 
 # --- levers recognised in a graph that implements them ----------------------------------------
@@ -283,7 +302,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
     ]
 
     # no_default_pool: the program creates its CPU pool inline; a cluster that removes a
-    # default pool (the program before issue 13) does not have the lever.
+    # default pool does not have the lever.
     assert Lever.NO_DEFAULT_POOL in base
 
     def remove_default(inputs: dict[str, Any]) -> None:
@@ -307,7 +326,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
     )
 
     # image_streaming: Artifact Registry image and (Standard) gcfsConfig on the GPU pool - the
-    # x86 program has both (issue 13 lever 2); either one alone is not the lever.
+    # x86 program has both; either one alone is not the lever.
     assert Lever.IMAGE_STREAMING in base
     assert worker_image.startswith("us-central1-docker.pkg.dev/acme-ml-prod/")
 
@@ -330,7 +349,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
     assert Lever.PREPULL in levers_in_graph(plan("a4x", "standard"), "arm64")
 
     # fuse_tuned: node-local verl, sized sidecar, read-mostly cached mount - the program has all
-    # three (issue 13 lever 1); undoing any one of them loses the lever.
+    # three; undoing any one of them loses the lever.
     assert Lever.FUSE_TUNED in base
 
     def verl_on_fuse(inputs: dict[str, Any]) -> None:
@@ -361,7 +380,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
 def test_the_model_imports_without_pulumi() -> None:
     # The offline plan imports the model; neither module may pull in Pulumi or the engine.
     code = (
-        "import sys; import bench.startup_links, bench.critical_path; "
+        "import sys; import tools.startup_links, tools.startup_schedule, bench.critical_path; "
         "heavy = [m for m in ('pulumi', 'tools.offline_engine', 'ray') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

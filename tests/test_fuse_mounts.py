@@ -1,4 +1,4 @@
-"""Issue 13 lever 1: two GCS FUSE mounts of the bucket, and checkpoints that still resume.
+"""Two GCS FUSE mounts of the bucket, and checkpoints that still resume.
 
 The read-mostly data mount caches metadata for good; the checkpoint mount never does, and the
 job's checkpoints (with verl's resume marker) are on it. The provider's checkpoint discovery

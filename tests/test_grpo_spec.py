@@ -1,8 +1,8 @@
 """The GRPO job spec: tutorial-exact rendering, runtime envs, overrides and every preflight rule.
 
 The expected commands and environments below are copied from the sources (the seed's A4X
-`ray job submit`, tutorial-facts §6-§7 for A4 / A3 Ultra), not from training/grpo_spec.py, so a
-drift in the defaults module shows up here.
+`ray job submit`, the tutorial's runtime envs and job commands for A4 / A3 Ultra), not from
+training/grpo_spec.py, so a drift in the defaults module shows up here.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ trainer.logger=console \ trainer.n_gpus_per_node=4 \ trainer.nnodes=4 \ trainer.
 trainer.test_freq=10 \ trainer.total_epochs=2 \ trainer.default_local_dir=/data/verl/checkpoints
 """
 
-# tutorial-facts §7: overrides shared by every x86 script version.
+# The overrides shared by every x86 script version (`ray job submit`).
 X86_SHARED = {
     "data.train_files": "/data/gsm8k/train.parquet",
     "data.val_files": "/data/gsm8k/test.parquet",
@@ -73,7 +73,7 @@ X86_SHARED = {
     "actor_rollout_ref.rollout.n": "8",
     "trainer.total_epochs": "2",
 }
-# tutorial-facts §7 table: the latest Standard (7_run_job.sh) and Autopilot (6_run_job.sh) columns.
+# The latest Standard (7_run_job.sh) and Autopilot (6_run_job.sh) columns.
 X86_STANDARD = {
     **X86_SHARED,
     "actor_rollout_ref.model.path": "/data/Qwen2.5-32B-Instruct",
@@ -143,8 +143,8 @@ EXPECTED_OVERRIDES = {
     ),
 }
 
-# Runtime envs: the seed's A4X file; tutorial-facts §6.2 (Standard) and §6.3 (Autopilot), without
-# NUM_WORKERS / CPUS_PER_WORKER / GPUS_PER_WORKER, which nothing reads.
+# Runtime envs: the seed's A4X file; AIHypercomputerSamples' Standard and Autopilot DRANET
+# runtime-env.yaml, without NUM_WORKERS / CPUS_PER_WORKER / GPUS_PER_WORKER, which nothing reads.
 SEED_A4X_ENV = {
     "PYTHONPATH": "/data/verl",
     "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
@@ -258,7 +258,7 @@ def test_entrypoint_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
 @pytest.mark.parametrize(("profile", "mode"), STACKS)
 def test_runtime_env_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
     env = render_runtime_env(_default(profile, mode), PROFILES[profile], mode)
-    # Departure (issue 13 lever 1): verl is imported from the Ray pods' node-local copy.
+    # Departure: verl is imported from the Ray pods' node-local copy.
     node_local = {"PYTHONPATH": "/opt/verl-node-local", "PYTHONDONTWRITEBYTECODE": "1"}
     assert env == {"env_vars": {**EXPECTED_ENV[(profile, mode)], **VERL_ENV, **node_local}}
     assert not any("HF_TOKEN" in k or "HUGGING_FACE" in k for k in env["env_vars"])

@@ -1,4 +1,4 @@
-"""Issue 13 lever 2: how the worker image reaches the GPU nodes, on all five stack/mode runs.
+"""How the worker image reaches the GPU nodes, on all five stack/mode runs.
 
 x86 stacks stream it through an Artifact Registry remote repository in front of Docker Hub (the
 APIs enabled by the program, the reader role for the nodes' service account, gcfsConfig on the
@@ -17,7 +17,6 @@ from typing import Any
 import pulumi
 import pytest
 
-from bench.startup_links import Lever, levers_in_graph, schedule
 from config.image_streaming import (
     ImagePullPlan,
     docker_hub_path,
@@ -27,11 +26,13 @@ from config.image_streaming import (
 from config.profiles import PROFILES
 from config.settings import SettingsError, StackSettings, load_settings
 from manifests import prepull
-from tests.program import COMBINATIONS, REAL, plan
+from tests.program import COMBINATIONS, REAL, plan, run_facts
 from tests.support import schemas
 from tools import offline_engine
 from tools.cost_facts import what_you_pay_for
 from tools.offline_engine import PlanResult, RecordedResource, run_stack
+from tools.startup_links import Lever, levers_in_graph
+from tools.startup_schedule import schedule
 
 REPOSITORY = "gcp:artifactregistry/repository:Repository"
 READER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
@@ -452,7 +453,7 @@ def without_cpu_streaming(result: PlanResult) -> PlanResult:
 @pytest.mark.parametrize(("stack", "mode"), X86)
 def test_the_gpu_nodes_stream_from_a_cache_the_cpu_side_filled(stack: str, mode: str) -> None:
     result = plan(stack, mode)
-    timed = schedule(result, "amd64", levers_in_graph(result, "amd64"))
+    timed = schedule(result, run_facts(stack, mode), levers_in_graph(result, "amd64"))
     first = timed.first_pull
     assert first is not None and first.by == "the data-prep Job"
     # The CPU-side pull ends well before the GPU nodes start pulling (tens of minutes).
@@ -461,7 +462,7 @@ def test_the_gpu_nodes_stream_from_a_cache_the_cpu_side_filled(stack: str, mode:
     assert pull.lever is Lever.IMAGE_STREAMING and "warm cache" in pull.title
     assert pull.minutes < timed.links.cold_pull.minutes
     # The first pull itself is modelled cold, at the plain pull's figure.
-    plain = schedule(result, "amd64", set())
+    plain = schedule(result, run_facts(stack, mode), set())
     (plain_pull,) = [link for link in plain.worker_start if link.key == "image-pull"]
     assert timed.links.cold_pull.minutes == plain_pull.minutes
     assert "first pull" in pull.source and "prewarming" in pull.source
@@ -473,7 +474,8 @@ def test_without_a_streamed_cpu_side_pull_the_gpu_nodes_pull_cold(stack: str, mo
     cold_graph = without_cpu_streaming(warm_graph)
     levers = levers_in_graph(warm_graph, "amd64")
     assert levers == levers_in_graph(cold_graph, "amd64")
-    warm, cold = schedule(warm_graph, "amd64", levers), schedule(cold_graph, "amd64", levers)
+    job = run_facts(stack, mode)
+    warm, cold = schedule(warm_graph, job, levers), schedule(cold_graph, job, levers)
     assert cold.first_pull is None
     (pull,) = [link for link in cold.worker_start if link.key == "image-pull"]
     assert pull == cold.links.cold_pull and "cold cache" in pull.title
@@ -488,7 +490,7 @@ def test_the_plan_says_how_the_worker_image_reaches_the_gpu_nodes(stack: str, mo
     result = plan(stack, mode)
     settings = settings_of(stack, mode)
     (line,) = [x for x in what_you_pay_for(result, settings) if "worker image:" in x]
-    timed = schedule(result, PROFILES[stack].arch, levers_in_graph(result, PROFILES[stack].arch))
+    timed = schedule(result, run_facts(stack, mode), levers_in_graph(result, PROFILES[stack].arch))
     cold = timed.links.cold_pull.minutes
     if stack == "a4x":
         assert f"DaemonSet {prepull.PREPULL_NAME} as each GPU node registers" in line

@@ -52,7 +52,7 @@ def pod_spec(result: PlanResult, kind: str, name: str) -> dict[str, Any]:
     return k8s_object(result, kind, name)["spec"]["template"]["spec"]
 
 
-# --- NCCL gIB installer (tutorial-facts §11) ---------------------------------------------------
+# --- NCCL gIB installer (container-engine-accelerators gpudirect-rdma) ----------------------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), STANDARD)
@@ -102,7 +102,7 @@ def test_nccl_installer_per_profile(stack: str, mode: str) -> None:
 def test_autopilot_follows_the_tutorial_without_a_node_installer(stack: str, mode: str) -> None:
     # The tutorial's ComputeClass + DRANET flow has no installer DaemonSet; the workers install
     # the gIB plugin into an emptyDir themselves, and Autopilot rejects privileged pods that no
-    # allowlist matches (README, "Autopilot and the NCCL installer").
+    # allowlist matches (docs/real-systems.md, "Autopilot and the NCCL installer").
     result = plan(stack, mode)
     assert k8s_objects(result, "DaemonSet") == []
     names = {r.inputs["metadata"]["name"] for r in k8s_objects(result, "Namespace")}
@@ -124,7 +124,7 @@ def test_nccl_installer_image_override() -> None:
     assert spec["initContainers"][0]["image"] == "example.com/gib:v9"
 
 
-# --- network mapping (A4/A3U Standard, tutorial §2.5) ------------------------------------------
+# --- network mapping (A4/A3U Standard, network-mapping.yaml) --------------------------------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), X86_STANDARD)
@@ -425,9 +425,9 @@ def test_custom_namespace_is_created_and_used_everywhere() -> None:
         assert not any("CKV_K8S_21" in value for value in annotations.values()), resource.name
 
 
-# --- storage (tutorial §4) ----------------------------------------------------------------------
+# --- storage (gcsfuse-storage.yaml) ---------------------------------------------------------------
 
-# Every Ray pod: the data mount, the checkpoint mount and verl's node-local copy (issue 13 lever 1).
+# Every Ray pod: the data mount, the checkpoint mount and verl's node-local copy.
 RAY_POD_MOUNTS = [
     {"name": "training-bucket-vol", "mountPath": "/data"},
     {"name": "training-checkpoints-vol", "mountPath": "/checkpoints"},
@@ -462,7 +462,7 @@ SIZED_SIDECAR = {
     },
 }
 
-# The read-mostly data mount (issue 13 lever 1): the tutorial's options with metadata cached for
+# The read-mostly data mount: the tutorial's options with metadata cached for
 # good; the checkpoint mount (ttl 0) is tested in tests/test_fuse_mounts.py.
 MOUNT_OPTIONS = [
     "implicit-dirs",
@@ -552,7 +552,7 @@ def test_bucket_kept_on_destroy_unless_told(delete: str, retained: bool) -> None
     assert bucket.inputs["forceDestroy"] is (not retained)
 
 
-# --- data preparation (tutorial §4.5 + the payloads/prepare_data.py contract) ---------------
+# --- data preparation (the tutorial's + the payloads/prepare_data.py contract) ---------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -620,7 +620,7 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     assert volumes["training-bucket-vol"]["persistentVolumeClaim"] == {
         "claimName": "training-bucket-uncached-pvc"
     }
-    # Hardened where the image allows it (README, checkov findings).
+    # Hardened where the image allows it (docs/architecture.md, checkov findings).
     assert spec["automountServiceAccountToken"] is False
     assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert container["securityContext"] == {
@@ -663,7 +663,7 @@ def test_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
     assert "git checkout -- payloads/prepare_data.py" in str(caught.value)
 
 
-# --- RayCluster (seed for A4X; tutorial §5.1 / §5.3 for x86) ------------------------------------
+# --- RayCluster (seed for A4X; ray-cluster-auto-dranet.yaml / ray-cluster-standard.yaml) ----------
 
 
 def ray(result: PlanResult) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def test_lock_pins_exactly_the_edited_requirements(source: str, lock: str) -> No
     # A pin of the .txt is locked at a version it admits, and nothing the lock takes straight
     # from a .txt is gone from it.
     for name, specifier in pins.items():
-        assert name in versions, f"{lock} lacks {name}: regenerate it (README, Development)"
+        assert name in versions, f"{lock} lacks {name}: regenerate it (docs/development.md)"
         assert specifier.contains(versions[name], prereleases=True), (name, versions[name])
     assert direct == set(pins), f"{lock} and {source} list different packages"
 

@@ -76,7 +76,7 @@ def test_standard_cluster(stack: str, mode: str) -> None:
     # Never the GKE Ray add-on: KubeRay comes from Helm.
     assert "rayOperatorConfigs" not in cluster["addonsConfig"]
     assert cluster["deletionProtection"] is False
-    # No default pool to delete inside the create (issue 13 lever 3): the CPU pool is inline.
+    # No default pool to delete inside the create: the CPU pool is inline.
     assert "removeDefaultNodePool" not in cluster
     assert "initialNodeCount" not in cluster
     assert [pool["name"] for pool in cluster["nodePools"]] == ["cpu-pool"]

@@ -12,7 +12,7 @@ from tools.offline_engine import FAKE_CA, FAKE_ENDPOINT, UNKNOWN_OUTPUT
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 
-# The tutorial's numbers that decide the run's shape (seed for A4X, tutorial §7 for A4/A3U).
+# The tutorial's numbers that decide the run's shape (seed for A4X, tutorial for A4/A3U).
 SHAPE = {
     "a4x": {"tp": "4", "gpus": "4", "nodes": "4", "mini": "64"},
     "a4": {"tp": "8", "gpus": "8", "nodes": "2", "mini": "256"},
@@ -54,7 +54,7 @@ def test_job_entrypoint_has_the_tutorial_shape(stack: str, mode: str) -> None:
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_job_runtime_env_per_profile_and_mode(stack: str, mode: str) -> None:
     env = plan(stack, mode).one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
-    # verl from the Ray pods' node-local copy, not through GCS FUSE (issue 13 lever 1).
+    # verl from the Ray pods' node-local copy, not through GCS FUSE.
     assert env["PYTHONPATH"] == "/opt/verl-node-local"
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["HF_HOME"] == "/data/huggingface_cache"
@@ -161,7 +161,8 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
         if key.startswith("NCCL_") and key != "NCCL_DEBUG":
             assert training_env[key] == value, key
     assert len(env["VERL_GKE_FABRIC_CHECK_SHA256"]) == 64
-    assert fabric.inputs["wait"] is True
+    assert fabric.inputs["wait_for"] == "finished"
+    assert "wait" not in fabric.inputs  # the deprecated boolean (jobs/job_inputs.py RayJobArgs)
     assert fabric.inputs["result_tag"] == "fabric"
     assert fabric.inputs.get("checkpoint_root") is None
     # GRPO is submitted only after the check passed; the check needs the RayCluster, runs once

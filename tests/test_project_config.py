@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from config.declared_defaults import marked_aliases
 from config.settings import (
     GCP_KEYS,
     NAMESPACE,
     SECRET_FIELDS,
     SettingsError,
+    StackSettings,
     config_key,
     load_settings,
     valid_keys,
@@ -26,6 +28,7 @@ PROJECT = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
 DECLARED = {k: v for k, v in PROJECT["config"].items() if k.startswith(f"{NAMESPACE}:")}
 STACKS = ("a4x", "a4", "a3u")
 SECRET_KEYS = {config_key(name) for name in SECRET_FIELDS}
+MARKED_KEYS = {f"{NAMESPACE}:{alias}" for alias in marked_aliases(StackSettings)}
 
 
 def _pulumi_accepts(type_name: str, items: dict[str, Any] | None, value: Any) -> bool:
@@ -139,3 +142,27 @@ def test_offline_engine_applies_project_defaults_like_pulumi(tmp_path: Any) -> N
     assert config["verl-gke:authorizedNetworks"] == "[]"
     assert config["verl-gke:exportModel"] == "true"
     assert "verl-gke:zone" not in config and "verl-gke:hfToken" not in config
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_an_explicit_empty_value_is_the_stacks_own_default(stack: str) -> None:
+    # Pulumi cannot tell its declared default (empty) from a value set empty, so an empty value
+    # set in the stack file must mean the program's own default too.
+    config = _stack_config_without_project_defaults(stack)
+    baseline = load_settings(stack, config, offline=True).settings
+    unset_keys = MARKED_KEYS - set(config)
+    emptied = load_settings(stack, {**config, **dict.fromkeys(unset_keys, "")}, offline=True)
+    assert unset_keys and emptied.settings == baseline
+
+
+def test_the_declarations_cover_nine_in_ten_settings() -> None:
+    declared, undeclared = project_config.declarations()
+    assert len(declared) >= 0.9 * (len(declared) + len(undeclared)), sorted(undeclared)
+    assert all(DECLARED[key]["default"] == "" for key in MARKED_KEYS)
+
+
+def test_an_explicit_zero_gpu_nodes_is_still_refused() -> None:
+    # gpuNodes is declared as a string with an empty default, so 0 is a value, not "unset".
+    config = {**stack_config("a4"), "gcp:project": "acme-ml-prod", "verl-gke:gpuNodes": "0"}
+    with pytest.raises(SettingsError, match="gpuNodes"):
+        load_settings("a4", config, offline=True)

@@ -1,4 +1,4 @@
-"""How the Ray job provider reports faults (issue 17, items 8-11), through the real
+"""How the Ray job provider reports faults, through the real
 `python -m pulumi.dynamic` host over gRPC against a real local Ray head.
 
 - Log endpoints that fail while the status answers end a first-step wait after
@@ -179,7 +179,7 @@ def test_a_slow_dashboard_that_answers_every_request_is_not_unreachable(
         state = from_wire(read.properties)
         assert (read.id, state["status"]) == (sid, "RUNNING"), state["message"]
         assert proxy.forwarded >= 2 and took >= 4.0
-        # Each operation still answers within 60 s of its patience (README, Reliability).
+        # Each operation still answers within 60 s of its patience (docs/reliability.md).
         assert took < deadlines.reach_s + 60
     finally:
         proxy.stop()

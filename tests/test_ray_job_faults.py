@@ -1,4 +1,4 @@
-"""The Ray job provider under faults (issue 9), against real local Ray heads.
+"""The Ray job provider under faults, against real local Ray heads.
 
 What must hold: a job is forgotten only on positive evidence (the Ray head, the Kubernetes API or
 the GKE API says it is gone); without evidence refresh keeps it as UNREACHABLE and destroy or a
@@ -124,7 +124,7 @@ def stop(jobs: JobSubmissionClient, sid: str) -> None:
         time.sleep(0.2)
 
 
-# -- issue 9.1: no replacement on a guess -----------------------------------------------------
+# -- no replacement on a guess ----------------------------------------------------------------
 
 
 def test_changed_spec_while_the_dashboard_is_unreachable_never_submits_the_replacement(
@@ -317,7 +317,7 @@ def test_plain_url_without_evidence_sources_says_so(capsys: pytest.CaptureFixtur
     assert f"is the Ray head behind {nobody} running and reachable from this machine?" in text
 
 
-# -- issue 9.2: bounded, concurrent answers ---------------------------------------------------
+# -- bounded, concurrent answers --------------------------------------------------------------
 
 
 class SilentServer:
@@ -422,7 +422,7 @@ def test_a_dashboard_that_comes_back_is_read_normally(
         stop(jobs, created.id)
 
 
-# -- issue 9.3: capped failure tail ------------------------------------------------------------
+# -- capped failure tail -----------------------------------------------------------------------
 
 
 def test_a_failure_with_5_mb_log_lines_reports_a_capped_tail(

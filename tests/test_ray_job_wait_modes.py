@@ -1,4 +1,4 @@
-"""Wait modes and failures after `pulumi up` (issue 10, items 1 and 2), through the real
+"""Wait modes and failures after `pulumi up`, through the real
 `python -m pulumi.dynamic` host over gRPC, against a real local Ray head.
 
 - wait_for=first_step (the default): create returns once verl's first training step is in the

@@ -35,12 +35,12 @@ from config.cluster_security import (
 )
 from config.profiles import PROFILES, Mode
 from config.settings import (
-    MAX_CLUSTER_NAME,
     SettingsError,
     StackSettings,
     load_settings,
     version_tuple,
 )
+from config.stack_rules import MAX_CLUSTER_NAME
 from tests.program import COMBINATIONS, REAL, plan
 from tools.offline_engine import PlanResult
 from tools.plan import plan_report

@@ -8,7 +8,7 @@ dataclasses. It runs in an isolated virtualenv per verl release (requirements-ve
 which .ci/run builds under .venv-verl/<version> and names in VERL_GKE_VERL_VENVS.
 
 Which release stands for a stack's verl ref:
-- v0.6.1 (A4, A3 Ultra) is a release: verl 0.6.1 from PyPI. Issue 8 also asks that all five jobs
+- v0.6.1 (A4, A3 Ultra) is a release: verl 0.6.1 from PyPI. All five jobs also
   pass verl 0.6.1's checks, so the A4X job is composed there too.
 - ddbcdb7 (A4X) is a commit on verl's main (2026-07-09, "[veomni] fix: use default moe param
   handler (#6993)"; `git describe`: v0.8.0-164-gddbcdb79f). Its nearest release is v0.9.0: v0.9.0
@@ -58,7 +58,7 @@ REPORTED = ["trainer.resume_mode"]
 
 # A profile's verl ref -> the PyPI release whose packaged config stands for it (module docstring).
 RELEASE_FOR_REF = {"v0.6.1": "0.6.1", "ddbcdb7": "0.9.0"}
-# Issue 8: every job also composes and validates against verl v0.6.1.
+# Every job also composes and validates against verl v0.6.1.
 BASELINE_RELEASE = "0.6.1"
 # Keys whose composed type may differ from the type of verl's default, and why.
 TYPE_CHANGES_ALLOWED = {
@@ -193,7 +193,7 @@ def test_job_composes_and_validates(profile: str, mode: Mode, release: str) -> N
     overrides = _overrides(_spec(profile, mode))
     assert set(verdict["values"]) == {o.split("=", 1)[0] for o in overrides} | set(REPORTED)
     # verl resumes from the experiment folder's latest checkpoint only in mode auto
-    # (RayPPOTrainer._load_checkpoint): every job keeps it, as the README promises.
+    # (RayPPOTrainer._load_checkpoint): every job keeps it, as docs/grpo-job.md promises.
     assert verdict["values"]["trainer.resume_mode"]["composed"] == "auto"
     for key, value in verdict["values"].items():
         if key in REPORTED:

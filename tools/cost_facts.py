@@ -1,8 +1,8 @@
 """The plan's "What you pay for" block: the GPU capacity a stack bills, on every stack and mode
 (on Autopilot the machine type hides inside the ComputeClass, so it is spelled out here), how the
 worker image reaches the GPU nodes and what its pull still costs, and the modelled minutes to the
-first training step (bench/startup_links.py's model, scheduled over the plan's own recorded graph:
-no second run of the program).
+first training step (tools/startup_links.py's model, scheduled over the plan's own recorded graph
+by tools/startup_schedule.py: no second run of the program).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from bench.startup_links import Schedule, levers_in_graph, schedule
 from config.bucket_layout import GSM8K_TRAIN
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
@@ -29,13 +28,16 @@ from tools.price_table import (
     cpu_machine_price,
     gpu_machine_price,
 )
+from tools.startup_links import job_facts, levers_in_graph
+from tools.startup_schedule import Schedule, schedule
+from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
     """The start-up schedule with the levers the program implements."""
-    arch = settings.profile.arch
-    return schedule(result, arch, levers_in_graph(result, arch))
+    job = job_facts(settings, training_job(settings).spec)
+    return schedule(result, job, levers_in_graph(result, job.arch))
 
 
 def _image_line(timed: Schedule, settings: StackSettings) -> str:
@@ -199,6 +201,7 @@ def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str])
         f"  prices: list prices for {REGION} read on {CLUSTER_FEE.read_on} "
         f"(tools/price_table.py); prices vary by region{region_note}",
         f"  GPU nodes ($/h): {_gpu_line(settings)}",
+        f"  GPU node rate by capacity mode ({config('capacity')}): {_modes_line(settings)}",
         f"  CPU: {_cpu_line(settings)}",
         f"  control plane ($/h): {_usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
         f"management fee in both modes ({GKE_PRICING}); "
@@ -253,6 +256,18 @@ def _gpu_line(settings: StackSettings) -> str:
             "not, not from pulumi up"
         )
     return head
+
+
+def _modes_line(settings: StackSettings) -> str:
+    """The node-hour rate of the stack's GPU machine under every capacity mode this profile and
+    GKE mode accept, so the modes can be compared before choosing; the chosen one is marked."""
+    machine = settings.profile.machine_type
+    supported = settings.profile.capacity[settings.mode].supported
+    rates = []
+    for capacity in supported:
+        chosen = " (this stack)" if capacity is settings.capacity else ""
+        rates.append(f"{capacity.value}{chosen} {_rate(gpu_machine_price(machine, capacity))}")
+    return f"{machine}: " + "; ".join(rates)
 
 
 def _cpu_line(settings: StackSettings) -> str:

@@ -63,7 +63,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     ),
     "gcp:storage/bucket:Bucket": ("name", "location", "forceDestroy"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
-    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait", "checkpoint_root"),
+    "pulumi-python:dynamic/jobs:RayJob": ("submission_id_prefix", "wait_for", "checkpoint_root"),
 }
 
 
@@ -92,6 +92,9 @@ def describe(resource: RecordedResource) -> str:
             value = ",".join(value)
         elif path == "nodeConfig.guestAccelerators":
             value = ",".join(f"{a.get('type')}x{a.get('count')}" for a in value)
+        elif isinstance(value, dict):
+            # Inputs come back through the engine's protobuf Struct, whose key order is not kept.
+            value = dict(sorted(value.items()))
         parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
     return " ".join(parts)
 
@@ -136,12 +139,14 @@ def write_manifests(
     written = []
     for resource, body in kubernetes_objects(result):
         path = target / f"{body['kind'].lower()}-{resource.name}.yaml"
-        path.write_text(yaml.safe_dump(redacted(body, markers), sort_keys=False))
+        # Sorted keys (as `kubectl get -o yaml` prints them): the engine's protobuf Struct does not
+        # keep key order, so an unsorted render differs from run to run.
+        path.write_text(yaml.safe_dump(redacted(body, markers), sort_keys=True))
         written.append(path)
     for release in result.of_type("kubernetes:helm.sh/v3:Release"):
         path = target / f"helm-{release.name}-values.yaml"
         values = redacted(release.inputs.get("values") or {}, markers)
-        path.write_text(yaml.safe_dump(values, sort_keys=False))
+        path.write_text(yaml.safe_dump(values, sort_keys=True))
         written.append(path)
     return written
 
@@ -251,7 +256,7 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
 
 
 def teardown_notes(settings: StackSettings) -> Iterator[str]:
-    """What `pulumi destroy` leaves behind for this stack (README, "Tear down")."""
+    """What `pulumi destroy` leaves behind for this stack (README, "Tear-down and re-deploys")."""
     if settings.networking.rdma_vpcs:
         return
     yield (
@@ -259,7 +264,7 @@ def teardown_notes(settings: StackSettings) -> Iterator[str]:
         f"network profile 'auto'); `pulumi destroy` does not delete them. Before destroying, "
         f"record the hash: gcloud container clusters describe {settings.cluster_name} "
         f"--location={settings.region} --project={settings.project} --format='value(id)' "
-        f"| cut -c1-8; then follow README, Tear down"
+        f"| cut -c1-8; then follow README, Tear-down and re-deploys"
     )
 
 

@@ -6,7 +6,11 @@ region: the figures are for REGION (Iowa, us-central1) unless a price says "glob
 pages did not show when read is None: the plan then prints "price not in table (see <page>)" for
 that line instead of a guess. The accelerator-optimized pages (GPU machines, Spot and
 flex-start rates) and the N4 page render their tables in the browser, and the copies read here
-held no figures for a4x-highgpu-4g, a4-highgpu-8g, a3-ultragpu-8g or n4-highmem-16.
+held no figures for a4x-highgpu-4g, a4-highgpu-8g, a3-ultragpu-8g or n4-highmem-16. Searched
+again on 2026-12-02 (the GPU, VM instance, Spot and all-pricing pages, About Flex-start VMs, the
+accelerator-optimized machine family page): the copies reached show the billing model and no
+figure. Figures found only in third-party compilations of the Cloud Billing catalog are not
+Google's page and are not entered here.
 
 To update: read the page, change `usd` and `read_on` together.
 """

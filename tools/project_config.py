@@ -11,10 +11,11 @@ project.go Validate/ValidateConfigValue):
   runs ("Stack 'a4' is missing configuration value ...");
 - `type` (string, integer, boolean, array with `items`) is checked against the stack's value,
   `secret: true` refuses a value not set with --secret.
-So a setting is declared only where that matches the model: a static default (declared with it),
-or required with no default (declared without one). Settings whose default depends on the stack
-(its profile) or that are optional with no default are listed as comments instead: declaring them
-would either impose a wrong default or make them required.
+So a setting with a static default is declared with it, a required one without one, and one whose
+default depends on the stack (its profile) or that is optional as a string whose empty default
+means "not set" (config/declared_defaults.py), which the settings loader drops before validation.
+Only optional secrets (a project default is plain text) and JSON objects (no Pulumi type) are
+listed as comments instead.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from config.profiles import PROFILES
+from config import declared_defaults
 from config.settings import GCP_KEYS, SECRET_FIELDS, StackSettings, config_key
 
 PULUMI_YAML = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
@@ -44,15 +45,6 @@ TEMPLATE_QUICKSTART = (
     "Name the stack after its accelerator profile (a4x, a4 or a3u), then run `pulumi up`. "
     "The offline plan (`python -m tools.plan <stack>`) shows what it creates first."
 )
-
-
-def per_stack_aliases() -> set[str]:
-    """Config keys whose default the model derives from the stack (its profile, its name)."""
-    found: set[str] = {"profile"}
-    for name in PROFILES:
-        given = {"stack": name, "profile": name, "project": "example-project"}
-        found |= set(StackSettings._profile_defaults(dict(given))) - set(given)
-    return found
 
 
 def pulumi_type(field: FieldInfo) -> dict[str, Any] | None:
@@ -79,22 +71,31 @@ def _default(field: FieldInfo) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
+def _marker_declaration(field: FieldInfo) -> dict[str, Any]:
+    """A per-stack or optional setting: a string whose default, empty, means "not set"."""
+    return {
+        "type": "string",
+        "description": f"{field.description} (empty = unset)",
+        "default": declared_defaults.UNSET,
+    }
+
+
 def declarations() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """(declared `verl-gke:` keys with their Pulumi declaration, undeclared keys with why)."""
     declared: dict[str, dict[str, Any]] = {}
     undeclared: dict[str, str] = {}
-    per_stack = per_stack_aliases()
+    marked = declared_defaults.marked_aliases(StackSettings)
     for name, field in StackSettings.model_fields.items():
         if name == "stack" or name in GCP_KEYS:
             continue
         key, default = config_key(name), _default(field)
         typed = pulumi_type(field)
-        if field.alias in per_stack:
-            undeclared[key] = "default set per stack"
-        elif typed is None and default is not None:
-            undeclared[key] = "no Pulumi config type (a JSON object or a number)"
-        elif default is None:
-            undeclared[key] = "optional, no default"
+        if field.alias in marked:
+            declared[key] = _marker_declaration(field)
+        elif name in SECRET_FIELDS and default is None:
+            undeclared[key] = "an optional secret: a project default would be plain text"
+        elif typed is None:
+            undeclared[key] = "no Pulumi config type (a JSON object)"
         else:
             entry: dict[str, Any] = {**(typed or {}), "description": field.description}
             if name in SECRET_FIELDS:
@@ -125,8 +126,8 @@ def _dump(data: dict[str, Any], indent: str) -> str:
 def config_block() -> str:
     declared, undeclared = declarations()
     notes = [
-        "  # Not declared here (a declared key without a default is required by Pulumi); set",
-        "  # with `pulumi config set` like the rest, validated by the program:",
+        "  # Not declared here; set with `pulumi config set` like the rest, validated by the",
+        "  # program:",
     ]
     fields = {config_key(n): f for n, f in StackSettings.model_fields.items()}
     for key, why in undeclared.items():

@@ -713,7 +713,7 @@ _VERL_ENV: Mapping[str, str] = MappingProxyType(
         "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
     }
 )
-# The tutorial's values common to every profile (seed A4X runtime env, tutorial-facts §6).
+# The tutorial's values common to every profile (seed A4X runtime env, runtime-env.yaml).
 _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
     {
         # The Ray pods' node-local copy of the checkout (manifests/fuse_mounts.py): imports

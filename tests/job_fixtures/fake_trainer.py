@@ -4,7 +4,7 @@ Run as a Ray job entrypoint by the provider tests. It uses google-cloud-storage'
 so the job's runtime_env must carry STORAGE_EMULATOR_HOST (tests) or the pod must have credentials.
 Per saved step it writes what verl's FSDP checkpoint manager and trainer write, in verl's order:
 actor shards per rank, fsdp_config.json, huggingface/config.json, data.pt, and last the tracker
-file latest_checkpointed_iteration.txt (verl-ray-pulumi-facts.md §A2).
+file latest_checkpointed_iteration.txt (verl/trainer/ppo/ray_trainer.py _save_checkpoint).
 
     python fake_trainer.py --root gs://bucket/run --steps 3 --save-freq 1 --world-size 2
     python fake_trainer.py ... --fail-at-step 2      # prints a traceback, exits 3

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-# Without this Ray rewrites 127.0.0.1 to the host's first interface address (test-tooling §3):
+# Without this Ray rewrites 127.0.0.1 to the host's first interface address:
 # the head then listens there, and a driver (ray.init in the test process) looks for the GCS
 # there and hangs for minutes. The head gets it from start_ray_head; set it in the environment of
 # any process that calls ray.init(address=head.gcs_address) too.

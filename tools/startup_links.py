@@ -1,13 +1,14 @@
-"""Modelled time to the first GRPO step: the duration of every link, with its source, and the
-schedule of those links over the program's recorded resource graph.
+"""Modelled time to the first GRPO step: the duration of every link, with its source. The
+schedule of those links over the program's recorded resource graph is tools/startup_schedule.py.
 
-Pure and light: standard library only, no Pulumi, no Ray. It reads a recorded graph handed to it
-(anything shaped like tools/offline_engine.PlanResult: `resources` with urn/type/name/custom/
-parent/inputs, `edges(resource)`, `one(type)`), so the offline plan can show the modelled minutes
-of the run it just recorded:
+Pure and light: no Pulumi, no Ray. It reads a recorded graph handed to it (anything shaped like
+tools/offline_engine.PlanResult: `resources` with urn/type/name/custom/parent/inputs,
+`edges(resource)`, `one(type)`) for what the program creates, and the run's own facts (the
+model, the KL terms, validation before training) from the settings and the GRPO spec
+(`job_facts`), so the offline plan can show the modelled minutes of the run it just recorded:
 
-    from bench.startup_links import levers_in_graph, schedule
-    minutes = schedule(result, arch=profile.arch, levers=levers_in_graph(result)).overlapped
+    from tools.startup_schedule import schedule
+    minutes = schedule(result, job_facts(settings, spec), levers_in_graph(result, arch)).overlapped
 
 bench/critical_path.py records the graphs itself and prints the tables (`modelled_minutes`).
 
@@ -19,18 +20,22 @@ graph lets overlap, so a lever's saving is what it takes off the longest path, n
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from functools import cache
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from training.memory_fit import BF16
+from training.model_facts import ModelFacts, model_facts
+
+if TYPE_CHECKING:
+    from config.settings import StackSettings
+    from training.grpo_spec import GrpoSpec
 
 
 class Lever(StrEnum):
-    """Ways to shorten the start-up (issue 13). Each is an overlay on the recorded graph."""
+    """Ways to shorten the start-up. Each is an overlay on the recorded graph."""
 
     # Read-mostly GCS FUSE mount (metadata TTL unlimited, sized file cache in RAM/local SSD,
     # parallel downloads), explicit sidecar resources, and verl imported from a node-local copy.
@@ -136,43 +141,44 @@ class ModelWeights:
     estimate: bool
 
 
-# Checkpoint sizes the durations scale with. Others: 2 bytes (bf16) per parameter of the size in
-# the model's name, flagged as an estimate.
-KNOWN_WEIGHTS: Mapping[str, ModelWeights] = MappingProxyType(
-    {
-        "qwen2.5-32b-instruct": ModelWeights(
-            "Qwen2.5-32B-Instruct",
-            66.0,
-            "seed (gke-verl-grpo-tutorial): the Qwen2.5-32B-Instruct download 'needs about 66 GB'",
-            estimate=False,
-        )
-    }
-)
-_PARAMS_IN_NAME = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)[bB](?![a-zA-Z])")
-
-
-def model_weights(model_path: str) -> ModelWeights:
-    name = model_path.rstrip("/").rsplit("/", 1)[-1]
-    known = KNOWN_WEIGHTS.get(name.lower())
-    if known is not None:
-        return known
-    match = _PARAMS_IN_NAME.search(name)
-    if match is None:
-        raise ValueError(
-            f"model {model_path!r}: its size is not known and its name carries no parameter count "
-            f"(e.g. 'Qwen2.5-32B-Instruct'); add it to bench/startup_links.py KNOWN_WEIGHTS"
-        )
-    billions = float(match.group(1))
+def model_weights(model: ModelFacts) -> ModelWeights:
+    """The checkpoint size of verl-gke:model: its parameters (from its config.json facts,
+    training/model_facts.py) x 2 bytes (bf16), to the whole GB. Qwen2.5-32B-Instruct: 32.76 B
+    parameters = 66 GB, the download size the seed (gke-verl-grpo-tutorial) gives."""
+    billions = model.arch.num_params / 1e9
     return ModelWeights(
-        name,
-        round(billions * 2, 1),
-        f"est.: {billions:g} B parameters (from the name) x 2 bytes (bf16)",
+        model.hub_id,
+        float(round(billions * BF16)),
+        f"{billions:.2f} B parameters ({model.source}) x 2 bytes (bf16)",
         estimate=True,
     )
 
 
 @dataclass(frozen=True)
-class StartupFacts:
+class JobFacts:
+    """What the durations depend on that the settings and the GRPO spec state."""
+
+    arch: str  # the profile's: "amd64" | "arm64"
+    weights: ModelWeights
+    # verl builds the reference policy when the KL term needs it (loss or reward).
+    reference_model: bool
+    # verl's trainer config: val_before_train defaults to True.
+    val_before_train: bool
+
+
+def job_facts(settings: StackSettings, spec: GrpoSpec) -> JobFacts:
+    """The run's facts from the values that build its command (not from the command)."""
+    return JobFacts(
+        arch=settings.profile.arch,
+        # Offline facts (verl-gke:modelConfig or the committed table): ModelFactsError otherwise.
+        weights=model_weights(model_facts(settings)),
+        reference_model=bool(spec.use_kl_loss) or bool(spec.use_kl_in_reward),
+        val_before_train=spec.val_before_train is not False,
+    )
+
+
+@dataclass(frozen=True)
+class GraphFacts:
     """What the durations depend on, as the recorded program says it."""
 
     mode: str  # "standard" | "autopilot"
@@ -183,32 +189,24 @@ class StartupFacts:
     worker_post_start: bool
     # Multi-node NVLink: the workers claim an IMEX channel of a ComputeDomain.
     imex_channel: bool
+    python_path: str
+    fuse_mount_paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StartupFacts(GraphFacts):
+    """The recorded program's facts and the run's own (JobFacts)."""
+
     weights: ModelWeights
     reference_model: bool
     val_before_train: bool
-    python_path: str = ""
-    fuse_mount_paths: tuple[str, ...] = field(default=())
 
 
-def _hydra_overrides(entrypoint: str) -> dict[str, str]:
-    return dict(
-        arg.split("=", 1)
-        for arg in shlex.split(entrypoint)
-        if "=" in arg and not arg.startswith("-")
-    )
-
-
-def _true(value: str | None, default: bool) -> bool:
-    if value is None:
-        return default
-    return value.strip().lower() in ("true", "1", "yes")
-
-
-def _ray_jobs(result: Graph) -> list[Any]:
+def ray_jobs(result: Graph) -> list[Any]:
     return [r for r in result.resources if r.type.startswith("pulumi-python:dynamic")]
 
 
-def _is_grpo(resource: Any) -> bool:
+def is_grpo(resource: Any) -> bool:
     return GRPO_ENTRYPOINT in str(resource.inputs.get("entrypoint", ""))
 
 
@@ -217,7 +215,7 @@ def _worker_pod(result: Graph) -> Mapping[str, Any]:
     return spec["workerGroupSpecs"][0]["template"]
 
 
-def startup_facts(result: Graph, arch: str) -> StartupFacts:
+def graph_facts(result: Graph, arch: str) -> GraphFacts:
     """The facts of one recorded stack/mode. `arch` is the profile's (amd64/arm64)."""
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHES)} (the profile's arch)")
@@ -227,15 +225,10 @@ def startup_facts(result: Graph, arch: str) -> StartupFacts:
     pod_spec = pod["spec"]
     worker = pod_spec["containers"][0]
     claims = [c.get("name", "") for c in pod_spec.get("resourceClaims", [])]
-    grpo = [r for r in _ray_jobs(result) if _is_grpo(r)]
+    grpo = [r for r in ray_jobs(result) if is_grpo(r)]
     if len(grpo) != 1:
         raise LookupError(f"expected one Ray job running {GRPO_ENTRYPOINT}, found {len(grpo)}")
-    job = grpo[0].inputs
-    overrides = _hydra_overrides(str(job["entrypoint"]))
-    model_path = overrides.get("actor_rollout_ref.model.path")
-    if not model_path:
-        raise LookupError("the GRPO entrypoint sets no actor_rollout_ref.model.path")
-    env = (job.get("runtime_env") or {}).get("env_vars") or {}
+    env = (grpo[0].inputs.get("runtime_env") or {}).get("env_vars") or {}
     fuse_volumes = {
         v["name"]
         for v in pod_spec.get("volumes", [])
@@ -244,7 +237,7 @@ def startup_facts(result: Graph, arch: str) -> StartupFacts:
     fuse_paths = tuple(
         m["mountPath"] for m in worker.get("volumeMounts", []) if m.get("name") in fuse_volumes
     )
-    return StartupFacts(
+    return GraphFacts(
         mode=mode,
         arch=arch,
         removes_default_pool=mode == "standard" and bool(cluster.get("removeDefaultNodePool")),
@@ -252,14 +245,19 @@ def startup_facts(result: Graph, arch: str) -> StartupFacts:
         worker_init_containers=tuple(c["name"] for c in pod_spec.get("initContainers", [])),
         worker_post_start="postStart" in (worker.get("lifecycle") or {}),
         imex_channel=any("compute-domain" in c for c in claims),
-        weights=model_weights(model_path),
-        # verl builds the reference policy when the KL term needs it (loss or reward).
-        reference_model=_true(overrides.get("actor_rollout_ref.actor.use_kl_loss"), False)
-        or _true(overrides.get("algorithm.use_kl_in_reward"), False),
-        # verl's trainer config: val_before_train defaults to True.
-        val_before_train=_true(overrides.get("trainer.val_before_train"), True),
         python_path=str(env.get("PYTHONPATH", "")),
         fuse_mount_paths=fuse_paths,
+    )
+
+
+def startup_facts(result: Graph, job: JobFacts) -> StartupFacts:
+    """The recorded program's facts (graph_facts) with the run's own (job_facts)."""
+    graph = graph_facts(result, job.arch)
+    return StartupFacts(
+        **{f.name: getattr(graph, f.name) for f in fields(GraphFacts)},
+        weights=job.weights,
+        reference_model=job.reference_model,
+        val_before_train=job.val_before_train,
     )
 
 
@@ -268,7 +266,7 @@ def startup_facts(result: Graph, arch: str) -> StartupFacts:
 # ---------------------------------------------------------------------------------------------
 
 
-def _pod_images(pod_spec: Mapping[str, Any]) -> set[str]:
+def pod_images(pod_spec: Mapping[str, Any]) -> set[str]:
     containers = [*pod_spec.get("containers", []), *pod_spec.get("initContainers", [])]
     return {str(c.get("image", "")) for c in containers}
 
@@ -287,7 +285,7 @@ def _streaming_enabled(result: Graph, mode: str) -> bool:
     return bool((defaults.get("gcfsConfig") or {}).get("enabled"))
 
 
-def _fuse_tuned(result: Graph, facts: StartupFacts) -> bool:
+def _fuse_tuned(result: Graph, facts: GraphFacts) -> bool:
     entries = [entry for entry in facts.python_path.split(":") if entry]
     node_local_verl = bool(entries) and not any(
         entry.startswith(path) for entry in entries for path in facts.fuse_mount_paths
@@ -326,7 +324,7 @@ def levers_in_graph(result: Graph, arch: str) -> frozenset[Lever]:
     - fuse_tuned: verl on PYTHONPATH outside the FUSE mount, sized sidecar annotations and a
       gcsfuse PV with metadata TTL -1 and a file cache.
     """
-    facts = startup_facts(result, arch)
+    facts = graph_facts(result, arch)
     found: set[Lever] = set()
     if facts.mode == "standard" and not facts.removes_default_pool:
         found.add(Lever.NO_DEFAULT_POOL)
@@ -335,7 +333,7 @@ def levers_in_graph(result: Graph, arch: str) -> frozenset[Lever]:
         found.add(Lever.IMAGE_STREAMING)
     for ds in (r for r in result.resources if r.type == DAEMON_SET):
         template = ((ds.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
-        if facts.worker_image in _pod_images(template):
+        if facts.worker_image in pod_images(template):
             found.add(Lever.PREPULL)
     if _fuse_tuned(result, facts):
         found.add(Lever.FUSE_TUNED)
@@ -454,7 +452,7 @@ _GOOGLE_MODEL_GB = 141.0
 _UNTUNED_LOAD_S = 1200.0
 _TUNED_LOAD_S = 40.0
 _FSDP_INIT_MIN = 0.5
-_DRIVER_MIN = 0.5
+DRIVER_MIN = 0.5
 # Why a streamed pull needs an earlier one (the sources of the cold and warm pull links).
 STREAMING_FIRST_PULL = (
     "GKE 'Use Image streaming' limitations: 'During the first pull of an eligible image you "
@@ -513,7 +511,7 @@ def _applicable(facts: StartupFacts, lever: Lever) -> str | None:
     if lever is Lever.PREPULL and facts.mode == "autopilot":
         return (
             "Autopilot creates the node for the pending worker pod, which is bound and pulls at "
-            "once: a pre-puller gains nothing (est., r2-ttfs-facts §4)"
+            "once: a pre-puller gains nothing (est.)"
         )
     if lever is Lever.IMAGE_STREAMING and facts.arch == "arm64":
         return (
@@ -524,14 +522,8 @@ def _applicable(facts: StartupFacts, lever: Lever) -> str | None:
     return None
 
 
-def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLinks:
-    """The duration of every link for these facts with these levers on."""
-    asked = frozenset(levers)
-    not_applied = {lv: why for lv in asked if (why := _applicable(facts, lv)) is not None}
-    on = asked - not_applied.keys()
-    autopilot = facts.mode == "autopilot"
-
-    # --- cluster and node pools --------------------------------------------------------------
+def _cluster_links(autopilot: bool, on: frozenset[Lever]) -> tuple[Link, ...]:
+    """The cluster create (and, on Standard, the default-pool delete inside it)."""
     if autopilot:
         cluster: tuple[Link, ...] = (
             _link(
@@ -555,7 +547,7 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             ),
         )
         # Durations follow the levers, not the recording, so that "no levers" stays the baseline
-        # of issue 13 whichever levers the program implements by now (levers_in_graph).
+        # whichever levers the program implements by now (levers_in_graph).
         delete = _link(
             "default-pool-delete",
             "default-pool delete (inside the cluster create)",
@@ -576,6 +568,10 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
                 lever=Lever.NO_DEFAULT_POOL,
             )
         cluster = (*cluster, delete)
+    return cluster
+
+
+def _cpu_pool_link(on: frozenset[Lever]) -> Link:
     cpu_pool = _link(
         "cpu-pool",
         "CPU node pool (separate resource)",
@@ -593,12 +589,17 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             estimate=True,
             lever=Lever.NO_DEFAULT_POOL,
         )
+    return cpu_pool
+
+
+def _gpu_node_links(autopilot: bool) -> tuple[Link, Link]:
+    """The GPU nodes, and the Autopilot node the data-prep pod waits for."""
     gpu_nodes = _link(
         "gpu-nodes",
         "GPU nodes (Autopilot, for the pending workers)" if autopilot else "GPU node pool",
         35.0,
         "no published A3 Ultra/A4/A4X figure; NVIDIA/aicr#2065 reports ~35 min for a node pool "
-        "to reach RUNNING (a CPU worker pool, r2-ttfs-facts §6): conservative est., range 10-35",
+        "to reach RUNNING (a CPU worker pool): conservative est., range 10-35",
         estimate=True,
     )
     autopilot_cpu_node = _link(
@@ -608,15 +609,11 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
         "est.: Autopilot node provisioning for a pending pod (Performance class)",
         estimate=True,
     )
+    return gpu_nodes, autopilot_cpu_node
 
-    # --- Ray workers on the new GPU nodes ----------------------------------------------------
-    driver = _link(
-        "gpu-driver",
-        "GPU driver + device plugin on the new node",
-        _DRIVER_MIN,
-        "ai-on-gke best-practices/startup-latency.md: 'driver installation takes ~30 seconds'",
-        estimate=False,
-    )
+
+def _pull_links(on: frozenset[Lever], driver: Link) -> tuple[Link, Link]:
+    """The worker image's pull on a fresh GPU node, and its pull from a cold streaming cache."""
     pull = _link(
         "image-pull",
         "worker image pull (fresh node)",
@@ -665,6 +662,11 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             estimate=True,
             lever=Lever.PREPULL,
         )
+    return pull, cold_pull
+
+
+def _worker_start(facts: StartupFacts, driver: Link, pull: Link) -> tuple[Link, ...]:
+    """After the GPU nodes exist, until every Ray worker is ready."""
     worker_start: list[Link] = [driver, pull]
     for name in facts.worker_init_containers:
         worker_start.append(
@@ -673,8 +675,8 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
                 f"worker init container {name}",
                 0.75,
                 "est. 0.5-1 min: apt-get update + install nccl-gib-plugins from "
-                "packages.cloud.google.com (manifests/ray_cluster.py GIB_APT_INSTALL, tutorial "
-                "§5.1)"
+                "packages.cloud.google.com (manifests/ray_cluster.py GIB_APT_INSTALL, "
+                "ray-cluster-auto-dranet.yaml)"
                 if name == "gib-setup"
                 else "est.: one init container of the worker image",
                 estimate=True,
@@ -711,29 +713,18 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             )
         )
 
-    # --- the Ray jobs --------------------------------------------------------------------------
-    job_submit = _link(
-        "job-submit",
-        "Ray job submission until RUNNING",
-        0.5,
-        "est.: Ray Jobs API through the API-server service proxy",
-        estimate=True,
-    )
-    fabric_check = _link(
-        "fabric-check",
-        "fabric check (NCCL all-reduce sweep)",
-        1.0,
-        "est.: NCCL init and all-reduce 1 MiB-1 GiB on every GPU (payloads/fabric/"
-        "fabric_check.py), torch from the image",
-        estimate=True,
-    )
+    return tuple(worker_start)
+
+
+def _model_load_links(facts: StartupFacts, on: frozenset[Lever]) -> tuple[Link, Link]:
+    """verl's import and the actor model's load, through GCS FUSE."""
     verl_import = _link(
         "verl-import",
         "verl import through GCS FUSE",
         1.0,
         "est. 0.5-2 min: PYTHONPATH=/data/verl on a metadata-cache-ttl-secs=0 mount, every stat "
         "goes to GCS through a 250m-CPU default sidecar (gcs-fuse-csi-driver cmd/webhook/main.go); "
-        "verl v0.6.1 = 346 files (r2-ttfs-facts §2)",
+        "verl v0.6.1 = 346 files",
         estimate=True,
     )
     weights = facts.weights
@@ -752,7 +743,7 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             verl_import.key,
             verl_import.title,
             0.1,
-            "est.: local files, seconds (r2-ttfs-facts §2: tarball untarred by an initContainer)",
+            "est.: local files, seconds (a tarball untarred by an initContainer)",
             estimate=True,
             lever=Lever.FUSE_TUNED,
         )
@@ -766,6 +757,12 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             estimate=True,
             lever=Lever.FUSE_TUNED,
         )
+    return verl_import, actor
+
+
+def _grpo_links(facts: StartupFacts, on: frozenset[Lever]) -> tuple[Link, ...]:
+    """GRPO from its submission until verl logs its first training step."""
+    verl_import, actor = _model_load_links(facts, on)
     grpo: list[Link] = [verl_import, actor]
     if facts.reference_model:
         grpo.append(
@@ -811,101 +808,56 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
             estimate=True,
         )
     )
+    return tuple(grpo)
+
+
+def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLinks:
+    """The duration of every link for these facts with these levers on."""
+    asked = frozenset(levers)
+    not_applied = {lv: why for lv in asked if (why := _applicable(facts, lv)) is not None}
+    on = asked - not_applied.keys()
+    autopilot = facts.mode == "autopilot"
+    gpu_nodes, autopilot_cpu_node = _gpu_node_links(autopilot)
+    driver = _link(
+        "gpu-driver",
+        "GPU driver + device plugin on the new node",
+        DRIVER_MIN,
+        "ai-on-gke best-practices/startup-latency.md: 'driver installation takes ~30 seconds'",
+        estimate=False,
+    )
+    pull, cold_pull = _pull_links(on, driver)
+    job_submit = _link(
+        "job-submit",
+        "Ray job submission until RUNNING",
+        0.5,
+        "est.: Ray Jobs API through the API-server service proxy",
+        estimate=True,
+    )
+    fabric_check = _link(
+        "fabric-check",
+        "fabric check (NCCL all-reduce sweep)",
+        1.0,
+        "est.: NCCL init and all-reduce 1 MiB-1 GiB on every GPU (payloads/fabric/"
+        "fabric_check.py), torch from the image",
+        estimate=True,
+    )
     return StartupLinks(
         facts=facts,
         levers=frozenset(on),
-        cluster=cluster,
-        cpu_pool=cpu_pool,
+        cluster=_cluster_links(autopilot, on),
+        cpu_pool=_cpu_pool_link(on),
         gpu_nodes=gpu_nodes,
         autopilot_cpu_node=autopilot_cpu_node,
-        worker_start=tuple(worker_start),
+        worker_start=_worker_start(facts, driver, pull),
         cold_pull=cold_pull,
         job_submit=job_submit,
         fabric_check=fabric_check,
-        grpo=tuple(grpo),
+        grpo=_grpo_links(facts, on),
         not_applied=MappingProxyType(not_applied),
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# The schedule over the recorded graph
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    """One resource (or physical wait) on the critical path and the links it took."""
-
-    name: str
-    finished: float
-    links: tuple[Link, ...]
-
-
-@dataclass(frozen=True)
-class FirstPull:
-    """The first streamed pull of the worker image through the stack's new repository, which
-    fills the streaming cache (STREAMING_FIRST_PULL), against the GPU nodes' own pull."""
-
-    # The CPU-side pod that makes it: "the data-prep Job" or "the Ray head".
-    by: str
-    finished: float
-    gpu_pull_starts: float
-
-    @property
-    def warm(self) -> bool:
-        """Do the GPU nodes find the cache filled?"""
-        return self.finished <= self.gpu_pull_starts
-
-
-@dataclass(frozen=True)
-class Schedule:
-    mode: str
-    arch: str
-    levers: frozenset[Lever]
-    # Longest path through the graph (this program), minutes.
-    overlapped: float
-    # (a) every step one after another; (b) the unavoidable chain.
-    sequential: float
-    chain: float
-    path: tuple[Step, ...]
-    links: StartupLinks
-    # The links the workers took after their GPU nodes existed (links.worker_start, or its cold
-    # variant when no earlier streamed pull warmed the cache).
-    worker_start: tuple[Link, ...]
-    # With image streaming: the earliest CPU-side streamed pull of the worker image (None: no
-    # streaming, or none before the GPU nodes).
-    first_pull: FirstPull | None
-
-    @property
-    def estimated_minutes(self) -> float:
-        """Minutes of the critical path that rest on estimates."""
-        return sum(link.minutes for step in self.path for link in step.links if link.estimate)
-
-
-def _custom_dependencies(result: Graph) -> dict[str, set[str]]:
-    """For each custom resource, the custom resources it waits for (components expanded)."""
-    by_urn = {r.urn: r for r in result.resources}
-    children: dict[str, list[str]] = {}
-    for r in result.resources:
-        children.setdefault(r.parent, []).append(r.urn)
-
-    @cache
-    def custom_leaves(urn: str) -> frozenset[str]:
-        resource = by_urn.get(urn)
-        if resource is None:
-            return frozenset()
-        if resource.custom:
-            return frozenset({urn})
-        return frozenset().union(*(custom_leaves(c) for c in children.get(urn, [])))
-
-    return {
-        r.urn: set().union(*(custom_leaves(e) for e in result.edges(r)))
-        for r in result.resources
-        if r.custom
-    }
-
-
-def _is_gpu_pool(resource: Any) -> bool:
+def is_gpu_pool(resource: Any) -> bool:
     return resource.type == NODE_POOL and resource.name == "gpu-pool"
 
 
@@ -915,14 +867,14 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
     if resource.type == CLUSTER:
         return table.cluster
     if resource.type == NODE_POOL:
-        return (table.gpu_nodes,) if _is_gpu_pool(resource) else (table.cpu_pool,)
+        return (table.gpu_nodes,) if is_gpu_pool(resource) else (table.cpu_pool,)
     if resource.type == HELM_RELEASE and resource.name in RESOURCE_LINKS:
         return (RESOURCE_LINKS[resource.name],)
     if resource.type == DATA_PREP_JOB:
         data_prep = RESOURCE_LINKS["data-prep"]
         return (table.autopilot_cpu_node, data_prep) if autopilot else (data_prep,)
     if resource.type.startswith("pulumi-python:dynamic"):
-        if _is_grpo(resource):
+        if is_grpo(resource):
             return (table.job_submit, *table.grpo)
         return (table.job_submit, table.fabric_check)
     if resource.type in RESOURCE_LINKS:
@@ -930,149 +882,6 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
     if resource.type.startswith("kubernetes:"):
         return (_K8S_OBJECT,)
     raise KeyError(
-        f"no duration for {resource.type} ({resource.name}); add it to bench/startup_links.py "
+        f"no duration for {resource.type} ({resource.name}); add it to tools/startup_links.py "
         "RESOURCE_LINKS"
-    )
-
-
-def _minutes(found: Iterable[Link]) -> float:
-    return sum(link.minutes for link in found)
-
-
-def _cpu_side_streams(result: Graph, mode: str) -> bool:
-    """Do the CPU-side pods (data prep, the x86 head) pull as streaming clients? Autopilot
-    always; Standard where a CPU pool (the cluster's inline pool or another pool than the GPU
-    pool) has gcfsConfig on."""
-    if mode == "autopilot":
-        return True
-    inline = result.one(CLUSTER).inputs.get("nodePools") or []
-    separate = [r.inputs for r in result.resources if r.type == NODE_POOL and not _is_gpu_pool(r)]
-    return any(
-        ((pool.get("nodeConfig") or {}).get("gcfsConfig") or {}).get("enabled")
-        for pool in (*inline, *separate)
-    )
-
-
-def _cpu_side_pullers(result: Graph, facts: StartupFacts) -> tuple[list[Any], bool]:
-    """The data-prep Jobs whose pod uses the worker image, and whether the RayCluster's head
-    does: the pulls that can fill the streaming cache before the GPU nodes pull."""
-    if not _cpu_side_streams(result, facts.mode):
-        return [], False
-    jobs = [
-        r
-        for r in result.resources
-        if r.type == DATA_PREP_JOB
-        and facts.worker_image
-        in _pod_images(((r.inputs.get("spec") or {}).get("template") or {}).get("spec") or {})
-    ]
-    head = result.one(RAY_CLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"]
-    return jobs, facts.worker_image in _pod_images(head)
-
-
-def schedule(result: Graph, arch: str, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:
-    """Modelled minutes to the first GRPO step of a recorded program, with `levers` on.
-
-    Two waits that Pulumi's graph does not show are modelled, because they are physical: the
-    RayCluster is ready only once its workers run on GPU nodes (Standard: after the GPU pool;
-    Autopilot: GKE creates GPU nodes only for the pending workers, i.e. after the RayCluster),
-    and Autopilot creates a node for the data-prep pod when the pod is pending.
-    """
-    facts = startup_facts(result, arch)
-    table = links(facts, levers)
-    autopilot = facts.mode == "autopilot"
-    deps = _custom_dependencies(result)
-    by_urn = {r.urn: r for r in result.resources}
-    ray = result.one(RAY_CLUSTER)
-    gpu_pool = next((r for r in result.resources if _is_gpu_pool(r)), None)
-    if not autopilot and gpu_pool is None:
-        raise LookupError("a Standard program without a node pool named 'gpu-pool'")
-    finish: dict[str, float] = {}
-    began: dict[str, float] = {}
-    came_from: dict[str, str | None] = {}
-    took: dict[str, tuple[Link, ...]] = {}
-    streamed = Lever.IMAGE_STREAMING in table.levers
-    job_pullers, head_pulls = _cpu_side_pullers(result, facts) if streamed else ([], False)
-    # Autopilot: each CPU-side pod waits for a node of its own (already in the Job's links).
-    cpu_node = table.autopilot_cpu_node.minutes if autopilot else 0.0
-    found: dict[str, Any] = {"first_pull": None, "worker_start": table.worker_start}
-
-    def first_pull(head_created: float, gpu_pull_starts: float) -> FirstPull | None:
-        pulls = [
-            ("the data-prep Job", visit(job.urn) - _minutes(resource_links(job, table)) + cpu_node)
-            for job in job_pullers
-        ]
-        if head_pulls:
-            pulls.append(("the Ray head", head_created + cpu_node))
-        if not pulls:
-            return None
-        by, pull_starts = min(pulls, key=lambda pull: pull[1])
-        return FirstPull(by, pull_starts + table.cold_pull.minutes, gpu_pull_starts)
-
-    def visit(urn: str) -> float:
-        if urn in finish:
-            return finish[urn]
-        resource = by_urn[urn]
-        start, before = 0.0, None
-        for dep in deps[urn]:
-            if visit(dep) > start:
-                start, before = finish[dep], dep
-        began[urn] = start
-        own = resource_links(resource, table)
-        end = start + _minutes(own)
-        if urn == ray.urn:
-            # Ready once the workers run on GPU nodes that exist.
-            if autopilot:
-                own = (*own, table.gpu_nodes)
-                gpu_ready = end + table.gpu_nodes.minutes
-            else:
-                assert gpu_pool is not None
-                gpu_ready = visit(gpu_pool.urn)
-                if gpu_ready > end:
-                    before = gpu_pool.urn
-                    own = ()
-            gpu_pull_starts = max(end, gpu_ready) + _DRIVER_MIN
-            warmed = first_pull(end, gpu_pull_starts) if streamed else None
-            workers = (
-                table.worker_start
-                if not streamed or (warmed is not None and warmed.warm)
-                else table.cold_worker_start()
-            )
-            found.update(first_pull=warmed, worker_start=workers)
-            own = (*own, *workers)
-            end = max(end, gpu_ready) + _minutes(workers)
-        finish[urn], came_from[urn], took[urn] = end, before, own
-        return end
-
-    for urn in deps:
-        visit(urn)
-
-    grpo = [r for r in _ray_jobs(result) if _is_grpo(r)]
-    last = grpo[0].urn
-    overlapped = visit(last)
-    steps: list[Step] = []
-    cursor: str | None = last
-    while cursor is not None:
-        steps.append(Step(by_urn[cursor].name, finish[cursor], took[cursor]))
-        cursor = came_from[cursor]
-    steps.reverse()
-
-    # (a) Every registered step one after another, plus the physical waits.
-    sequential = sum(_minutes(resource_links(by_urn[u], table)) for u in deps)
-    workers = found["worker_start"]
-    sequential += _minutes(workers) + (table.gpu_nodes.minutes if autopilot else 0.0)
-    # (b) The cluster (with the network it needs), GPU nodes, workers, then the Ray jobs.
-    cluster = result.one(CLUSTER)
-    jobs = sum(_minutes(resource_links(r, table)) for r in _ray_jobs(result))
-    chain = visit(cluster.urn) + table.gpu_nodes.minutes + _minutes(workers) + jobs
-    return Schedule(
-        mode=facts.mode,
-        arch=arch,
-        levers=table.levers,
-        overlapped=overlapped,
-        sequential=sequential,
-        chain=chain,
-        path=tuple(steps),
-        links=table,
-        worker_start=workers,
-        first_pull=found["first_pull"],
     )
