@@ -36,7 +36,8 @@ from training.model_facts import ModelFactsError, model_facts
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
     """The start-up schedule with the levers the program implements."""
-    job = job_facts(settings, training_job(settings).spec)
+    grpo = training_job(settings)
+    job = job_facts(settings, grpo.spec, grpo.model)
     return schedule(result, job, levers_in_graph(result, job.arch))
 
 

@@ -8,7 +8,8 @@ model, the KL terms, validation before training) from the settings and the GRPO 
 (`job_facts`), so the offline plan can show the modelled minutes of the run it just recorded:
 
     from tools.startup_schedule import schedule
-    minutes = schedule(result, job_facts(settings, spec), levers_in_graph(result, arch)).overlapped
+    facts = job_facts(settings, spec, model)
+    minutes = schedule(result, facts, levers_in_graph(result, arch)).overlapped
 
 bench/critical_path.py records the graphs itself and prints the tables (`modelled_minutes`).
 
@@ -27,11 +28,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from training.memory_fit import BF16
-from training.model_facts import ModelFacts, model_facts
 
 if TYPE_CHECKING:
     from config.settings import StackSettings
     from training.grpo_spec import GrpoSpec
+    from training.model_facts import ModelFacts
 
 
 class Lever(StrEnum):
@@ -166,12 +167,12 @@ class JobFacts:
     val_before_train: bool
 
 
-def job_facts(settings: StackSettings, spec: GrpoSpec) -> JobFacts:
-    """The run's facts from the values that build its command (not from the command)."""
+def job_facts(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) -> JobFacts:
+    """The run's facts from the values that build its command (not from the command); `model`
+    is the job's verl-gke:model (training/assembly.TrainingJob.model)."""
     return JobFacts(
         arch=settings.profile.arch,
-        # Offline facts (verl-gke:modelConfig or the committed table): ModelFactsError otherwise.
-        weights=model_weights(model_facts(settings)),
+        weights=model_weights(model),
         reference_model=bool(spec.use_kl_loss) or bool(spec.use_kl_in_reward),
         val_before_train=spec.val_before_train is not False,
     )
