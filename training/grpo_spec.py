@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -50,6 +49,7 @@ from config.bucket_layout import (
     TENSORBOARD_SUBDIR,
     VERL_NODE_LOCAL,
     checkpoint_dir,
+    model_folder_name,
     model_path,
     run_checkpoint_dir,
 )
@@ -390,8 +390,8 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
         )
 
 
-def default_experiment_name(profile: AcceleratorProfile, model_path: str) -> str:
-    model = posixpath.basename(model_path.rstrip("/")).lower()
+def default_experiment_name(profile: AcceleratorProfile, hub_id: str) -> str:
+    model = model_folder_name(hub_id).lower()
     return f"grpo-{_sanitize(model, 'a-z0-9._-')}-{profile.name}"
 
 
@@ -413,7 +413,7 @@ def default_grpo_spec(
         )
     model = model if model is not None else table_facts(DEFAULT_MODEL)
     folder = model_path(model.hub_id)
-    name = experiment if experiment is not None else default_experiment_name(profile, folder)
+    name = experiment if experiment is not None else default_experiment_name(profile, model.hub_id)
     values = {
         **per_mode[mode],
         "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model),
