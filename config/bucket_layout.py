@@ -36,6 +36,10 @@ VERL_NODE_LOCAL = "/opt/verl-node-local"
 GSM8K_DIR = f"{DATA_MOUNT}/gsm8k"
 GSM8K_TRAIN = f"{GSM8K_DIR}/train.parquet"
 GSM8K_TEST = f"{GSM8K_DIR}/test.parquet"
+# Hub datasets converted to verl's parquet, one folder per dataset and column mapping
+# (config/run_inputs.py), and the run's reward files, one folder per file content.
+DATASETS_ROOT = f"{DATA_MOUNT}/datasets"
+REWARDS_ROOT = f"{DATA_MOUNT}/rewards"
 # The data-prep script's completion markers (one per step).
 PREP_MARKERS = f"{DATA_MOUNT}/.prep"
 # Hugging Face caches: the data-prep (Kubernetes) Job's download cache, and the HF_HOME of the
@@ -91,7 +95,14 @@ def model_export_dir(experiment: str) -> str:
 
 def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
     """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
-    return (VERL_CHECKOUT, GSM8K_DIR, PREP_MARKERS, model_path(model_id))
+    return (
+        VERL_CHECKOUT,
+        GSM8K_DIR,
+        PREP_MARKERS,
+        DATASETS_ROOT,
+        REWARDS_ROOT,
+        model_path(model_id),
+    )
 
 
 def is_shared(path: str) -> bool:

@@ -27,7 +27,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from config import cluster_security, declared_defaults, input_rules, known_values, placement
+from config import (
+    cluster_security,
+    declared_defaults,
+    input_rules,
+    known_values,
+    placement,
+    run_inputs,
+)
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan
@@ -147,6 +154,20 @@ class StackSettings(BaseModel):
         default=None,
         alias="modelConfig",
         description="config.json of verl-gke:model for the offline plan (path in your repo)",
+    )
+    # The run's dataset, reward and verl (config/run_inputs.py).
+    dataset: str = Field(
+        default=run_inputs.DEFAULT_DATASET,
+        description="Hub dataset id (openai/gsm8k) or gs://<bucket>/FOLDER of verl parquet",
+    )
+    dataset_columns: str | None = Field(
+        default=None, description='Hub dataset columns: {"prompt": COL, "answer": COL, ...}'
+    )
+    reward: str | None = Field(
+        default=None, description="FILE.py:FUNCTION reward of this project (default: verl's)"
+    )
+    verl_source: str = Field(
+        default="checkout", description="checkout (verlRef from GitHub) or image (its own verl)"
     )
     data_prep_image: str = Field(description="Image of the data-prep Job (default: the profile's)")
     nccl_installer_image: str = Field(

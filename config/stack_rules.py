@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from config import cluster_security, input_rules, known_values, placement
+from config import cluster_security, input_rules, known_values, placement, run_inputs
 from config.image_streaming import streaming_refusal
 from config.profiles import (
     AUTOPILOT_DRANET_REFUSED_CHANNELS,
@@ -93,6 +93,7 @@ def problems(
             _dra_charts(profile),
         ),
         _check_dra_driver_chart(s, profile),
+        *run_inputs.problems(s),
     ]
 
 

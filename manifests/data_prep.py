@@ -1,8 +1,9 @@
 """The tutorial's data-preparation Job and the ConfigMap that carries its script.
 
 The Job runs payloads/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
-/data/verl, writes GSM8K to /data/gsm8k/{train,test}.parquet and downloads the model to
-/data/<model dir>, skipping every step that is already complete.
+/data/verl (not with verl-gke:verlSource=image), writes GSM8K to /data/gsm8k/{train,test}.parquet
+(or converts / checks verl-gke:dataset), copies verl-gke:reward's file next to it and downloads
+the model to /data/<model dir>, skipping every step that is already complete.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from config import run_inputs
 from config.bucket_layout import DATA_MOUNT, DATA_PREP_HF_HOME, model_folder_name
 from config.image_streaming import through_registry
 from config.profiles import Mode
@@ -34,6 +36,8 @@ JOB_NAME = "data-prep-job"
 SCRIPT_KEY = "prepare_data.py"
 SCRIPT_FILE = Path(__file__).resolve().parent.parent / "payloads" / SCRIPT_KEY
 SCRIPT_DIR = "/scripts"
+# The ConfigMap key of verl-gke:reward's file, next to the script.
+REWARD_KEY = "reward.py"
 VERL_REPO = "https://github.com/volcengine/verl.git"
 # A failure must reach `pulumi up` quickly; the script resumes where a retry left off.
 BACKOFF_LIMIT = 2
@@ -74,11 +78,22 @@ def read_script(path: Path = SCRIPT_FILE) -> str:
         ) from None
 
 
-def script_configmap_name(script: str) -> str:
-    # The name follows the content, so a changed script gives the Job a new spec and Pulumi
-    # replaces (re-runs) it; the script skips what is already done.
-    digest = hashlib.sha256(script.encode()).hexdigest()[:10]
+def script_configmap_name(script: str, reward: str | None = None) -> str:
+    # The name follows the content, so a changed script or reward file gives the Job a new spec
+    # and Pulumi replaces (re-runs) it; the script skips what is already done.
+    content = script if reward is None else f"{script}\0{reward}"
+    digest = hashlib.sha256(content.encode()).hexdigest()[:10]
     return f"data-prep-script-{digest}"
+
+
+def _reward_source(settings: StackSettings) -> str | None:
+    reward = run_inputs.reward_of(settings)
+    return reward.source() if reward is not None else None
+
+
+def _configmap_data(settings: StackSettings, script: str) -> dict[str, str]:
+    reward = _reward_source(settings)
+    return {SCRIPT_KEY: script} if reward is None else {SCRIPT_KEY: script, REWARD_KEY: reward}
 
 
 def script_configmap(settings: StackSettings, script: str) -> Manifest:
@@ -86,31 +101,49 @@ def script_configmap(settings: StackSettings, script: str) -> Manifest:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(
-            script_configmap_name(script),
+            script_configmap_name(script, _reward_source(settings)),
             "data-prep",
             settings.namespace,
             annotations=accepted_findings(default_namespace_findings(settings)),
         ),
-        "data": {SCRIPT_KEY: script},
+        "data": _configmap_data(settings, script),
     }
 
 
 def command(settings: StackSettings) -> list[str]:
+    verl = ["--verl-repo", VERL_REPO, "--verl-ref", settings.verl_ref]
+    if settings.verl_source == "image":
+        verl = ["--verl-from-image"]  # the image's own verl runs: no checkout
     return [
         "python3",
         f"{SCRIPT_DIR}/{SCRIPT_KEY}",
         "--data-root",
         DATA_MOUNT,
-        "--verl-repo",
-        VERL_REPO,
-        "--verl-ref",
-        settings.verl_ref,
+        *verl,
         "--model",
         settings.model,
         # The script cannot import the program: the bucket layout's owner names the folder.
         "--model-folder",
         model_folder_name(settings.model),
+        *run_input_args(settings),
     ]
+
+
+def run_input_args(settings: StackSettings) -> list[str]:
+    """The dataset and reward arguments of prepare_data.py; none for the tutorial's run."""
+    dataset = run_inputs.dataset_of(settings)
+    args: list[str] = []
+    if dataset.kind == "hub":
+        assert dataset.columns is not None
+        args += ["--dataset", dataset.dataset, "--dataset-columns", dataset.columns.as_json()]
+        args += ["--dataset-dir", dataset.folder]
+    elif dataset.kind == "bucket":
+        args += ["--check-dataset", dataset.folder]
+    reward = run_inputs.reward_of(settings)
+    if reward is not None:
+        args += ["--reward-file", f"{SCRIPT_DIR}/{REWARD_KEY}"]
+        args += ["--reward-dest", reward.mounted_path]
+    return args
 
 
 def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | None) -> Manifest:
@@ -191,7 +224,9 @@ def _job(
                         bucket_volume(file_cache=False),
                         {
                             "name": "script",
-                            "configMap": {"name": script_configmap_name(script)},
+                            "configMap": {
+                                "name": script_configmap_name(script, _reward_source(settings))
+                            },
                         },
                     ],
                 },

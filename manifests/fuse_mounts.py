@@ -99,6 +99,13 @@ def verl_copy_container(settings: StackSettings) -> dict[str, Any]:
     }
 
 
+def verl_copy_containers(settings: StackSettings) -> list[dict[str, Any]]:
+    """The copy of the checkout, or none with verl-gke:verlSource=image: then the job imports the
+    image's installed verl (no PYTHONPATH, training/assembly.py) and data prep makes no
+    checkout whose marker the copy would wait for."""
+    return [] if settings.verl_source == "image" else [verl_copy_container(settings)]
+
+
 def ray_pod_mounts() -> list[dict[str, Any]]:
     """The main Ray container's mounts: data, checkpoints and verl's node-local copy."""
     return [

@@ -236,7 +236,7 @@ def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str,
     ]
     # The driver imports verl too: the head gets its node-local copy (it loads no model, so no
     # file cache and the sidecar's default resources).
-    pod_spec["initContainers"] = [fuse_mounts.verl_copy_container(settings)]
+    pod_spec["initContainers"] = fuse_mounts.verl_copy_containers(settings)
     pod_spec["volumes"] = [
         {"name": "ray-logs", "emptyDir": {}},
         *fuse_mounts.ray_pod_volumes(file_cache=False),
@@ -305,7 +305,7 @@ def _worker_group(settings: StackSettings, networking: WorkerNetworking) -> dict
     }
     pod_spec["initContainers"] = [
         *networking.init_containers,
-        fuse_mounts.verl_copy_container(settings),
+        *fuse_mounts.verl_copy_containers(settings),
     ]
     pod_spec["containers"] = [container]
     pod_spec["volumes"] = [

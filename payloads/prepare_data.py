@@ -5,11 +5,17 @@ Runs in the data-preparation Job's pod (the verl image; the script arrives throu
     python3 /scripts/prepare_data.py --data-root /data --verl-ref v0.6.1 \\
         --model Qwen/Qwen2.5-32B-Instruct --model-folder Qwen2.5-32B-Instruct
 
-Three steps, cheapest first so that a broken ref or dataset fails before a long download:
+Steps, cheapest first so that a broken ref or dataset fails before a long download:
 
-    verl   <data-root>/verl                       verl checked out at --verl-ref
-    gsm8k  <data-root>/gsm8k/{train,test}.parquet  by verl's examples/data_preprocess/gsm8k.py
-    model  <data-root>/<model-folder>              the model, staged in <model-folder>.partial
+    verl    <data-root>/verl                       verl checked out at --verl-ref (none with
+                                                   --verl-from-image: the image's verl runs)
+    reward  --reward-dest                          a copy of --reward-file (only when given)
+    gsm8k   <data-root>/gsm8k/{train,test}.parquet by verl's examples/data_preprocess/gsm8k.py
+                                                   (with --verl-from-image: the same rows,
+                                                   written by hub_rows below)
+    or dataset --dataset-dir/{train,test}.parquet  a Hub dataset through --dataset-columns
+    or dataset --check-dataset                     parquet already in verl's format, checked
+    model   <data-root>/<model-folder>             the model, staged in <model-folder>.partial
 
 Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-folder>}.done, a JSON
 object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
@@ -28,6 +34,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,7 +57,14 @@ GSM8K_FILES = ("train.parquet", "test.parquet")
 # a new ref must not delete them.
 KEEP_IN_VERL = frozenset({"checkpoints"})
 PROGRESS_EVERY_S = 60.0
-RESERVED_DIRS = frozenset({VERL_DIR, GSM8K_DIR, PREP_DIR})
+RESERVED_DIRS = frozenset({VERL_DIR, GSM8K_DIR, PREP_DIR, "datasets", "rewards"})
+# The columns verl's RLHFDataset and reward managers read from every row (prompt_key "prompt",
+# data_source, reward_model.ground_truth; verl/utils/dataset/rl_dataset.py,
+# verl/workers/reward_manager/naive.py, v0.6.1 and v0.9.0).
+VERL_COLUMNS = ("prompt", "data_source", "reward_model")
+# verl's examples/data_preprocess/gsm8k.py, reproduced for an image without the examples folder.
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+GSM8K_COLUMNS = {"prompt": "question", "answer": "answer", "subset": "main"}
 
 
 class StepError(Exception):
@@ -296,6 +310,148 @@ def prepare_gsm8k(root: Path) -> None:
     log(step, f"done in {time.monotonic() - started:.1f}s: {sizes}; marker {marker}")
 
 
+# --- step 2b: a Hub dataset or a parquet folder -----------------------------------------------
+
+
+def gsm8k_solution(answer: str) -> str:
+    """The final answer after `#### `, commas dropped (verl's gsm8k.py extract_solution)."""
+    found = re.search("#### (\\-?[0-9\\.\\,]+)", answer)
+    if found is None:
+        raise StepError(f"a GSM8K answer has no '#### <number>' line: {answer[-80:]!r}")
+    return found.group(0).split("#### ")[1].replace(",", "")
+
+
+def hub_rows(
+    example: dict[str, object], idx: int, split: str, dataset: str, columns: dict[str, str]
+) -> dict[str, object]:
+    """One row in verl's RL format, as verl's examples/data_preprocess/gsm8k.py writes them: a
+    chat prompt, data_source (the key verl's default score dispatches on), reward_model's
+    ground truth and extra_info (split, index, the raw answer and question)."""
+    question = str(example[columns["prompt"]])
+    answer = example[columns["answer"]]
+    instruction = columns.get("instruction")
+    gsm8k = dataset == "openai/gsm8k" and columns.get("answerFormat") == "gsm8k"
+    row: dict[str, object] = {
+        "data_source": dataset,
+        "prompt": [
+            {"role": "user", "content": f"{question} {instruction}" if instruction else question}
+        ],
+    }
+    if gsm8k:
+        row["ability"] = "math"
+    if isinstance(answer, float) and answer.is_integer():
+        # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0.
+        answer = int(answer)
+    truth = gsm8k_solution(str(answer)) if gsm8k else str(answer)
+    row["reward_model"] = {"style": "rule", "ground_truth": truth}
+    row["extra_info"] = {"split": split, "index": idx, "answer": answer, "question": question}
+    return row
+
+
+def load_hub_dataset(
+    dataset: str, columns: dict[str, str], token: str | None, source: str | None = None
+) -> object:
+    import datasets  # in the verl image
+
+    try:  # tests pass a local folder as source; data_source stays the dataset's id
+        return datasets.load_dataset(source or dataset, columns.get("subset"), token=token)
+    except Exception as error:  # the Hub's refusals come as several exception types
+        raise StepError(
+            f"could not load the dataset {dataset!r} ({type(error).__name__}: {error}). If it "
+            f"is gated, accept its terms at https://huggingface.co/datasets/{dataset} with the "
+            'account of verl-gke:hfToken; if it has subsets, name one as "subset" in '
+            "verl-gke:datasetColumns"
+        ) from error
+
+
+def prepare_hub_dataset(
+    root: Path,
+    dataset: str,
+    columns: dict[str, str],
+    out: Path,
+    token: str | None,
+    source: str | None = None,
+) -> None:
+    step = "dataset"
+    inputs = {"dataset": dataset, "columns": json.dumps(columns, sort_keys=True), "out": str(out)}
+    if is_done(root, step, inputs) and all(is_nonempty_file(out / f) for f in GSM8K_FILES):
+        log(step, f"skipped: {out} already has {', '.join(GSM8K_FILES)}")
+        return
+    started = time.monotonic()
+    clear_marker(root, step)
+    loaded = load_hub_dataset(dataset, columns, token, source)
+    splits = {"train": columns.get("trainSplit", "train"), "test": columns.get("testSplit", "test")}
+    available = sorted(loaded.keys())  # type: ignore[attr-defined]
+    for name in splits.values():
+        if name not in available:
+            raise StepError(
+                f"{dataset} has no split {name!r} (it has {available}); name them as "
+                f'"trainSplit"/"testSplit" in verl-gke:datasetColumns'
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    sizes: dict[str, object] = {}
+    for role, name in splits.items():
+        part = loaded[name]  # type: ignore[index]
+        missing = [c for c in (columns["prompt"], columns["answer"]) if c not in part.column_names]
+        if missing:
+            raise StepError(
+                f"{dataset} split {name!r} has no column {missing} (it has "
+                f'{part.column_names}); fix "prompt"/"answer" in verl-gke:datasetColumns'
+            )
+        rows = part.map(
+            lambda example, idx, split=role: hub_rows(example, idx, split, dataset, columns),
+            with_indices=True,
+            remove_columns=part.column_names,
+        )
+        rows.to_parquet(str(out / f"{role}.parquet"))
+        sizes[f"{role}.parquet"] = len(rows)
+    marker = write_marker(root, step, inputs, {"path": str(out), "rows": sizes}, started)
+    log(step, f"done in {time.monotonic() - started:.1f}s: {sizes} rows; marker {marker}")
+
+
+def check_dataset(folder: Path) -> None:
+    """Refuse a parquet folder verl could not train on, before any GPU is used."""
+    step = "dataset"
+    import pyarrow.parquet as pq  # in the verl image (datasets depends on it)
+
+    for name in GSM8K_FILES:
+        path = folder / name
+        if not is_nonempty_file(path):
+            raise StepError(
+                f"{path} is missing or empty: verl-gke:dataset's folder must hold "
+                f"{' and '.join(GSM8K_FILES)} in verl's format"
+            )
+        schema = pq.read_schema(str(path))
+        missing = [c for c in VERL_COLUMNS if c not in schema.names]
+        truth = "reward_model" in schema.names and "ground_truth" in str(
+            schema.field("reward_model").type
+        )
+        if missing or not truth:
+            raise StepError(
+                f"{path} lacks verl's columns {missing or ['reward_model.ground_truth']} (it "
+                f"has {schema.names}); verl reads prompt (a list of {{role, content}}), "
+                "data_source and reward_model.ground_truth from every row"
+            )
+        rows = pq.read_metadata(str(path)).num_rows
+        if rows == 0:
+            raise StepError(f"{path} has no rows")
+        log(step, f"{path}: {rows} rows, columns {schema.names}")
+
+
+def copy_reward(source: Path, dest: Path) -> None:
+    """Copy the reward file to its content-named place (a changed file has another name)."""
+    step = "reward"
+    data = source.read_bytes()
+    if dest.is_file() and dest.read_bytes() == data:
+        log(step, f"skipped: {dest} is already this file")
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, dest)
+    log(step, f"copied {source} ({len(data)} bytes) to {dest}")
+
+
 # --- step 3: model ------------------------------------------------------------------------------
 
 
@@ -460,6 +616,28 @@ def model_folder_arg(value: str) -> str:
     return value
 
 
+def add_run_input_args(parser: argparse.ArgumentParser) -> None:
+    """verl from the image, the dataset and the reward file (none for the tutorial's run)."""
+    parser.add_argument(
+        "--verl-from-image",
+        action="store_true",
+        help="no verl checkout: the job runs the image's own verl; GSM8K is converted here",
+    )
+    parser.add_argument("--dataset", help="Hugging Face dataset id converted with the columns")
+    parser.add_argument(
+        "--dataset-columns",
+        type=json.loads,
+        help='JSON {"prompt": COL, "answer": COL, "trainSplit", "testSplit", "subset", '
+        '"instruction"} (with --dataset)',
+    )
+    parser.add_argument("--dataset-dir", type=Path, help="where --dataset's parquet goes")
+    parser.add_argument(
+        "--check-dataset", type=Path, help="folder of train/test parquet in verl's format"
+    )
+    parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
+    parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Prepare verl source, GSM8K and the model on the training volume. Each step "
@@ -476,10 +654,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--verl-ref",
-        required=True,
         help="tag, branch or commit sha to check out; 7 to 40 hex digits are taken as a "
-        "(full or abbreviated) commit sha",
+        "(full or abbreviated) commit sha (required unless --verl-from-image)",
     )
+    add_run_input_args(parser)
     parser.add_argument(
         "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
     )
@@ -503,7 +681,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="file that receives the failure reason, written only if it already "
         "exists (Kubernetes creates /dev/termination-log)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.verl_ref is None and not args.verl_from_image:
+        parser.error("--verl-ref is required unless --verl-from-image")
+    if (args.dataset is None) != (args.dataset_columns is None) or (args.dataset is None) != (
+        args.dataset_dir is None
+    ):
+        parser.error("--dataset, --dataset-columns and --dataset-dir go together")
+    if (args.reward_file is None) != (args.reward_dest is None):
+        parser.error("--reward-file and --reward-dest go together")
+    return args
+
+
+def data_step(args: argparse.Namespace, root: Path, token: str | None) -> Callable[[], None]:
+    if args.dataset is not None:
+        return lambda: prepare_hub_dataset(
+            root, args.dataset, args.dataset_columns, args.dataset_dir, token
+        )
+    if args.check_dataset is not None:
+        return lambda: check_dataset(args.check_dataset)
+    if args.verl_from_image:
+        columns = {**GSM8K_COLUMNS, "instruction": GSM8K_INSTRUCTION, "answerFormat": "gsm8k"}
+        return lambda: prepare_hub_dataset(root, "openai/gsm8k", columns, root / GSM8K_DIR, token)
+    return lambda: prepare_gsm8k(root)
+
+
+def run_steps(
+    args: argparse.Namespace, root: Path, source: str, token: str | None
+) -> list[tuple[str, Callable[[], None]]]:
+    steps: list[tuple[str, Callable[[], None]]] = []
+    if not args.verl_from_image:
+        steps.append(("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)))
+    if args.reward_file is not None:
+        steps.append(("reward", lambda: copy_reward(args.reward_file, args.reward_dest)))
+    default = args.dataset is None and args.check_dataset is None and not args.verl_from_image
+    steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))
+    steps.append(
+        ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token))
+    )
+    return steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,11 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     if source != "hub":
         source = str(Path(source).resolve())
     token = os.environ.get("HF_TOKEN") or None
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)),
-        ("gsm8k", lambda: prepare_gsm8k(root)),
-        ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token)),
-    ]
+    steps = run_steps(args, root, source, token)
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     for name, run in steps:

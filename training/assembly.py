@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config import run_inputs
 from config.bucket_layout import (
     CHECKPOINT_ROOT,
     DATA_MOUNT,
@@ -71,10 +72,11 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
     except ModelFactsError as error:
         raise GrpoPreflightError([str(error)]) from None
     spec = default_grpo_spec(settings.profile, settings.mode, settings.gpu_nodes, model)
-    spec = apply_overrides(spec, settings.job)
+    spec = apply_overrides(with_run_inputs(spec, settings), settings.job)
     stack_problems = [
         *job_settings_secret_problems(spec, settings),
         *_data_layout_problems(spec),
+        *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
     ]
@@ -94,8 +96,8 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         # mistake there is: refuse it here, with the knob that fixes it.
         raise GrpoPreflightError([in_config_terms(str(error))]) from None
     entrypoint, runtime_env = runner_job(
-        training_argv(spec),
-        render_runtime_env(spec, settings.profile, settings.mode),
+        [*training_argv(spec), *reward_overrides(settings)],
+        job_runtime_env(spec, settings),
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
@@ -116,6 +118,58 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         memory=estimate(memory_inputs),
         memory_warning=warning,
     )
+
+
+def with_run_inputs(spec: GrpoSpec, settings: StackSettings) -> GrpoSpec:
+    """The spec reading verl-gke:dataset's parquet."""
+    dataset = run_inputs.dataset_of(settings)
+    return spec.model_copy(
+        update={"train_files": dataset.train_files, "val_files": dataset.val_files}
+    )
+
+
+def reward_overrides(settings: StackSettings) -> list[str]:
+    """custom_reward_function path and name for verl-gke:reward, under the key verl reads at the
+    stack's ref (config/run_inputs.py REWARD_CONFIG_KEY); none for verl's built-in score."""
+    reward = run_inputs.reward_of(settings)
+    if reward is None:
+        return []
+    key = run_inputs.reward_config_key(settings.verl_ref, settings.profile.verl_ref)
+    return [f"{key}.path={reward.mounted_path}", f"{key}.name={reward.function}"]
+
+
+def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+    """The job reads the parquet and the reward file the data-prep Job writes, nothing else."""
+    wanted = with_run_inputs(spec, settings)
+    problems = []
+    for field in ("train_files", "val_files"):
+        value, expected = getattr(spec, field), getattr(wanted, field)
+        if value != expected:
+            alias = GrpoSpec.model_fields[field].alias or field
+            problems.append(
+                f"{CONFIG_KEY}.{alias} = {value!r}: the data-prep Job writes "
+                f"{run_inputs.DATASET_KEY}'s parquet to {expected!r}, so the job would not find "
+                f"it. Fix: remove {CONFIG_KEY}.{alias} and set {run_inputs.DATASET_KEY} to the "
+                "dataset you want"
+            )
+    for override in spec.extra_overrides:
+        key = override.lstrip("+").partition("=")[0]
+        if "custom_reward_function" in key.split("."):
+            problems.append(
+                f"{CONFIG_KEY}.extraOverrides: {override!r}: the reward function is "
+                f"{run_inputs.REWARD_KEY}, which ships the file with the run. Fix: remove it and "
+                f"pulumi config set {run_inputs.REWARD_KEY} FILE.py:FUNCTION -s {settings.stack}"
+            )
+    return problems
+
+
+def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[str, str]]:
+    """render_runtime_env; with verl-gke:verlSource=image without PYTHONPATH, so the image's
+    own installed verl is imported instead of the node-local checkout."""
+    env = render_runtime_env(spec, settings.profile, settings.mode)
+    if settings.verl_source != "image":
+        return env
+    return {"env_vars": {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}}
 
 
 def _data_layout_problems(spec: GrpoSpec) -> list[str]:

@@ -1,0 +1,190 @@
+"""An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/run
+builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py does:
+
+- the parquet payloads/prepare_data.py writes for a fixture dataset loads through the trainer's
+  create_rl_dataset (RLHFDataset) and collates (tools/verl_run_inputs_check.py);
+- the reward file is loaded by verl's get_custom_reward_fn from the overrides the program renders
+  and scores the fixture rows (right answer 1, wrong 0), and the key of the other release is not
+  what verl reads;
+- the whole argv of an own run composes and passes verl's config checks
+  (tools/verl_compose_check.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import run_inputs
+from config.settings import StackSettings, load_settings
+from tests.program import REAL
+from tests.support.require import missing
+from training.assembly import reward_overrides, training_job
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_INPUTS_CHECK = REPO / "tools" / "verl_run_inputs_check.py"
+COMPOSE_CHECK = REPO / "tools" / "verl_compose_check.py"
+VENVS_ENV = "VERL_GKE_VERL_VENVS"
+# The stack whose profile pins each release's ref (tests/test_verl_config_compose.py
+# RELEASE_FOR_REF: v0.6.1 -> 0.6.1, ddbcdb7 -> 0.9.0).
+STACK_FOR_RELEASE = {"0.6.1": "a3u", "0.9.0": "a4x"}
+# Releases whose virtualenv can read parquet through verl's dataset code.
+# requirements-verl-0.6.1.txt has no datasets, pyarrow or pandas (verl 0.6.1 requires them), and
+# no datasets release resolves against its pins (fsspec 2026.9.0, numpy 1.26.4, huggingface_hub
+# 0.36.2), so at 0.6.1 the reward runs on the rows prepare_data.hub_rows makes, without the
+# parquet round trip.
+DATASET_RELEASES = ("0.9.0",)
+REWARD = run_inputs.REWARD_EXAMPLE
+OWN_RUN = {
+    "verl-gke:dataset": "example-org/arith",
+    "verl-gke:datasetColumns": '{"prompt":"q","answer":"a","instruction":"Answer after ####."}',
+    "verl-gke:reward": REWARD,
+}
+ROWS = {
+    "train": [
+        {"q": "What is 2 + 3?", "a": 5},
+        {"q": "What is 10 * 12?", "a": 120},
+        {"q": "Half of 9?", "a": 4.5},
+        {"q": "How many thousands in 1,234,000?", "a": "1,234"},
+    ],
+    "test": [{"q": "What is 1 + 1?", "a": 2}],
+}
+
+
+def _settings(release: str) -> StackSettings:
+    return load_settings(STACK_FOR_RELEASE[release], {**REAL, **OWN_RUN}, offline=False).settings
+
+
+def _local(overrides: list[str]) -> list[str]:
+    """The program's reward overrides with the path pointing at the file in this checkout."""
+    file = str(REPO / REWARD.split(":")[0])
+    return [
+        f"{o.split('=')[0]}={file}" if o.split("=")[0].endswith(".path") else o for o in overrides
+    ]
+
+
+def _other_key(overrides: list[str]) -> list[str]:
+    keys = set(run_inputs.REWARD_CONFIG_KEY.values())
+    swapped = []
+    for override in overrides:
+        key, value = override.split("=", 1)
+        prefix = key.rsplit(".", 1)[0]
+        [other] = keys - {prefix}
+        swapped.append(f"{other}.{key.rsplit('.', 1)[1]}={value}")
+    return swapped
+
+
+def _python(release: str) -> Path:
+    root = os.environ.get(VENVS_ENV)
+    if not root:
+        missing(f"{VENVS_ENV} is unset: these checks need the verl virtualenvs .ci/run builds")
+    python = Path(root) / release / "bin" / "python"
+    if not python.is_file():
+        pytest.fail(f"{VENVS_ENV}={root} has no virtualenv for verl {release} ({python})")
+    return python
+
+
+def _requests() -> dict[tuple[str, str], tuple[Path, dict[str, Any]]]:
+    requests = {}
+    for release in STACK_FOR_RELEASE:
+        rendered = _local(reward_overrides(_settings(release)))
+        base = {
+            "dataset": OWN_RUN["verl-gke:dataset"],
+            "columns": json.loads(OWN_RUN["verl-gke:datasetColumns"]),
+            "rows": ROWS,
+        }
+        requests[(release, "rendered")] = (
+            _python(release),
+            {**base, "reward_overrides": rendered, "with_dataset": release in DATASET_RELEASES},
+        )
+        requests[(release, "other-key")] = (
+            _python(release),
+            {**base, "reward_overrides": _other_key(rendered), "with_dataset": False},
+        )
+    return requests
+
+
+@cache
+def _reports() -> dict[tuple[str, str], dict[str, Any]]:
+    """All checks at once, one interpreter each (importing verl takes seconds)."""
+    running = {}
+    for case, (python, request) in _requests().items():
+        request = {**request, "workdir": tempfile.mkdtemp(prefix="verl-run-inputs-")}
+        stdin = tempfile.TemporaryFile("w+")
+        json.dump(request, stdin)
+        stdin.seek(0)
+        running[case] = subprocess.Popen(
+            [str(python), str(RUN_INPUTS_CHECK)],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        stdin.close()
+    reports = {}
+    for case, process in running.items():
+        stdout, stderr = process.communicate()
+        assert process.returncode in (0, 1), f"{case}: exit {process.returncode}\n{stderr[-3000:]}"
+        reports[case] = json.loads(stdout)
+    return reports
+
+
+@pytest.mark.parametrize("release", sorted(STACK_FOR_RELEASE))
+def test_verl_loads_the_reward_the_program_renders_and_scores_the_rows(release: str) -> None:
+    report = _reports()[(release, "rendered")]
+    assert report["verl_version"] == release
+    assert report["ok"], report.get("traceback") or report
+    truths = [str(r["a"]) for r in ROWS["train"]]
+    assert report["scores"] == [1.0] * len(truths)
+    assert report["wrong_scores"] == [0.0] * len(truths)
+
+
+@pytest.mark.parametrize("release", sorted(STACK_FOR_RELEASE))
+def test_the_other_releases_reward_key_is_not_what_verl_reads(release: str) -> None:
+    # v0.6.1 has no reward.custom_reward_function (compose refuses it); v0.9.0 keeps the top-level
+    # key only for migrate_legacy_reward_impl, which main_ppo does not call (no function found).
+    report = _reports()[(release, "other-key")]
+    assert not report["ok"]
+    assert report["stage"] in ("compose", "reward"), report
+
+
+@pytest.mark.parametrize("release", DATASET_RELEASES)
+def test_the_data_prep_parquet_loads_through_verls_rl_dataset(release: str) -> None:
+    report = _reports()[(release, "rendered")]
+    assert report["ok"], report.get("traceback") or report
+    assert report["train_rows"] == len(ROWS["train"])
+    instruction = json.loads(OWN_RUN["verl-gke:datasetColumns"])["instruction"]
+    for item, row in zip(report["items"], ROWS["train"], strict=True):
+        assert item["data_source"] == OWN_RUN["verl-gke:dataset"]
+        assert item["ground_truth"] == str(row["a"]) and item["style"] == "rule"
+        assert item["raw_prompt"] == [{"role": "user", "content": f"{row['q']} {instruction}"}]
+    assert {"data_source", "reward_model", "extra_info", "raw_prompt"} <= set(report["batch_keys"])
+    assert "reward_model" in report["check_refused"]
+
+
+@pytest.mark.parametrize("release", sorted(STACK_FOR_RELEASE))
+def test_an_own_runs_argv_composes_and_passes_verls_checks(release: str) -> None:
+    job = training_job(_settings(release))
+    argv = shlex.split(job.entrypoint.split(" -- ", 1)[1])
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    request = json.dumps({"cases": {"own-run": argv[3:]}})
+    done = subprocess.run(
+        [str(_python(release)), str(COMPOSE_CHECK)],
+        input=request,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    result = json.loads(done.stdout)["results"]["own-run"]
+    assert result["ok"], result

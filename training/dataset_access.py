@@ -1,0 +1,74 @@
+"""Whether the stack's Hugging Face token may read verl-gke:dataset, asked of the Hub during
+`pulumi up` (the offline plan and tests do not ask: the plan says the access is unchecked).
+
+The Hub's own access check: GET {endpoint}/api/datasets/{id}/auth-check with the token as a
+Bearer header answers 200 when the token can read the files; otherwise its X-Error-Code header
+says why: GatedRepo (the licence is not accepted by the token's account) or RepoNotFound (no such
+dataset, or a private one the token cannot see) (huggingface_hub HfApi.auth_check and
+utils/_http.py hf_raise_for_status, huggingface_hub 1.x).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+
+from config import run_inputs
+from config.run_inputs import DATASET_KEY
+from config.settings import StackSettings
+
+HUB = "https://huggingface.co"
+TIMEOUT_S = 15.0
+
+# (status, X-Error-Code header or None) of one GET; raises OSError when the Hub cannot be reached.
+Fetch = Callable[[str, str], tuple[int, str | None]]
+
+
+def fetch(url: str, token: str) -> tuple[int, str | None]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, response.headers.get("X-Error-Code")
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("X-Error-Code")
+
+
+def access_problems(
+    dataset: str, token: str, stack: str, get: Fetch = fetch, hub: str = HUB
+) -> tuple[list[str], list[str]]:
+    """(problems, notes) for the Hub dataset `dataset` read with `token`."""
+    url = f"{hub}/api/datasets/{urllib.parse.quote(dataset, safe='/')}/auth-check"
+    page = f"{hub}/datasets/{dataset}"
+    try:
+        status, code = get(url, token)
+    except OSError as error:
+        return [], [f"{DATASET_KEY}: the Hub did not answer ({error}); access is unchecked"]
+    if status == 200:
+        return [], []
+    where = f"{DATASET_KEY} = {dataset!r}"
+    if code == "GatedRepo":
+        return [
+            f"{where}: the dataset is gated and the account of verl-gke:hfToken has not "
+            f"accepted its terms, so the data-prep Job could not download it. Fix: accept them "
+            f"at {page} while logged in as that account, then run pulumi up again"
+        ], []
+    if code == "RepoNotFound" or status in (401, 404):
+        return [
+            f"{where}: the Hub has no dataset the token can see under this id (a typo, or a "
+            f"private dataset of another account). Fix: check the id at {page}, or pulumi config "
+            f"set {DATASET_KEY} openai/gsm8k -s {stack}"
+        ], []
+    return [], [f"{DATASET_KEY}: the Hub's access check answered {status}; access is unchecked"]
+
+
+def stack_access_problems(
+    settings: StackSettings, get: Fetch = fetch
+) -> tuple[list[str], list[str]]:
+    """access_problems for the stack's dataset when it is a Hub dataset; ([], []) otherwise."""
+    dataset = run_inputs.dataset_of(settings)
+    if dataset.kind == "bucket":
+        return [], []
+    token = settings.hf_token.get_secret_value()
+    return access_problems(dataset.dataset, token, settings.stack, get)
