@@ -1,6 +1,9 @@
 """verl-gke: GRPO training with verl on Ray on GKE. The composition root: settings -> components
 -> exports. Nothing here creates a resource directly."""
 
+import functools
+import os
+
 import pulumi
 
 from components.capacity import GpuCapacityRequest, GpuCapacityRequestArgs
@@ -23,16 +26,19 @@ from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceAr
 from config.image_tags import moving_images_notice
 from config.profiles import Mode
 from config.pulumi_cli import require_cli_features
-from config.settings import settings_from_pulumi
+from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
 from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
-from training.memory_fit import format_breakdown
+from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
 require_cli_features()
+# A real `pulumi up` reads verl-gke:model's config.json from the Hub (a gated or missing model is
+# refused here); the offline plan (tools/offline_engine.py sets OFFLINE_PLAN_ENV) reads no network.
+job_for = functools.partial(training_job, hub=OFFLINE_PLAN_ENV not in os.environ)
 # The GRPO job's rules judge every gpuNodes fix; no error echoes a secret-looking value.
-loaded = settings_from_pulumi(job_check=training_job, redact=redact)
+loaded = settings_from_pulumi(job_check=job_for, redact=redact)
 for notice in loaded.notices:
     pulumi.log.warn(notice)
 if moving_images := moving_images_notice(loaded.settings):
@@ -42,8 +48,8 @@ settings = loaded.settings
 # (and so the offline plan and the tests) asks nothing of the network.
 if not pulumi.runtime.is_dry_run():
     check_stack_access(settings, pulumi.log.warn)
-grpo = training_job(settings)  # verl's rules and the memory fit, before any GPU is paid for
-pulumi.log.info(format_breakdown(grpo.memory))
+grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
+pulumi.log.info(run_block(grpo))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 

@@ -78,7 +78,8 @@ def run_facts(stack: str, mode: str) -> JobFacts:
     from training.assembly import training_job
 
     settings = planned_settings(stack, {**CONFIG, "verl-gke:mode": mode}, strict=True)
-    return job_facts(settings, training_job(settings).spec)
+    job = training_job(settings)
+    return job_facts(settings, job.spec, job.model)
 
 
 def modelled_schedule(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:

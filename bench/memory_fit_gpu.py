@@ -1,11 +1,12 @@
 """Check training/memory_fit.py against real FSDP2 training steps on GPUs.
 
-Builds a Qwen2-architecture model from the estimator's table with random weights (nothing is
-downloaded), shards it with FSDP2 (`fully_shard` per decoder layer, the untied embedding, then the
-root, bf16 params / fp32 reduce as verl does), and runs GRPO-style steps: two micro-batches of
-forward + backward (fp32 log_softmax log-probs, clipped ratio loss, low-variance KL) then
-clip_grad_norm_ and a foreach AdamW step. It records torch.cuda.max_memory_allocated during
-forward/backward and during the optimizer step, after a first step has created the AdamW states,
+Builds the model from the committed table's config.json facts (training/model_table.py: Qwen2,
+Qwen3, Llama, Mistral, Gemma) with random weights (nothing is downloaded), shards it with FSDP2
+(`fully_shard` per decoder layer, the untied embedding, then the root, bf16 params / fp32 reduce
+as verl does), and runs GRPO-style steps: two micro-batches of forward + backward (fp32
+log_softmax log-probs, clipped ratio loss, low-variance KL) then clip_grad_norm_ and a foreach
+AdamW step. It records torch.cuda.max_memory_allocated during forward/backward and during the
+optimizer step, after a first step has created the AdamW states,
 and prints one JSON line per case next to the estimate.
 
     torchrun --nproc-per-node 2 bench/memory_fit_gpu.py --model Qwen/Qwen2.5-7B-Instruct \
@@ -32,34 +33,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.memory_fit import (
     GIB,
-    KNOWN_MODELS,
     GrpoMemoryInputs,
     MemoryBreakdown,
     ModelArch,
     estimate,
 )
+from training.model_config import arch_from_config
+from training.model_table import MODEL_TABLE
 
 TINY = ModelArch("tiny", 64, 128, 2, 4, 2, 1000, False)
 
 
-def build_model(arch: ModelArch, device: torch.device, checkpointing: bool) -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def table_arch(hub_id: str) -> ModelArch:
+    return arch_from_config(MODEL_TABLE[hub_id].config, hub_id)
 
-    config = Qwen2Config(
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        vocab_size=arch.vocab_size,
-        tie_word_embeddings=arch.tie_word_embeddings,
-        max_position_embeddings=32768,
-        use_cache=False,
-    )
-    config._attn_implementation = "sdpa"
+
+def hf_config(arch: ModelArch) -> dict[str, object]:
+    """The model's config.json keys: the table's own (Llama, Gemma, ... as published), else a
+    Qwen2 config of the geometry (the tiny smoke-test model)."""
+    base = arch.name.split("[", 1)[0]
+    if base in MODEL_TABLE:
+        config = dict(MODEL_TABLE[base].config)
+    else:
+        config = {"model_type": "qwen2", "tie_word_embeddings": arch.tie_word_embeddings}
+        config.update(
+            hidden_size=arch.hidden_size,
+            intermediate_size=arch.intermediate_size,
+            num_attention_heads=arch.num_attention_heads,
+            num_key_value_heads=arch.num_key_value_heads,
+            vocab_size=arch.vocab_size,
+        )
+    config.pop("architectures", None)
+    config["num_hidden_layers"] = arch.num_hidden_layers
+    return config
+
+
+def build_model(arch: ModelArch, device: torch.device, checkpointing: bool) -> torch.nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = hf_config(arch)
+    model_type = str(config.pop("model_type"))
+    hf = AutoConfig.for_model(model_type, **config, max_position_embeddings=32768, use_cache=False)
     # fp32 master weights, as verl's FSDP actor (fsdp_config.model_dtype defaults to fp32).
     with device:
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
+        model = model.to(torch.float32)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -260,8 +278,8 @@ def arch_from_name(name: str) -> ModelArch:
     """Inverse of ModelArch.with_layers' naming: 'Qwen/Qwen2.5-32B-Instruct[8L]'."""
     if name.endswith("L]"):
         base, layers = name[:-2].split("[")
-        return KNOWN_MODELS[base].with_layers(int(layers))
-    return TINY if name == "tiny" else KNOWN_MODELS[name]
+        return table_arch(base).with_layers(int(layers))
+    return TINY if name == "tiny" else table_arch(name)
 
 
 def reestimate(path: str) -> None:
@@ -293,7 +311,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--model",
         default="Qwen/Qwen2.5-0.5B-Instruct",
-        help="a KNOWN_MODELS id, or 'tiny' for the CPU smoke test",
+        help="a Hub id of training/model_table.py, or 'tiny' for the CPU smoke test",
     )
     parser.add_argument("--layers", type=int, default=0, help="keep the geometry, fewer layers")
     parser.add_argument("--seq-len", type=int, default=2048)
@@ -312,7 +330,7 @@ def main() -> None:
     if args.reestimate:
         reestimate(args.reestimate)
         return
-    arch = TINY if args.model == "tiny" else KNOWN_MODELS[args.model]
+    arch = TINY if args.model == "tiny" else table_arch(args.model)
     if args.layers:
         arch = arch.with_layers(args.layers)
     backend = "nccl" if args.device == "cuda" else "gloo"

@@ -148,6 +148,13 @@ class StackSettings(BaseModel):
     verl_ref: str = Field(description="verl release tag or commit the job runs")
     ray_version: str = Field(description="Ray version of the images (default: the profile's)")
     model: str = Field(default=DEFAULT_MODEL, description="Hugging Face model trained")
+    # A config.json of the model in the user's repository (relative to Pulumi.yaml's folder): the
+    # offline plan's architecture facts for a model not in training/model_table.py.
+    model_config_file: str | None = Field(
+        default=None,
+        alias="modelConfig",
+        description="config.json of verl-gke:model for the offline plan (path in your repo)",
+    )
     # The run's dataset, reward and verl (config/run_inputs.py).
     dataset: str = Field(
         default=run_inputs.DEFAULT_DATASET,

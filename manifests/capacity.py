@@ -107,6 +107,18 @@ def provisioning_request(settings: StackSettings) -> Manifest:
     }
 
 
+def worker_replicas(settings: StackSettings) -> dict[str, int]:
+    """The GPU worker group's replica counts, decided here only: gpuNodes workers, kept inside a
+    reservation (min = max = gpuNodes); outside one the group starts at gpuNodes and KubeRay's
+    autoscaler may take it to 0 when idle (minReplicas 0)."""
+    floor = 0 if settings.capacity_plan.scale_to_zero else settings.gpu_nodes
+    return {
+        "replicas": settings.gpu_nodes,
+        "minReplicas": floor,
+        "maxReplicas": settings.gpu_nodes,
+    }
+
+
 def with_capacity(settings: StackSettings, spec: dict[str, Any], group_name: str) -> dict[str, Any]:
     """The RayCluster spec for the stack's capacity mode (a copy; inside a reservation, as is)."""
     plan = settings.capacity_plan
@@ -121,9 +133,6 @@ def with_capacity(settings: StackSettings, spec: dict[str, Any], group_name: str
     for group in spec["workerGroupSpecs"]:
         if group["groupName"] != group_name:
             continue
-        group["replicas"] = settings.gpu_nodes
-        group["minReplicas"] = 0
-        group["maxReplicas"] = settings.gpu_nodes
         if plan.queued_provisioning:
             template = group["template"]
             template["metadata"].setdefault("annotations", {}).update(

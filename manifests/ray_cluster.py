@@ -321,9 +321,7 @@ def _worker_group(settings: StackSettings, networking: WorkerNetworking) -> dict
         pod_spec["resourceClaims"] = networking.resource_claims
     return {
         "groupName": WORKER_GROUP,
-        "replicas": settings.gpu_nodes,
-        "minReplicas": settings.gpu_nodes,
-        "maxReplicas": settings.gpu_nodes,
+        **capacity.worker_replicas(settings),
         "rayStartParams": {"num-cpus": shape.ray_num_cpus},
         "template": {
             "metadata": {

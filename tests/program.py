@@ -54,4 +54,5 @@ def run_facts(stack: str, mode: str) -> JobFacts:
     """The run's own start-up facts (model, KL terms, validation) of plan(stack, mode), from its
     settings and GRPO spec."""
     settings = planned_settings(stack, {**REAL, "verl-gke:mode": mode}, strict=True)
-    return job_facts(settings, training_job(settings).spec)
+    job = training_job(settings)
+    return job_facts(settings, job.spec, job.model)

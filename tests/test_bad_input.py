@@ -329,7 +329,6 @@ _JOB_FIX = re.compile(r"Fix: (?:set it to (?P<value>\S+)|remove verl-gke:job\.(?
         ("trainFiles", "/data/gsm8k/../verl/train.parquet"),
         ("trainFiles", "/data//gsm8k/train.parquet"),
         ("valFiles", "/data/gsm8k/../../etc/test.parquet"),
-        ("modelPath", "/data/x/../Qwen2.5-32B-Instruct"),
     ],
 )
 @pytest.mark.parametrize("stack", ["a4", "a4x"])
@@ -346,23 +345,24 @@ def test_paths_that_are_not_in_normal_form_refused_with_a_working_fix(
     assert job_accepted(stack, job).spec
 
 
-@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B"])
+@pytest.mark.parametrize("model", ["my-org/my-finetune", "meta-llama/Llama-2-7b-hf"])
 @pytest.mark.parametrize("stack", sorted(PROFILES))
-def test_unknown_model_is_reported_as_the_model_key_with_a_working_fix(
+def test_model_outside_the_table_is_reported_as_the_model_key_with_a_working_fix(
     stack: str, model: str
 ) -> None:
+    # Offline (no Hub), only the committed table or verl-gke:modelConfig can give its heads.
     message = job_error(stack, {}, **{"verl-gke:model": model})
-    assert f"  - verl-gke:model = {model!r}: not in the known-model table" in message
-    assert "verl-gke:job.modelPath" not in message
+    assert f"  - verl-gke:model = {model!r}: not in the committed table" in message
     fix = _FIX.search(message)
     assert fix and fix["key"] == "verl-gke:model" and fix["stack"] == stack
     assert job_accepted(stack, {}, **{"verl-gke:model": fix["value"]}).spec
 
 
-def test_an_explicit_model_path_keeps_its_own_key() -> None:
-    message = job_error("a4", {"modelPath": "/data/Llama-3.1-8B"})
-    assert "verl-gke:job.modelPath = '/data/Llama-3.1-8B'" in message
-    assert "verl-gke:model = " not in message
+@pytest.mark.parametrize(("key", "setting"), [("modelPath", "model"), ("nnodes", "gpuNodes")])
+def test_a_derived_job_key_names_the_stack_setting_to_use(key: str, setting: str) -> None:
+    message = job_error("a4", {key: "/data/Llama-3.1-8B" if key == "modelPath" else 3})
+    assert f"verl-gke:job.{key} is not a setting" in message
+    assert f"and set verl-gke:{setting} instead" in message
 
 
 @pytest.mark.parametrize(("stack", "length"), [("a4", 65536), ("a4x", 262144), ("a3u", 40000)])

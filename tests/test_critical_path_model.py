@@ -38,6 +38,9 @@ from tools.startup_links import (
 )
 from tools.startup_schedule import Schedule, schedule
 from training.assembly import training_job
+from training.model_facts import model_facts, table_facts
+
+MODEL = table_facts("Qwen/Qwen2.5-32B-Instruct")
 
 REPO = Path(__file__).resolve().parent.parent
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -243,13 +246,14 @@ def test_the_run_facts_come_from_the_spec() -> None:
     unset = spec.model_copy(
         update={"val_before_train": None, "use_kl_loss": None, "use_kl_in_reward": None}
     )
-    assert job_facts(settings, unset).val_before_train is True
-    assert job_facts(settings, unset).reference_model is False
+    assert job_facts(settings, unset, MODEL).val_before_train is True
+    assert job_facts(settings, unset, MODEL).reference_model is False
     kl_reward = unset.model_copy(update={"use_kl_in_reward": True})
-    assert job_facts(settings, kl_reward).reference_model is True
+    assert job_facts(settings, kl_reward, MODEL).reference_model is True
     off = unset.model_copy(update={"val_before_train": False})
-    assert job_facts(settings, off).val_before_train is False
-    assert job_facts(settings, spec).weights == model_weights(settings.model)
+    assert job_facts(settings, off, MODEL).val_before_train is False
+    job_model = training_job(settings).model
+    assert job_facts(settings, spec, job_model).weights == model_weights(MODEL)
 
 
 def test_worker_start_links_follow_the_ray_cluster() -> None:
@@ -266,12 +270,13 @@ def test_worker_start_links_follow_the_ray_cluster() -> None:
 
 def test_model_size_scales_the_load_and_unknown_models_fail_clearly() -> None:
     # The seed (gke-verl-grpo-tutorial): the Qwen2.5-32B-Instruct download "needs about 66 GB".
-    assert model_weights("Qwen/Qwen2.5-32B-Instruct").gigabytes == 66.0
+    assert model_weights(table_facts("Qwen/Qwen2.5-32B-Instruct")).gigabytes == 66.0
     # huggingface.co/Qwen/Qwen2.5-7B-Instruct: 7.62 B parameters in bf16 safetensors, ~15 GB.
-    small = model_weights("Qwen/Qwen2.5-7B-Instruct")
+    small = model_weights(table_facts("Qwen/Qwen2.5-7B-Instruct"))
     assert small.estimate and small.gigabytes == 15.0
-    with pytest.raises(ValueError, match="KNOWN_MODELS"):
-        model_weights("acme/my-model")
+    settings = planned_settings("a3u", {"verl-gke:model": "acme/my-model"}, strict=False)
+    with pytest.raises(ValueError, match="verl-gke:modelConfig"):
+        model_facts(settings)
     facts = startup_facts(plan("a3u", "standard"), run_facts("a3u", "standard"))
     big = links(facts).grpo[1]
     smaller = links(dataclasses.replace(facts, weights=small)).grpo[1]

@@ -20,14 +20,15 @@ import pytest
 from config.profiles import PROFILES, Mode
 from config.settings import load_settings
 from training.assembly import TrainingJob, training_job
+from training.grpo_preflight import preflight
 from training.grpo_spec import (
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
     modelled_keys,
-    preflight,
 )
+from training.model_facts import table_facts
 from training.verl_keys import KEY_FILE_FOR_REF, KEYS_DIR, config_keys, extra_override_problems
 
 A4_REF = PROFILES["a4"].verl_ref
@@ -44,7 +45,10 @@ def _accepted(job: dict[str, Any], profile: str = "a4") -> GrpoSpec:
     spec = apply_overrides(_default(profile), job)
     assert extra_override_problems(spec, p.verl_ref) == []
     preflight(
-        spec, gpus_per_node_provisioned=p.gpus_per_node, gpu_nodes_provisioned=p.default_gpu_nodes
+        spec,
+        gpus_per_node_provisioned=p.gpus_per_node,
+        gpu_nodes_provisioned=p.default_gpu_nodes,
+        model=table_facts("Qwen/Qwen2.5-32B-Instruct").arch,
     )
     return spec
 
@@ -62,9 +66,9 @@ def _refused(extra: list[str]) -> str:
     ("extra", "fix", "fixed_job"),
     [
         (
-            "trainer={nnodes:2}",
-            "Fix: instead, set verl-gke:job.nnodes to 2",
-            {"nnodes": 2},
+            "trainer={total_epochs:3}",
+            "Fix: instead, set verl-gke:job.totalEpochs to 3",
+            {"totalEpochs": 3},
         ),
         (
             "trainer={default_local_dir:/checkpoints/other,val_only:false}",
@@ -95,6 +99,12 @@ def test_any_override_of_a_group_holding_an_owned_key_is_refused(extra: str) -> 
     message = _refused([extra])
     assert "is a group holding keys this program sets" in message
     assert "Fix: give each key on its own" in message or "Fix: instead" in message
+
+
+def test_a_group_override_of_the_world_size_names_gpu_nodes() -> None:
+    # trainer.nnodes is derived from verl-gke:gpuNodes (verl waits for nnodes x n_gpus_per_node).
+    message = _refused(["trainer={nnodes:2}"])
+    assert "Fix: instead, set verl-gke:gpuNodes to 2" in message
 
 
 def test_a_key_inside_an_owned_value_is_refused() -> None:
@@ -156,7 +166,7 @@ def _fixed(extra: list[str], message: str, index: int) -> list[str]:
         (
             "trainer.nnode=2",
             "has no key trainer.nnode",
-            "did you mean trainer.nnodes? It is set by verl-gke:job.nnodes: set that instead",
+            "did you mean trainer.nnodes? It is set by verl-gke:gpuNodes: set that instead",
         ),
         ("+trainer.critic_warmup.x=1", "holds a value, not a group", "Fix: remove it"),
         ("no_such_group.key=1", "has no key no_such_group.key", "Fix: remove it"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,17 +17,19 @@ from pydantic import ValidationError
 
 from config.profiles import PROFILES, Mode
 from training import grpo_spec
+from training.grpo_preflight import preflight
 from training.grpo_spec import (
-    KNOWN_MODELS,
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
-    preflight,
     render_entrypoint,
     render_runtime_env,
 )
-from training.memory_fit import known_model
+from training.memory_fit import ModelArch
+from training.model_facts import table_facts
+
+TUTORIAL_MODEL = table_facts("Qwen/Qwen2.5-32B-Instruct")
 
 # --- what the sources say ----------------------------------------------------------------------
 
@@ -217,8 +220,13 @@ def _preflight(spec: GrpoSpec, profile: str = "a4", **kwargs: Any) -> None:
         spec,
         gpus_per_node_provisioned=kwargs.pop("gpus_per_node", p.gpus_per_node),
         gpu_nodes_provisioned=kwargs.pop("gpu_nodes", p.default_gpu_nodes),
-        **kwargs,
+        model=kwargs.pop("model", TUTORIAL_MODEL.arch),
     )
+
+
+def _heads(heads: int, kv_heads: int) -> ModelArch:
+    """The tutorial model with other head counts (what the TP rule reads)."""
+    return replace(TUTORIAL_MODEL.arch, num_attention_heads=heads, num_key_value_heads=kv_heads)
 
 
 def _problems(spec: GrpoSpec, profile: str = "a4", **kwargs: Any) -> tuple[str, ...]:
@@ -318,9 +326,30 @@ def test_quoting_survives_spaces_quotes_and_shell_syntax() -> None:
 
 def test_string_fields_refuse_characters_hydra_would_parse() -> None:
     with pytest.raises(GrpoPreflightError) as caught:
-        apply_overrides(_default(), {"modelPath": "/data/my model"})
-    assert "verl-gke:job.modelPath = '/data/my model'" in str(caught.value)
-    assert "'/data/my-model'" in str(caught.value)
+        apply_overrides(_default(), {"trainFiles": "/data/my train.parquet"})
+    assert "verl-gke:job.trainFiles = '/data/my train.parquet'" in str(caught.value)
+    assert "'/data/my-train.parquet'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "setting"),
+    [
+        ("modelPath", "verl-gke:model"),
+        ("nnodes", "verl-gke:gpuNodes"),
+        ("nGpusPerNode", "verl-gke:gpuNodes"),
+    ],
+)
+def test_derived_job_keys_are_refused_naming_the_setting_that_decides_them(
+    key: str, setting: str
+) -> None:
+    # The model folder is where the data-prep Job downloads verl-gke:model, and verl waits for
+    # nnodes x n_gpus_per_node GPUs (verl ResourcePoolManager): set anywhere but from the stack,
+    # either would contradict what exists.
+    with pytest.raises(GrpoPreflightError) as caught:
+        apply_overrides(_default(), {key: 3})
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"verl-gke:job.{key} is not a setting: ")
+    assert f"pulumi config rm --path verl-gke:job.{key}, and set {setting} instead" in problem
 
 
 # --- overrides -----------------------------------------------------------------------------------
@@ -387,7 +416,7 @@ def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
     [
         (["trainer.nnodes 3"], "not a Hydra override"),
         (["=3"], "not a Hydra override"),
-        (["trainer.nnodes=3"], "set verl-gke:job.nnodes instead"),
+        (["trainer.nnodes=3"], "set verl-gke:gpuNodes instead"),
         (
             ["actor_rollout_ref.ref.use_torch_compile=True"],
             "set verl-gke:job.useTorchCompile instead",
@@ -415,8 +444,7 @@ def test_spec_is_frozen_and_forbids_unknown_fields() -> None:
 
 
 def test_model_table_lookup() -> None:
-    arch = known_model("Qwen/Qwen2.5-32B-Instruct")
-    assert arch is not None
+    arch = table_facts("Qwen/Qwen2.5-32B-Instruct").arch
     assert (
         arch.num_attention_heads,
         arch.num_key_value_heads,
@@ -425,13 +453,17 @@ def test_model_table_lookup() -> None:
         arch.intermediate_size,
         arch.vocab_size,
     ) == (40, 8, 5120, 64, 27648, 152064)
-    assert known_model("/data/Qwen2.5-32B-Instruct") is arch
-    assert known_model("/data/Qwen2.5-32B-Instruct/") is arch
-    assert known_model("/data/my-finetune") is None
-    # Any case, as a user might type the id.
-    assert known_model("qwen/qwen2.5-32b-instruct") is arch
-    sizes = {hf_id.split("-")[1] for hf_id in KNOWN_MODELS}
-    assert sizes == {"0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"}
+    # Any case, as a user might type the id (the Hub's ids are case-insensitive).
+    assert replace(table_facts("qwen/qwen2.5-32b-instruct").arch, name=arch.name) == arch
+    with pytest.raises(KeyError):
+        table_facts("my-org/my-finetune")
+
+
+def test_default_tp_follows_the_model_heads() -> None:
+    # Qwen2.5-7B has 28 heads and 4 KV heads: vLLM cannot shard them over the tutorial's 8.
+    spec = _default("a4", model=table_facts("Qwen/Qwen2.5-7B-Instruct"))
+    assert spec.rollout_tensor_parallel_size == 4
+    assert spec.model_path == "/data/Qwen2.5-7B-Instruct"
 
 
 # --- preflight -----------------------------------------------------------------------------------
@@ -464,19 +496,9 @@ A4_16 = "16 GPUs (2 nodes x 8)"
         # Rollout TP divides the GPUs per node and the GPU count.
         ("a4", {"rolloutTensorParallelSize": 3}, "rolloutTensorParallelSize = 3", "set it to 4"),
         ("a4", {"rolloutTensorParallelSize": 16}, "rolloutTensorParallelSize = 16", "set it to 8"),
-        # The model's heads divisible by TP (Qwen2.5-7B: 28 heads, 4 KV heads).
-        (
-            "a4",
-            {"modelPath": "/data/Qwen2.5-7B-Instruct"},
-            "rolloutTensorParallelSize = 8",
-            "set it to 4",
-        ),
         # GRPO needs a group and KL.
         ("a4", {"rolloutN": 1}, "rolloutN = 1", "set it to 2 or more"),
         ("a4", {"useKlLoss": False}, "useKlLoss = False", "set it to true"),
-        # What verl waits for equals what the stack provisions.
-        ("a4", {"nnodes": 3}, "nnodes = 3", "set verl-gke:job.nnodes to 2, or verl-gke:gpuNodes"),
-        ("a4", {"nGpusPerNode": 4}, "nGpusPerNode = 4", "set it to 8"),
         # Single values.
         ("a4", {"gpuMemoryUtilization": 0}, "gpuMemoryUtilization = 0.0", "0.5"),
         ("a4", {"gpuMemoryUtilization": 1}, "gpuMemoryUtilization = 1.0", "0.5"),
@@ -502,12 +524,6 @@ A4_16 = "16 GPUs (2 nodes x 8)"
         ),
         (
             "a4",
-            {"modelPath": "Qwen/Qwen2.5-32B-Instruct"},
-            "modelPath = Qwen/Qwen2.5-32B-Instruct",
-            "set it to /data/Qwen2.5-32B-Instruct",
-        ),
-        (
-            "a4",
             {"trainFiles": "/tmp/train.parquet"},
             "trainFiles = /tmp/train.parquet",
             "set it to /data/gsm8k/train.parquet",
@@ -523,27 +539,23 @@ def test_each_rule_rejects_a_bad_value_with_its_fix(
     assert fix in problems[0].split(". Fix: ", 1)[1]
 
 
-def test_cluster_mismatch_names_gpu_nodes() -> None:
-    (problem,) = _problems(apply_overrides(_default(), {"nnodes": 3}))
-    assert "verl-gke:gpuNodes = 2" in problem
-    assert "3 x 8 = 24" in problem and "2 x 8 = 16" in problem
+def test_model_heads_must_split_over_the_rollout_tp() -> None:
+    # Qwen2.5-7B: 28 heads, 4 KV heads; vLLM shards query heads over TP ranks.
+    qwen_7b = table_facts("Qwen/Qwen2.5-7B-Instruct").arch
+    spec = apply_overrides(_default(), {"rolloutTensorParallelSize": 8})
+    (problem,) = _problems(spec, model=qwen_7b)
+    assert problem.startswith("verl-gke:job.rolloutTensorParallelSize = 8: ")
+    assert "verl-gke:model's (Qwen/Qwen2.5-7B-Instruct) 28 attention heads" in problem
+    assert problem.endswith("Fix: set it to 4")
 
 
 def test_kv_heads_must_divide_or_be_divided_by_tp() -> None:
     # 48 query heads split over 8, but 6 KV heads neither split over 8 nor replicate evenly.
-    (problem,) = _problems(_default(), attention_heads=48, kv_heads=6)
+    (problem,) = _problems(_default(), model=_heads(48, 6))
     assert problem.startswith("verl-gke:job.rolloutTensorParallelSize = 8: ")
     assert "6 KV heads" in problem
     assert problem.endswith("Fix: set it to 2")
-    _preflight(_default(), attention_heads=48, kv_heads=8)
-
-
-def test_unknown_model_requires_explicit_heads() -> None:
-    spec = apply_overrides(_default(), {"modelPath": "/data/my-finetune"})
-    (problem,) = _problems(spec)
-    assert problem.startswith("verl-gke:job.modelPath = /data/my-finetune: ")
-    assert "attention_heads and kv_heads" in problem
-    _preflight(spec, attention_heads=40, kv_heads=8)
+    _preflight(_default(), model=_heads(48, 8))
 
 
 def test_kl_in_reward_also_satisfies_grpo() -> None:
@@ -569,7 +581,6 @@ def test_every_failed_rule_is_listed_in_one_error() -> None:
     spec = apply_overrides(
         _default(),
         {
-            "nnodes": 3,
             "rolloutN": 1,
             "useKlLoss": False,
             "trainBatchSize": 100,
@@ -578,13 +589,11 @@ def test_every_failed_rule_is_listed_in_one_error() -> None:
             "gpuMemoryUtilization": 1.5,
             "saveFreq": -1,
             "defaultLocalDir": "/tmp/x",
-            "modelPath": "/models/Qwen2.5-32B-Instruct",
         },
     )
     problems = _problems(spec)
     settings = [p.split(" = ", 1)[0].removeprefix("verl-gke:job.") for p in problems]
     assert settings == [
-        "nnodes",
         "rolloutN",
         "useKlLoss",
         "trainBatchSize",
@@ -593,6 +602,5 @@ def test_every_failed_rule_is_listed_in_one_error() -> None:
         "gpuMemoryUtilization",
         "saveFreq",
         "defaultLocalDir",
-        "modelPath",
     ]
     assert all(". Fix: " in p for p in problems)

@@ -3,9 +3,7 @@ the check's failure and warning paths."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,6 @@ from training.assembly import memory_fit_inputs
 from training.grpo_spec import apply_overrides, default_grpo_spec
 from training.memory_fit import (
     GIB,
-    KNOWN_MODELS,
     VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryFitError,
@@ -23,12 +20,11 @@ from training.memory_fit import (
     estimate,
     format_breakdown,
     layer_activation_bytes_per_token,
-    model_arch_from_config,
-    resolve_model,
     suggest_fixes,
 )
+from training.model_facts import table_facts
 
-QWEN_32B = KNOWN_MODELS["Qwen/Qwen2.5-32B-Instruct"]
+QWEN_32B = table_facts("Qwen/Qwen2.5-32B-Instruct").arch
 TINY = ModelArch("tiny", 64, 128, 2, 4, 2, 1000, False)
 
 # The official verl example examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh on 2 x 8 H200.
@@ -62,7 +58,7 @@ def test_qwen25_32b_parameter_count_is_32_8_billion() -> None:
 
 
 def test_tied_small_models_count_the_embedding_once() -> None:
-    small = KNOWN_MODELS["Qwen/Qwen2.5-0.5B-Instruct"]
+    small = table_facts("Qwen/Qwen2.5-0.5B-Instruct").arch
     assert small.num_params == pytest.approx(0.494e9, rel=0.01)
     untied = replace(small, tie_word_embeddings=False)
     assert untied.num_params - small.num_params == small.embedding_params
@@ -231,35 +227,6 @@ def test_invalid_inputs_name_the_setting() -> None:
         estimate(replace(OFFICIAL_32B, micro_batch_size_per_gpu=0))
 
 
-def test_config_json_gives_the_same_architecture(tmp_path: Path) -> None:
-    config = {
-        "model_type": "qwen2",
-        "hidden_size": 5120,
-        "intermediate_size": 27648,
-        "num_hidden_layers": 64,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-        "vocab_size": 152064,
-        "tie_word_embeddings": False,
-    }
-    folder = tmp_path / "my-model"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config))
-    arch = resolve_model(str(folder))
-    assert arch.num_params == QWEN_32B.num_params
-    assert resolve_model(str(folder / "config.json")).num_params == QWEN_32B.num_params
-    with pytest.raises(ValueError, match="'intermediate_size' is None"):
-        model_arch_from_config({k: v for k, v in config.items() if k != "intermediate_size"})
-
-
-def test_known_models_resolve_by_id_or_bucket_folder() -> None:
-    assert resolve_model("Qwen/Qwen2.5-32B-Instruct") is QWEN_32B
-    assert resolve_model("qwen2.5-32b-instruct") is QWEN_32B
-    assert resolve_model("/data/Qwen2.5-32B-Instruct") is QWEN_32B
-    with pytest.raises(ValueError, match="neither a known architecture"):
-        resolve_model("/data/not-a-model")
-
-
 def test_vllm_profiles_min_of_max_num_seqs_and_batched_tokens_requests() -> None:
     # vLLM's profiling run (gpu_model_runner _dummy_run) samples
     # num_reqs = min(max_num_batched_tokens, max_num_seqs) sequences.
@@ -277,8 +244,8 @@ def test_the_job_reads_max_num_seqs_from_extra_overrides_else_verls_default() ->
     for name in ("a4", "a4x"):
         profile = PROFILES[name]
         spec = default_grpo_spec(profile, Mode.STANDARD, profile.default_gpu_nodes)
-        default = memory_fit_inputs(spec, profile).rollout_max_num_seqs
+        default = memory_fit_inputs(spec, profile, QWEN_32B).rollout_max_num_seqs
         assert default == VLLM_MAX_NUM_SEQS_DEFAULT[profile.verl_ref]
         given = ["actor_rollout_ref.rollout.max_num_seqs=96"]
         spec = apply_overrides(spec, {"extraOverrides": given})
-        assert memory_fit_inputs(spec, profile).rollout_max_num_seqs == 96
+        assert memory_fit_inputs(spec, profile, QWEN_32B).rollout_max_num_seqs == 96

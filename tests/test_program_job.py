@@ -204,7 +204,10 @@ def test_fabric_threshold_setting() -> None:
 
 def test_memory_breakdown_is_reported_per_stack() -> None:
     messages = plan("a3u").messages
-    breakdown = next(m for m in messages if m.startswith("GRPO memory per GPU"))
+    breakdown = next(m for m in messages if "GRPO memory per GPU" in m)
+    # One run block: the model (size, layers, where its facts came from), then the memory fit.
+    assert breakdown.startswith("Model: Qwen/Qwen2.5-32B-Instruct (qwen2), 32.76 B parameters")
+    assert "  facts from: committed table" in breakdown
     assert "2 x 8 GPUs of 141 GiB" in breakdown
     for phase in ("rollout:", "log_prob:", "actor_update:", "optimizer_step:"):
         assert phase in breakdown
@@ -234,14 +237,14 @@ def test_memory_within_ten_percent_warns() -> None:
     assert any("GiB" in notice and "%" in notice for notice in result.notices), result.notices
 
 
-def test_model_path_must_be_where_data_prep_puts_the_model() -> None:
+def test_model_path_is_derived_from_the_model_setting() -> None:
     from training.grpo_spec import GrpoPreflightError
 
     with pytest.raises(GrpoPreflightError) as caught:
         plan("a3u", **{"verl-gke__job": '{"modelPath": "/data/Qwen2.5-14B-Instruct"}'})
     message = str(caught.value)
-    assert "verl-gke:job.modelPath = '/data/Qwen2.5-14B-Instruct'" in message
-    assert "/data/Qwen2.5-32B-Instruct" in message and "verl-gke:model" in message
+    assert "verl-gke:job.modelPath is not a setting" in message
+    assert "set verl-gke:model instead" in message
 
 
 def test_a_different_model_moves_both_the_download_and_the_job() -> None:

@@ -26,6 +26,7 @@ from training.grpo_spec import (
     hydra_overrides,
     render_runtime_env,
 )
+from training.model_facts import table_facts
 from training.trackers import UNSUPPORTED_LOGGERS, tracker_problems
 
 A4 = PROFILES["a4"]
@@ -41,12 +42,18 @@ def test_the_default_folder_names_the_world_size() -> None:
     assert _folder(4).startswith(f"{CHECKPOINT_ROOT}/grpo-qwen2.5-32b-instruct-a4/w32-")
 
 
+def test_another_model_starts_a_new_folder_even_with_the_same_experiment() -> None:
+    # verl's checkpoint shards hold one model's FSDP state; a second model cannot resume it.
+    other = table_facts("Qwen/Qwen2.5-7B-Instruct")
+    spec = default_grpo_spec(A4, Mode.STANDARD, 2, other, experiment="same")
+    tutorial = default_grpo_spec(A4, Mode.STANDARD, 2, experiment="same")
+    assert spec.default_local_dir != tutorial.default_local_dir
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        {"nnodes": 4},
         {"actorStrategy": "other"},  # the FSDP version the default does not use
-        {"modelPath": "/data/Qwen2.5-7B-Instruct"},
         {"extraOverrides": ["actor_rollout_ref.actor.fsdp_config.fsdp_size=8"]},
         {"extraOverrides": ["actor_rollout_ref.model.lora_rank=32"]},
         {"extraOverrides": ["actor_rollout_ref.model.lora_adapter_path=/data/adapter"]},
@@ -114,7 +121,7 @@ def test_other_changes_continue_the_run(change: dict[str, Any]) -> None:
 
 
 def test_an_explicit_folder_is_kept() -> None:
-    assert _folder(nnodes=4, defaultLocalDir="/checkpoints/mine") == "/checkpoints/mine"
+    assert _folder(4, defaultLocalDir="/checkpoints/mine") == "/checkpoints/mine"
 
 
 @pytest.mark.parametrize("loggers", [["file"], ["wandb"], ["tensorboard", "file"]])

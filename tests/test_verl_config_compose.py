@@ -28,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,14 +37,16 @@ import pytest
 
 from config.profiles import PROFILES, Mode
 from tests.support.require import missing
+from training.grpo_preflight import preflight
 from training.grpo_spec import (
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
-    preflight,
     render_entrypoint,
 )
+from training.memory_fit import ModelArch
+from training.model_facts import table_facts
 from training.verl_keys import KEYS_DIR, extra_override_problems
 
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
@@ -67,9 +69,13 @@ STACKS = [(p.name, m) for p in PROFILES.values() for m in p.modes]
 ALL_RELEASES = sorted({BASELINE_RELEASE, *RELEASE_FOR_REF.values()})
 
 
-def _spec(profile: str, mode: Mode, **job: Any) -> GrpoSpec:
+TUTORIAL_MODEL = table_facts("Qwen/Qwen2.5-32B-Instruct").arch
+
+
+def _spec(profile: str, mode: Mode, gpu_nodes: int | None = None, **job: Any) -> GrpoSpec:
     p = PROFILES[profile]
-    return apply_overrides(default_grpo_spec(p, mode, p.default_gpu_nodes), job)
+    nodes = p.default_gpu_nodes if gpu_nodes is None else gpu_nodes
+    return apply_overrides(default_grpo_spec(p, mode, nodes), job)
 
 
 def _overrides(spec: GrpoSpec) -> list[str]:
@@ -97,7 +103,7 @@ def _cases(release: str) -> dict[str, list[str]]:
 
 def _unsplittable_batch() -> GrpoSpec:
     # 3 nodes x 8 GPUs: 256 prompts x 8 responses = 2048 does not split over 24 GPUs.
-    return _spec("a4", Mode.STANDARD, nnodes=3)
+    return _spec("a4", Mode.STANDARD, gpu_nodes=3)
 
 
 def _require_venv(release: str) -> None:
@@ -217,7 +223,12 @@ def test_verl_and_our_preflight_both_reject_a_batch_that_does_not_split(release:
     assert "real_train_batch_size (2048)" in verdict["error"]
     # Our preflight refuses the same job on 3 provisioned nodes before any resource exists.
     with pytest.raises(GrpoPreflightError, match="trainBatchSize"):
-        preflight(_unsplittable_batch(), gpus_per_node_provisioned=8, gpu_nodes_provisioned=3)
+        preflight(
+            _unsplittable_batch(),
+            gpus_per_node_provisioned=8,
+            gpu_nodes_provisioned=3,
+            model=TUTORIAL_MODEL,
+        )
 
 
 def test_the_check_script_refuses_a_malformed_request() -> None:
@@ -423,7 +434,7 @@ class RuleCase:
     verl_stage: str | None
     owner: str
     gpu_nodes: int = 2
-    heads: dict[str, int] = field(default_factory=dict)
+    model: ModelArch = TUTORIAL_MODEL
 
 
 _WORKER = (
@@ -433,7 +444,7 @@ _WORKER = (
 )
 RULE_CASES = {
     "train-batch-does-not-split": RuleCase(
-        {"nnodes": 3}, "trainBatchSize", "validate", "verl validate_config", gpu_nodes=3
+        {}, "trainBatchSize", "validate", "verl validate_config", gpu_nodes=3
     ),
     "mini-batch-above-train-batch": RuleCase(
         {"trainBatchSize": 128}, "ppoMiniBatchSize", "validate", "verl ActorConfig.validate"
@@ -457,7 +468,7 @@ RULE_CASES = {
         None,
         "vLLM: the attention heads must divide by the tensor parallel size "
         "(ModelConfig.verify_with_parallel_config); verl does not read the heads",
-        heads={"attention_heads": 28, "kv_heads": 4},
+        model=table_facts("Qwen/Qwen2.5-7B-Instruct").arch,  # 28 heads, 4 KV heads
     ),
     "gpu-memory-utilization-above-one": RuleCase(
         {"gpuMemoryUtilization": 1.2},
@@ -475,12 +486,6 @@ RULE_CASES = {
         {"rolloutN": 1}, "rolloutN", None, "GRPO's: every advantage of a group of one is 0"
     ),
     "no-kl": RuleCase({"useKlLoss": False}, "useKlLoss", None, "verl's GRPO docs ask for KL"),
-    "nnodes-not-provisioned": RuleCase(
-        {"nnodes": 4}, "nnodes", None, "Ray's: the job waits for GPUs the cluster lacks"
-    ),
-    "gpus-per-node-not-provisioned": RuleCase(
-        {"nGpusPerNode": 4}, "nGpusPerNode", None, "Ray's: the job leaves GPUs idle"
-    ),
     "checkpoint-dir-not-shared": RuleCase(
         {"defaultLocalDir": "ckpt"}, "defaultLocalDir", None, "the cluster's: pods share only /data"
     ),
@@ -491,7 +496,10 @@ def _rule_problems(case: RuleCase, spec: GrpoSpec) -> tuple[str, ...]:
     """Every problem the preflight lists; one of them names `case.setting`."""
     with pytest.raises(GrpoPreflightError) as caught:
         preflight(
-            spec, gpus_per_node_provisioned=8, gpu_nodes_provisioned=case.gpu_nodes, **case.heads
+            spec,
+            gpus_per_node_provisioned=8,
+            gpu_nodes_provisioned=case.gpu_nodes,
+            model=case.model,
         )
     problems = caught.value.problems
     assert any(p.startswith(f"verl-gke:job.{case.setting} = ") for p in problems), problems
@@ -514,7 +522,7 @@ def _fix_of(problem: str) -> dict[str, str]:
 
 def _rule_fix(case: RuleCase) -> GrpoSpec:
     """The job with every fix the preflight suggests applied."""
-    spec = _spec("a4", Mode.STANDARD, **case.job)
+    spec = _spec("a4", Mode.STANDARD, case.gpu_nodes, **case.job)
     change: dict[str, str] = {}
     for problem in _rule_problems(case, spec):
         change.update(_fix_of(problem))
@@ -524,7 +532,7 @@ def _rule_fix(case: RuleCase) -> GrpoSpec:
 def _rule_cases() -> dict[str, list[str]]:
     cases = {}
     for name, case in RULE_CASES.items():
-        cases[f"rule:{name}"] = _overrides(_spec("a4", Mode.STANDARD, **case.job))
+        cases[f"rule:{name}"] = _overrides(_spec("a4", Mode.STANDARD, case.gpu_nodes, **case.job))
         cases[f"rule:{name}:fix"] = _overrides(_rule_fix(case))
     return cases
 
@@ -533,7 +541,7 @@ def _rule_cases() -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", sorted(RULE_CASES))
 def test_each_preflight_rule_against_verls_own_checks(release: str, name: str) -> None:
     case = RULE_CASES[name]
-    _rule_problems(case, _spec("a4", Mode.STANDARD, **case.job))
+    _rule_problems(case, _spec("a4", Mode.STANDARD, case.gpu_nodes, **case.job))
     verdict = _verdict(release, f"rule:{name}")
     if case.verl_stage is None:
         # Not one of verl's config checks (case.owner says whose rule it is): verl accepts it,
@@ -544,7 +552,10 @@ def test_each_preflight_rule_against_verls_own_checks(release: str, name: str) -
     # The fix the preflight suggests: the preflight accepts it, and so do verl's checks.
     fixed = _rule_fix(case)
     preflight(
-        fixed, gpus_per_node_provisioned=8, gpu_nodes_provisioned=case.gpu_nodes, **case.heads
+        fixed,
+        gpus_per_node_provisioned=8,
+        gpu_nodes_provisioned=case.gpu_nodes,
+        model=case.model,
     )
     fix = _verdict(release, f"rule:{name}:fix")
     assert fix["ok"], f"verl {release} refuses the fix: {fix['error']}"

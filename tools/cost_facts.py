@@ -31,12 +31,13 @@ from tools.price_table import (
 from tools.startup_links import job_facts, levers_in_graph
 from tools.startup_schedule import Schedule, schedule
 from training.assembly import training_job
-from training.memory_fit import known_model
+from training.model_facts import ModelFactsError, model_facts
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
     """The start-up schedule with the levers the program implements."""
-    job = job_facts(settings, training_job(settings).spec)
+    grpo = training_job(settings)
+    job = job_facts(settings, grpo.spec, grpo.model)
     return schedule(result, job, levers_in_graph(result, job.arch))
 
 
@@ -333,7 +334,10 @@ def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
 
 
 def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
-    arch = known_model(job.get("actor_rollout_ref.model.path", settings.model))
+    try:
+        arch = model_facts(settings).arch  # verl-gke:modelConfig or the committed table
+    except ModelFactsError:
+        arch = None
     count, why = checkpoints_kept(job)
     if not job:
         return "no GRPO job in this plan"

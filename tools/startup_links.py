@@ -8,7 +8,8 @@ model, the KL terms, validation before training) from the settings and the GRPO 
 (`job_facts`), so the offline plan can show the modelled minutes of the run it just recorded:
 
     from tools.startup_schedule import schedule
-    minutes = schedule(result, job_facts(settings, spec), levers_in_graph(result, arch)).overlapped
+    facts = job_facts(settings, spec, model)
+    minutes = schedule(result, facts, levers_in_graph(result, arch)).overlapped
 
 bench/critical_path.py records the graphs itself and prints the tables (`modelled_minutes`).
 
@@ -26,11 +27,12 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from training.memory_fit import BF16, known_model
+from training.memory_fit import BF16
 
 if TYPE_CHECKING:
     from config.settings import StackSettings
     from training.grpo_spec import GrpoSpec
+    from training.model_facts import ModelFacts
 
 
 class Lever(StrEnum):
@@ -140,20 +142,15 @@ class ModelWeights:
     estimate: bool
 
 
-def model_weights(model: str) -> ModelWeights:
-    """The checkpoint size of a Hub model (verl-gke:model): its parameters (the one model table,
-    training/memory_fit.known_model) x 2 bytes (bf16), to the whole GB. Qwen2.5-32B-Instruct:
-    32.76 B parameters = 66 GB, the download size the seed (gke-verl-grpo-tutorial) gives."""
-    arch = known_model(model)
-    if arch is None:
-        raise ValueError(
-            f"model {model!r}: its size is not known; add it to training/memory_fit.py KNOWN_MODELS"
-        )
-    billions = arch.num_params / 1e9
+def model_weights(model: ModelFacts) -> ModelWeights:
+    """The checkpoint size of verl-gke:model: its parameters (from its config.json facts,
+    training/model_facts.py) x 2 bytes (bf16), to the whole GB. Qwen2.5-32B-Instruct: 32.76 B
+    parameters = 66 GB, the download size the seed (gke-verl-grpo-tutorial) gives."""
+    billions = model.arch.num_params / 1e9
     return ModelWeights(
-        model,
+        model.hub_id,
         float(round(billions * BF16)),
-        f"{billions:.2f} B parameters (training/memory_fit.py KNOWN_MODELS) x 2 bytes (bf16)",
+        f"{billions:.2f} B parameters ({model.source}) x 2 bytes (bf16)",
         estimate=True,
     )
 
@@ -170,11 +167,12 @@ class JobFacts:
     val_before_train: bool
 
 
-def job_facts(settings: StackSettings, spec: GrpoSpec) -> JobFacts:
-    """The run's facts from the values that build its command (not from the command)."""
+def job_facts(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) -> JobFacts:
+    """The run's facts from the values that build its command (not from the command); `model`
+    is the job's verl-gke:model (training/assembly.TrainingJob.model)."""
     return JobFacts(
         arch=settings.profile.arch,
-        weights=model_weights(settings.model),
+        weights=model_weights(model),
         reference_model=bool(spec.use_kl_loss) or bool(spec.use_kl_in_reward),
         val_before_train=spec.val_before_train is not False,
     )

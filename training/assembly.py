@@ -12,11 +12,11 @@ from config.bucket_layout import (
     CHECKPOINT_ROOT,
     DATA_MOUNT,
     bucket_url,
-    model_path,
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
 from payloads.fabric import fabric_check
+from training.grpo_preflight import preflight
 from training.grpo_spec import (
     CONFIG_KEY,
     OFFLOAD_POLICY_KEY,
@@ -26,7 +26,6 @@ from training.grpo_spec import (
     default_grpo_spec,
     extra_override_flag,
     in_config_terms,
-    preflight,
     render_runtime_env,
     resume_identity,
     training_argv,
@@ -37,12 +36,12 @@ from training.memory_fit import (
     GrpoMemoryInputs,
     MemoryBreakdown,
     MemoryFitError,
+    ModelArch,
     check_fit,
     estimate,
-    resolve_model,
 )
-from training.model_choice import model_setting_problems
 from training.model_export import export_url, runner_job
+from training.model_facts import ModelFacts, ModelFactsError, model_facts
 from training.trackers import tracker_problems
 from training.verl_keys import extra_override_problems
 
@@ -50,6 +49,8 @@ from training.verl_keys import extra_override_problems
 @dataclass(frozen=True)
 class TrainingJob:
     spec: GrpoSpec
+    # verl-gke:model: its Hub id, architecture and where the facts were read.
+    model: ModelFacts
     entrypoint: str
     runtime_env: dict[str, Any]
     # Where verl writes checkpoints, as seen from outside the cluster.
@@ -61,20 +62,20 @@ class TrainingJob:
     model_export_url: str | None = None
 
 
-def training_job(settings: StackSettings) -> TrainingJob:
+def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
     """The tutorial's job for the stack with `verl-gke:job` overrides; raises GrpoPreflightError
-    (naming each setting and a value that works) when verl would reject it or it cannot fit."""
-    spec = default_grpo_spec(
-        settings.profile,
-        settings.mode,
-        settings.gpu_nodes,
-        model_path=model_path(settings.model),
-    )
+    (naming each setting and a value that works) when verl would reject it or it cannot fit.
+    hub: read verl-gke:model's config.json from the Hub (a real `pulumi up`), else offline facts
+    (training/model_facts.py)."""
+    try:
+        model = model_facts(settings, hub=hub)
+    except ModelFactsError as error:
+        raise GrpoPreflightError([str(error)]) from None
+    spec = default_grpo_spec(settings.profile, settings.mode, settings.gpu_nodes, model)
     spec = apply_overrides(with_run_inputs(spec, settings), settings.job)
     stack_problems = [
         *job_settings_secret_problems(spec, settings),
-        *model_setting_problems(spec, settings),
-        *_data_layout_problems(spec, settings),
+        *_data_layout_problems(spec),
         *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
@@ -85,8 +86,9 @@ def training_job(settings: StackSettings) -> TrainingJob:
         spec,
         gpus_per_node_provisioned=settings.profile.gpus_per_node,
         gpu_nodes_provisioned=settings.gpu_nodes,
+        model=model.arch,
     )
-    memory_inputs = memory_fit_inputs(spec, settings.profile)
+    memory_inputs = memory_fit_inputs(spec, settings.profile, model.arch)
     try:
         warning = check_fit(memory_inputs, settings.profile.name)
     except MemoryFitError as error:
@@ -108,6 +110,7 @@ def training_job(settings: StackSettings) -> TrainingJob:
         raise GrpoPreflightError(leaked)
     return TrainingJob(
         spec=spec,
+        model=model,
         entrypoint=entrypoint,
         runtime_env=runtime_env,
         model_export_url=export_path,
@@ -169,17 +172,9 @@ def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[s
     return {"env_vars": {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}}
 
 
-def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
-    """The job must read what the data-prep Job writes, and must not write where it rewrites."""
+def _data_layout_problems(spec: GrpoSpec) -> list[str]:
+    """The job must not write where the data-prep Job rewrites."""
     problems = []
-    expected = model_path(settings.model)
-    if spec.model_path.rstrip("/") != expected:
-        problems.append(
-            f"{CONFIG_KEY}.modelPath = {spec.model_path!r}: the data-prep Job downloads "
-            f"verl-gke:model ({settings.model}) to {expected}, so the job would not find its "
-            f"model. Fix: remove {CONFIG_KEY}.modelPath and set verl-gke:model to the model "
-            "you want"
-        )
     checkpoints = spec.default_local_dir.rstrip("/")
     # Only the checkpoint mount reads metadata fresh (ttl 0): on DATA_MOUNT (cached for good) a
     # resume on another node could read a stale latest_checkpointed_iteration.txt. The bucket
@@ -195,10 +190,12 @@ def _data_layout_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     return problems
 
 
-def memory_fit_inputs(spec: GrpoSpec, profile: AcceleratorProfile) -> GrpoMemoryInputs:
+def memory_fit_inputs(
+    spec: GrpoSpec, profile: AcceleratorProfile, model: ModelArch
+) -> GrpoMemoryInputs:
     """What the memory estimator needs, read off the job spec (None = verl's default)."""
     return GrpoMemoryInputs(
-        model=resolve_model(spec.model_path),
+        model=model,
         gpu_memory_gib=profile.gpu_memory_gib,
         gpus_per_node=spec.n_gpus_per_node,
         nodes=spec.nnodes,

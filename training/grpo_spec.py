@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -46,15 +44,12 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from config.bucket_layout import (
-    DATA_MOUNT,
     GRPO_HF_HOME,
-    GSM8K_TEST,
-    GSM8K_TRAIN,
     METRICS_FILE,
     TENSORBOARD_SUBDIR,
     VERL_NODE_LOCAL,
     checkpoint_dir,
-    is_shared,
+    model_folder_name,
     model_path,
     run_checkpoint_dir,
 )
@@ -62,11 +57,12 @@ from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
 from config.settings import DEFAULT_MODEL
 from jobs.secret_scan import redact
-from training.memory_fit import KNOWN_MODELS, known_model
+from training.model_config import best_rollout_tp, rollout_tp_fits
+from training.model_facts import ModelFacts, table_facts
 
 CONFIG_KEY = "verl-gke:job"
 GPU_NODES_KEY = "verl-gke:gpuNodes"
-DEFAULT_MODEL_PATH = model_path(DEFAULT_MODEL)
+MODEL_KEY = "verl-gke:model"
 ENTRYPOINT_MODULE = "verl.trainer.main_ppo"
 
 # Characters Hydra's override grammar accepts in an unquoted value. Anything else (spaces, quotes,
@@ -97,6 +93,13 @@ LOGGER_BACKENDS = (
 
 def _setting(alias: str) -> str:
     return f"{CONFIG_KEY}.{alias}"
+
+
+def setting_of(alias: str) -> str:
+    """The config key a user sets for a job field: `verl-gke:job.<alias>`, or for a field the
+    stack derives (DERIVED_JOB_KEYS) the stack setting that decides it."""
+    derived = DERIVED_JOB_KEYS.get(alias)
+    return derived.split(" ", 1)[0] if derived else _setting(alias)
 
 
 def _sanitize(value: str, allowed: str) -> str:
@@ -296,6 +299,7 @@ def _modelled_keys() -> dict[str, str]:
 # verl 0.6.1 fsdp_workers.py applies the actor's offload_policy only with strategy fsdp2.
 OFFLOAD_POLICY_KEY = "actor_rollout_ref.actor.fsdp_config.offload_policy"
 
+
 def modelled_keys() -> dict[str, str]:
     """Hydra key -> the `verl-gke:job` alias that sets it."""
     return _modelled_keys()
@@ -319,7 +323,7 @@ _FLAT_DICT = re.compile(r"\{(?P<items>[^{}\[\]'\"]*)\}")
 def _owned_override_problem(
     key: str, value: str, owned: list[str], modelled: Mapping[str, str]
 ) -> str:
-    settings = list(dict.fromkeys(_setting(modelled[o]) for o in owned))
+    settings = list(dict.fromkeys(setting_of(modelled[o]) for o in owned))
     if owned == [key]:
         return f"{key} is a modelled setting; remove it here and set {settings[0]} instead"
     if not owned[0].startswith(f"{key}."):
@@ -341,9 +345,8 @@ def _owned_override_problem(
     fixes = []
     for name, item in ((n.strip(), v.strip()) for n, v in items):
         full = f"{key}.{name}"
-        fixes.append(
-            f"set {_setting(modelled[full])} to {item}" if full in modelled else f"'{full}={item}'"
-        )
+        owner = modelled.get(full)
+        fixes.append(f"set {setting_of(owner)} to {item}" if owner else f"'{full}={item}'")
     return f"{why}. Fix: instead, {' and '.join(fixes)}"
 
 
@@ -387,8 +390,8 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
         )
 
 
-def default_experiment_name(profile: AcceleratorProfile, model_path: str) -> str:
-    model = posixpath.basename(model_path.rstrip("/")).lower()
+def default_experiment_name(profile: AcceleratorProfile, hub_id: str) -> str:
+    model = model_folder_name(hub_id).lower()
     return f"grpo-{_sanitize(model, 'a-z0-9._-')}-{profile.name}"
 
 
@@ -396,21 +399,25 @@ def default_grpo_spec(
     profile: AcceleratorProfile,
     mode: Mode,
     gpu_nodes: int,
-    model_path: str = DEFAULT_MODEL_PATH,
+    model: ModelFacts | None = None,
     experiment: str | None = None,
 ) -> GrpoSpec:
-    """The tutorial's job for this profile and mode, on `gpu_nodes` nodes of the profile."""
+    """The tutorial's job for this profile and mode, on `gpu_nodes` nodes of the profile, training
+    `model` (default: the tutorial's, verl-gke:model's default). The model's folder, the world
+    size and the rollout TP are derived here, never set by the user."""
     per_mode = profile.grpo_job_defaults
     if mode not in per_mode:
         raise ValueError(
             f"mode {str(mode)!r}: profile {profile.name} has GRPO job defaults only for "
             f"{[str(m) for m in per_mode]}"
         )
-    name = experiment if experiment is not None else default_experiment_name(profile, model_path)
+    model = model if model is not None else table_facts(DEFAULT_MODEL)
+    folder = model_path(model.hub_id)
+    name = experiment if experiment is not None else default_experiment_name(profile, model.hub_id)
     values = {
         **per_mode[mode],
-        "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model_path),
-        "modelPath": model_path,
+        "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model),
+        "modelPath": folder,
         "nGpusPerNode": profile.gpus_per_node,
         "nnodes": gpu_nodes,
         "experimentName": name,
@@ -420,14 +427,35 @@ def default_grpo_spec(
     return spec.model_copy(update={"default_local_dir": default_run_dir(spec)})
 
 
-def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model_path: str) -> int:
-    """The tutorial's rollout TP, or for a known model whose heads it does not divide the nearest
-    TP that vLLM can shard them over (so choosing verl-gke:model alone gives a job that runs)."""
+def _default_tp(defaults: Mapping[str, Any], profile: AcceleratorProfile, model: ModelFacts) -> int:
+    """The tutorial's rollout TP, or for a model whose heads it does not divide the nearest TP
+    that vLLM can shard them over (so choosing verl-gke:model alone gives a job that runs)."""
     tp = int(defaults["rolloutTensorParallelSize"])
-    arch = known_model(model_path)
-    if arch is None or _tp_fits(tp, arch.num_attention_heads, arch.num_key_value_heads):
+    if rollout_tp_fits(tp, model.arch):
         return tp
-    return _best_tp(tp, profile.gpus_per_node, arch.num_attention_heads, arch.num_key_value_heads)
+    return best_rollout_tp(tp, profile.gpus_per_node, model.arch)
+
+
+# Job keys the stack derives: set anywhere else they would contradict the cluster or the model
+# the data-prep Job downloads. Alias -> the setting that decides it.
+DERIVED_JOB_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "modelPath": f"{MODEL_KEY} (the data-prep Job downloads that model and the job reads it)",
+        "nnodes": f"{GPU_NODES_KEY} (the job runs on every GPU node of the stack)",
+        "nGpusPerNode": (
+            f"{GPU_NODES_KEY} (each node's GPUs come with the profile's machine type; the job "
+            "uses all of them)"
+        ),
+    }
+)
+
+
+def _derived_key_problem(alias: str) -> str:
+    return (
+        f"{_setting(alias)} is not a setting: the stack derives it from "
+        f"{DERIVED_JOB_KEYS[alias]}. Fix: pulumi config rm --path {_setting(alias)}, and set "
+        f"{setting_of(alias)} instead"
+    )
 
 
 def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
@@ -438,7 +466,11 @@ def apply_overrides(spec: GrpoSpec, overrides: Mapping[str, Any]) -> GrpoSpec:
     folder, so no run resumes another one's checkpoints. extraOverrides is replaced as a whole,
     not appended to.
     """
-    problems = [_unknown_key(key) for key in overrides if key not in _ALIASES]
+    problems = [
+        _derived_key_problem(key) if key in DERIVED_JOB_KEYS else _unknown_key(key)
+        for key in overrides
+        if key not in _ALIASES or key in DERIVED_JOB_KEYS
+    ]
     if problems:
         raise GrpoPreflightError(problems)
     values = spec.model_dump(by_alias=True)
@@ -481,7 +513,7 @@ RESUME_IDENTITY_EXTRA_KEYS = (FSDP_SIZE_KEY, *LORA_IDENTITY_KEYS)
 
 # What `pulumi up` does to a run, for the plan and the docs.
 RUN_CONTINUITY = (
-    "a change of world size (gpuNodes, nnodes, nGpusPerNode), model, actorStrategy, "
+    "a change of world size (gpuNodes), model, actorStrategy, "
     "extraOverrides fsdp_size or LoRA (lora_rank, lora_adapter_path, target_modules, "
     "exclude_modules), or experimentName starts a new run at step 0 in another folder; any "
     "other change continues from the latest checkpoint in this one"
@@ -559,7 +591,7 @@ def _unknown_key(key: str) -> str:
         matches = difflib.get_close_matches(typed, list(index), n=3, cutoff=0.6)
         close = list(dict.fromkeys(index[m] for m in matches))
     if close:
-        hint = "did you mean " + " or ".join(_setting(c) for c in close) + "?"
+        hint = "did you mean " + " or ".join(setting_of(c) for c in close) + "?"
     else:
         hint = f"valid keys: {', '.join(sorted(_ALIASES))}"
     return (
@@ -741,326 +773,3 @@ def logger_env(spec: GrpoSpec) -> dict[str, str]:
     if "tensorboard" in spec.logger:
         env["TENSORBOARD_DIR"] = f"{spec.default_local_dir}/{TENSORBOARD_SUBDIR}"
     return env
-
-
-# --- preflight -------------------------------------------------------------------------------
-
-
-def _problem(field_name: str, value: object, why: str, fix: str) -> str:
-    shown = "(not set)" if value is None else _hydra_value(value)
-    return f"{_setting(_alias(field_name))} = {shown}: {why}. Fix: {fix}"
-
-
-def _nearest_multiple(value: int, step: int, minimum: int = 1) -> int:
-    """The multiple of `step` closest to `value` (the lower one on a tie), at least `minimum`."""
-    lower = max(step, value // step * step)
-    upper = lower + step if lower <= value else lower
-    best = lower if value - lower <= upper - value else upper
-    return max(best, math.ceil(minimum / step) * step)
-
-
-def _largest_divisor_at_most(number: int, limit: int) -> int:
-    return max(d for d in range(1, min(number, limit) + 1) if number % d == 0)
-
-
-def _tp_fits(tp: int, heads: int | None, kv_heads: int | None) -> bool:
-    if heads is None or kv_heads is None:
-        return True
-    # vLLM shards query heads across TP ranks, and either shards KV heads or replicates them
-    # (kv_heads < tp): one of the two counts must divide the other.
-    kv_ok = kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
-    return heads % tp == 0 and kv_ok
-
-
-def _best_tp(requested: int, gpus_per_node: int, heads: int | None, kv_heads: int | None) -> int:
-    candidates = [
-        tp
-        for tp in range(1, gpus_per_node + 1)
-        if gpus_per_node % tp == 0 and _tp_fits(tp, heads, kv_heads)
-    ]
-    # Nearest to what was asked; on a tie the larger TP, which leaves more memory per GPU.
-    return min(candidates, key=lambda tp: (abs(tp - requested), -tp))
-
-
-def _path_problem(field_name: str, path: str, fix: str, why_shared: str) -> str | None:
-    # Rules read the path as written; verl and the OS resolve `..`: only the normal form may pass
-    # (`/data/verl/checkpoints/../../gsm8k` would put checkpoints into the dataset's folder).
-    normal = posixpath.normpath(path)
-    if not posixpath.isabs(path):
-        why = "a relative path resolves against each Ray process' own working directory"
-    elif normal != path.rstrip("/") and path != "/":
-        why = (
-            f"it has '.', '..' or empty segments (it resolves to {normal}); the path rules and "
-            "verl must see the same folder, so it must be written in normal form"
-        )
-        return _problem(field_name, path, why, f"set it to {fix}")
-    elif not is_shared(path):
-        why = f"only {DATA_MOUNT} (the GCS FUSE mount of the bucket) is shared by all pods"
-    else:
-        return None
-    return _problem(field_name, path, f"{why}; {why_shared}", f"set it to {fix}")
-
-
-def preflight(
-    spec: GrpoSpec,
-    *,
-    gpus_per_node_provisioned: int,
-    gpu_nodes_provisioned: int,
-    attention_heads: int | None = None,
-    kv_heads: int | None = None,
-) -> None:
-    """Raise GrpoPreflightError listing every rule `spec` breaks on the provisioned cluster.
-
-    attention_heads / kv_heads default to the KNOWN_MODELS entry of spec.model_path; for a model
-    not in that table they must be given (num_attention_heads / num_key_value_heads of its
-    config.json). Batch rules use the provisioned GPU count: that is what the job will get once
-    nnodes / nGpusPerNode agree with the cluster.
-    """
-    if gpus_per_node_provisioned < 1 or gpu_nodes_provisioned < 1:
-        raise ValueError("gpus_per_node_provisioned and gpu_nodes_provisioned must be >= 1")
-    if (attention_heads is not None and attention_heads < 1) or (
-        kv_heads is not None and kv_heads < 1
-    ):
-        raise ValueError("attention_heads and kv_heads must be >= 1 when given")
-    problems: list[str | None] = []
-    gpn, nodes = gpus_per_node_provisioned, gpu_nodes_provisioned
-    n_gpus = gpn * nodes
-    problems += _cluster_rules(spec, gpn, nodes)
-    problems += _grpo_rules(spec)
-    problems += _batch_rules(spec, n_gpus, f"{n_gpus} GPUs ({nodes} nodes x {gpn})")
-    problems += _tp_rules(spec, gpn, n_gpus, attention_heads, kv_heads)
-    problems += _single_value_rules(spec)
-    failed = [p for p in problems if p]
-    if failed:
-        raise GrpoPreflightError(failed)
-
-
-def _cluster_rules(spec: GrpoSpec, gpn: int, nodes: int) -> list[str | None]:
-    asked = f"{spec.nnodes} x {spec.n_gpus_per_node} = {spec.nnodes * spec.n_gpus_per_node}"
-    have = f"{nodes} x {gpn} = {nodes * gpn}"
-    why = f"verl would wait for nnodes x nGpusPerNode = {asked} GPUs, the stack provisions {have}"
-    return [
-        _problem(
-            "nnodes",
-            spec.nnodes,
-            f"{why} ({GPU_NODES_KEY} = {nodes})",
-            f"set {_setting('nnodes')} to {nodes}, or {GPU_NODES_KEY} to {spec.nnodes}",
-        )
-        if spec.nnodes != nodes
-        else None,
-        _problem(
-            "n_gpus_per_node",
-            spec.n_gpus_per_node,
-            f"{why}; each GPU node has {gpn} GPUs",
-            f"set it to {gpn}",
-        )
-        if spec.n_gpus_per_node != gpn
-        else None,
-    ]
-
-
-def _grpo_rules(spec: GrpoSpec) -> list[str | None]:
-    kl_on = bool(spec.use_kl_loss) or bool(spec.use_kl_in_reward)
-    return [
-        _problem(
-            "rollout_n",
-            spec.rollout_n,
-            "GRPO compares a group of responses per prompt; with one response every advantage "
-            "is 0 and nothing is learned",
-            "set it to 2 or more (the tutorial uses 8)",
-        )
-        if spec.rollout_n < 2
-        else None,
-        _problem(
-            "use_kl_loss",
-            spec.use_kl_loss,
-            f"GRPO needs KL regularisation against the reference model, and neither this nor "
-            f"{_setting('useKlInReward')} is on",
-            "set it to true (as the tutorial's A4X command does)",
-        )
-        if not kl_on
-        else None,
-    ]
-
-
-def _batch_rules(spec: GrpoSpec, n_gpus: int, gpus: str) -> list[str | None]:
-    good_mini, mini_fix = _mini_batch_fix(spec, n_gpus)
-    return [
-        _train_batch_rule(spec, n_gpus, gpus),
-        *_mini_batch_rules(spec, n_gpus, gpus, good_mini, mini_fix),
-    ]
-
-
-def _train_batch_step(spec: GrpoSpec, n_gpus: int) -> int:
-    """trainBatchSize must be a multiple of this for trainBatchSize x rolloutN to split evenly."""
-    return n_gpus // math.gcd(spec.rollout_n, n_gpus)
-
-
-def _train_batch_rule(spec: GrpoSpec, n_gpus: int, gpus: str) -> str | None:
-    # verl validate_config: train_batch_size x n must split evenly over the GPUs.
-    n, train = spec.rollout_n, spec.train_batch_size
-    if not train * n % n_gpus:
-        return None
-    step = _train_batch_step(spec, n_gpus)
-    return _problem(
-        "train_batch_size",
-        train,
-        f"trainBatchSize x rolloutN = {train * n} does not split evenly over {gpus}",
-        f"set it to {_nearest_multiple(train, step, minimum=spec.ppo_mini_batch_size)} "
-        f"(a multiple of {step})",
-    )
-
-
-def _mini_batch_fix(spec: GrpoSpec, n_gpus: int) -> tuple[int | None, str]:
-    """The valid mini-batch nearest the requested one (None if there is none) and the fix text."""
-    n, train, mini, micro = (
-        spec.rollout_n,
-        spec.train_batch_size,
-        spec.ppo_mini_batch_size,
-        spec.ppo_micro_batch_size_per_gpu,
-    )
-    # A mini-batch that splits evenly over the GPUs and then into whole micro-batches.
-    mini_step = n_gpus * micro // math.gcd(n_gpus * micro, n)
-    largest_valid_mini = train // mini_step * mini_step
-    if largest_valid_mini >= mini_step:
-        good_mini = min(_nearest_multiple(mini, mini_step), largest_valid_mini)
-        return good_mini, f"set it to {good_mini}"
-    train_step = _train_batch_step(spec, n_gpus)
-    return None, (
-        f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}; set "
-        f"{_setting('trainBatchSize')} to {math.lcm(train_step, mini_step)} and this to "
-        f"{mini_step}"
-    )
-
-
-def _mini_batch_rules(
-    spec: GrpoSpec, n_gpus: int, gpus: str, good_mini: int | None, mini_fix: str
-) -> list[str | None]:
-    n, train, mini, micro = (
-        spec.rollout_n,
-        spec.train_batch_size,
-        spec.ppo_mini_batch_size,
-        spec.ppo_micro_batch_size_per_gpu,
-    )
-    problems: list[str | None] = []
-    if train < mini:
-        problems.append(
-            _problem(
-                "ppo_mini_batch_size",
-                mini,
-                f"verl requires trainBatchSize ({train}) >= ppoMiniBatchSize",
-                mini_fix,
-            )
-        )
-    if mini * n % n_gpus:
-        problems.append(
-            _problem(
-                "ppo_mini_batch_size",
-                mini,
-                f"ppoMiniBatchSize x rolloutN = {mini * n} does not split evenly over {gpus}",
-                mini_fix,
-            )
-        )
-    elif (mini * n // n_gpus) % micro:
-        per_gpu = mini * n // n_gpus
-        alternative = f", or {_setting('ppoMiniBatchSize')} to {good_mini}" if good_mini else ""
-        problems.append(
-            _problem(
-                "ppo_micro_batch_size_per_gpu",
-                micro,
-                f"each GPU's share of a mini-batch, ppoMiniBatchSize x rolloutN / GPUs = "
-                f"{mini} x {n} / {n_gpus} = {per_gpu}, is not a whole number of micro-batches",
-                f"set it to {_largest_divisor_at_most(per_gpu, micro)} (a divisor of {per_gpu})"
-                f"{alternative}",
-            )
-        )
-    return problems
-
-
-def _tp_rules(
-    spec: GrpoSpec, gpn: int, n_gpus: int, heads: int | None, kv_heads: int | None
-) -> list[str | None]:
-    problems: list[str | None] = []
-    if heads is None or kv_heads is None:
-        arch = known_model(spec.model_path)
-        if arch is None:
-            problems.append(
-                _problem(
-                    "model_path",
-                    spec.model_path,
-                    "this model is not in the known-model table, so its attention heads cannot "
-                    "be checked against the rollout tensor parallel size",
-                    f"use one of {sorted(KNOWN_MODELS)} (folder /data/<name>), or have the "
-                    f"program pass attention_heads and kv_heads (num_attention_heads and "
-                    f"num_key_value_heads of the model's config.json)",
-                )
-            )
-        else:
-            heads = arch.num_attention_heads if heads is None else heads
-            kv_heads = arch.num_key_value_heads if kv_heads is None else kv_heads
-    tp = spec.rollout_tensor_parallel_size
-    reasons = []
-    if n_gpus % tp or gpn % tp:
-        reasons.append(f"it must divide the GPUs per node ({gpn}) and the GPU count ({n_gpus})")
-    if heads is not None and kv_heads is not None and not _tp_fits(tp, heads, kv_heads):
-        reasons.append(
-            f"vLLM needs the model's {heads} attention heads divisible by it and its {kv_heads} "
-            f"KV heads divisible by it (or it by them)"
-        )
-    if reasons:
-        best = _best_tp(tp, gpn, heads, kv_heads)
-        problems.append(
-            _problem("rollout_tensor_parallel_size", tp, "; ".join(reasons), f"set it to {best}")
-        )
-    return problems
-
-
-def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
-    experiment_dir = checkpoint_dir(spec.experiment_name)
-    model_name = posixpath.basename(posixpath.normpath(spec.model_path)).strip(".") or "MODEL"
-    return [
-        _problem(
-            "gpu_memory_utilization",
-            spec.gpu_memory_utilization,
-            "vLLM reserves this fraction of each GPU for weights and KV cache; it must lie "
-            "strictly between 0 and 1 and leave room for the trainer",
-            "use e.g. 0.5 (the x86 tutorial) or 0.6 (the A4X command)",
-        )
-        if not 0 < spec.gpu_memory_utilization < 1
-        else None,
-        _problem(
-            "save_freq",
-            spec.save_freq,
-            "verl writes no checkpoint unless saveFreq > 0 (-1 is its default): nothing would "
-            "reach the bucket and the run could not resume",
-            "set it to a positive number of steps, e.g. 10 as in the tutorial (the last step "
-            "is always saved too)",
-        )
-        if spec.save_freq <= 0
-        else None,
-        _path_problem(
-            "default_local_dir",
-            spec.default_local_dir,
-            experiment_dir,
-            "checkpoints elsewhere never reach the bucket and are lost with the pods",
-        ),
-        _path_problem(
-            "model_path",
-            spec.model_path,
-            model_path(model_name),
-            "the data-prep Job downloads the model once into the bucket so that workers do not "
-            "each pull it from the Hub",
-        ),
-        _path_problem(
-            "train_files",
-            spec.train_files,
-            GSM8K_TRAIN,
-            "the data-prep Job writes the dataset there",
-        ),
-        _path_problem(
-            "val_files",
-            spec.val_files,
-            GSM8K_TEST,
-            "the data-prep Job writes the dataset there",
-        ),
-    ]

@@ -1,7 +1,7 @@
 """Per-GPU peak memory of a verl GRPO job (FSDP/FSDP2 actor + vLLM rollout), before any GPU exists.
 
-The estimate is pure arithmetic over the model's architecture (a small table of public config.json
-facts, or a config.json file) and the job's knobs. It models the three phases of a hybrid-engine
+The estimate is pure arithmetic over the model's architecture (its config.json facts, read by
+training/model_facts.py) and the job's knobs. It models the three phases of a hybrid-engine
 GRPO step on one GPU:
 
 - rollout: vLLM generates; its `gpu_memory_utilization` reservation (a fraction of the whole GPU,
@@ -21,11 +21,9 @@ in all 18 cases (bench/memory_fit_gpu.py; tables in docs/memory-and-fabric.md). 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
@@ -60,7 +58,8 @@ _LOGITS_BYTES_FORWARD: Mapping[str, int] = MappingProxyType({"fused": 6, "fp32_l
 
 @dataclass(frozen=True)
 class ModelArch:
-    """The config.json facts of a Qwen2/Llama-style decoder that decide its memory."""
+    """The config.json facts of a dense decoder (Qwen2/3, Llama, Mistral, Gemma 2/3) that decide
+    its memory: attention with q/k/v/o projections and a gated MLP (gate, up, down) per layer."""
 
     name: str
     hidden_size: int
@@ -73,6 +72,13 @@ class ModelArch:
     # Qwen2 has biases on q/k/v; Llama does not.
     attention_bias: bool = True
     head_dim: int | None = None
+    # RMSNorms per decoder layer: 2 (Qwen2/Llama/Mistral), 4 (Gemma 2/3: pre- and post-norms
+    # around attention and MLP); Qwen3 and Gemma 3 add a per-head-dim norm on q and k.
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    # Gemma 2's final_logit_softcapping: logits = cap * tanh(logits / cap), whose tanh output
+    # (bf16, one more token x vocab tensor) autograd keeps for backward (modeling_gemma2.py).
+    final_logit_softcapping: bool = False
 
     @property
     def head_size(self) -> int:
@@ -93,7 +99,7 @@ class ModelArch:
         if self.attention_bias:
             attn += self.q_size + 2 * self.kv_size
         mlp = 3 * h * self.intermediate_size
-        norms = 2 * h
+        norms = self.norms_per_layer * h + (2 * self.head_size if self.qk_norm else 0)
         return attn + mlp + norms
 
     @property
@@ -120,91 +126,6 @@ class ModelArch:
         return replace(
             self, name=f"{self.name}[{num_hidden_layers}L]", num_hidden_layers=num_hidden_layers
         )
-
-
-def _qwen25(
-    size: str, hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tie: bool
-) -> tuple[str, ModelArch]:
-    name = f"Qwen/Qwen2.5-{size}-Instruct"
-    return name, ModelArch(name, hidden, inter, layers, heads, kv, vocab, tie)
-
-
-# Values from the models' public config.json files on the Hugging Face Hub (Qwen/Qwen2.5-*-Instruct;
-# the base models share them).
-KNOWN_MODELS: Mapping[str, ModelArch] = MappingProxyType(
-    dict(
-        [
-            _qwen25("0.5B", 896, 4864, 24, 14, 2, 151936, True),
-            _qwen25("1.5B", 1536, 8960, 28, 12, 2, 151936, True),
-            _qwen25("3B", 2048, 11008, 36, 16, 2, 151936, True),
-            _qwen25("7B", 3584, 18944, 28, 28, 4, 152064, False),
-            _qwen25("14B", 5120, 13824, 48, 40, 8, 152064, False),
-            _qwen25("32B", 5120, 27648, 64, 40, 8, 152064, False),
-            _qwen25("72B", 8192, 29568, 80, 64, 8, 152064, False),
-        ]
-    )
-)
-
-
-def model_arch_from_config(config: Mapping[str, object], name: str = "custom") -> ModelArch:
-    """Reads the fields that matter from a parsed config.json (Qwen2/Llama/Mistral style)."""
-
-    def need_int(key: str) -> int:
-        value = config.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(
-                f"config.json of model {name!r}: {key!r} is {value!r}; a positive integer is "
-                f"required (e.g. {key}: 5120 as in Qwen2.5-32B)"
-            )
-        return value
-
-    hidden = need_int("hidden_size")
-    heads = need_int("num_attention_heads")
-    kv_heads = config.get("num_key_value_heads", heads)
-    head_dim = config.get("head_dim")
-    model_type = str(config.get("model_type", ""))
-    return ModelArch(
-        name=name,
-        hidden_size=hidden,
-        intermediate_size=need_int("intermediate_size"),
-        num_hidden_layers=need_int("num_hidden_layers"),
-        num_attention_heads=heads,
-        num_key_value_heads=int(kv_heads) if isinstance(kv_heads, int) else heads,
-        vocab_size=need_int("vocab_size"),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
-        head_dim=int(head_dim) if isinstance(head_dim, int) else None,
-    )
-
-
-def known_model(model: str) -> ModelArch | None:
-    """The KNOWN_MODELS entry of a Hub id ("Qwen/Qwen2.5-32B-Instruct", any case) or of a model
-    folder named after it ("/data/Qwen2.5-32B-Instruct", see config/bucket_layout.py); None when
-    the model is not in the table. The one model lookup of the program."""
-    if model in KNOWN_MODELS:
-        return KNOWN_MODELS[model]
-    folder = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    for hub_id, arch in KNOWN_MODELS.items():
-        if model.lower() == hub_id.lower() or hub_id.rsplit("/", 1)[-1].lower() == folder:
-            return arch
-    return None
-
-
-def resolve_model(model: str) -> ModelArch:
-    """A path to a config.json (or to a model folder that holds one), else a known model (see
-    known_model)."""
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
-        return model_arch_from_config(json.loads(path.read_text()), name=model)
-    arch = known_model(model)
-    if arch is not None:
-        return arch
-    raise ValueError(
-        f"model {model!r} is neither a known architecture ({', '.join(KNOWN_MODELS)}) nor a "
-        "readable config.json; pass a path to the model's config.json"
-    )
 
 
 @dataclass(frozen=True)
@@ -334,17 +255,34 @@ def layer_activation_bytes_per_token(arch: ModelArch) -> int:
 
     Hugging Face Qwen2/Llama layer with SDPA flash attention (counted tensor by tensor with
     torch.autograd.graph.saved_tensors_hooks):
-    - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h);
+    - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h)
+      (Gemma's differ: _norm_bytes_per_token);
     - rotated q and k, v (RoPE's multiplications save cos/sin, not q/k), the attention output,
       which is also o_proj's input, and the fp32 logsumexp per head;
     - MLP: gate, SiLU(gate), up and their product (4 x 2I).
     """
-    h, q, kv, inter = arch.hidden_size, arch.q_size, arch.kv_size, arch.intermediate_size
-    norms = 2 * (FP32 * h + BF16 * h + BF16 * h)
+    q, kv, inter = arch.q_size, arch.kv_size, arch.intermediate_size
+    norms = _norm_bytes_per_token(arch)
     attention = BF16 * (2 * q + 2 * kv)
     lse = FP32 * arch.num_attention_heads
     mlp = 4 * BF16 * inter
     return norms + attention + lse + mlp
+
+
+def _norm_bytes_per_token(arch: ModelArch) -> int:
+    """What a layer's RMSNorms save per token. Qwen2/Llama: the fp32 upcast, the bf16 normalised
+    value and the bf16 output (8h each). Gemma 2/3 (four norms): the weight is applied in fp32
+    as x * (1 + w) before the cast, so each saves its fp32 input and fp32 normalised value; the
+    two pre-norms' bf16 outputs feed projections (saved), the two post-norms' feed residual adds
+    (not saved): 2 x 10h + 2 x 8h (Gemma2RMSNorm; measured on H200, docs/memory-and-fabric.md)."""
+    h = arch.hidden_size
+    if arch.norms_per_layer == 4:
+        return 2 * (2 * FP32 * h + BF16 * h) + 2 * (2 * FP32 * h)
+    return arch.norms_per_layer * (FP32 * h + BF16 * h + BF16 * h)
+
+
+def _softcap_bytes(arch: ModelArch) -> int:
+    return BF16 if arch.final_logit_softcapping else 0
 
 
 def _layer_backward_transient_bytes_per_token(arch: ModelArch) -> int:
@@ -450,7 +388,9 @@ def _actor_update_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate
     tokens = inputs.train_tokens
     per_layer = layer_activation_bytes_per_token(arch)
     final_norm = 2 * (FP32 * arch.hidden_size + BF16 * arch.hidden_size)
-    logits_train = _LOGITS_BYTES_TRAIN[inputs.logprob_impl] * arch.vocab_size
+    logits_train = (
+        _LOGITS_BYTES_TRAIN[inputs.logprob_impl] + _softcap_bytes(arch)
+    ) * arch.vocab_size
     if inputs.gradient_checkpointing:
         saved = arch.num_hidden_layers * BF16 * arch.hidden_size
         activation_label = "activations: checkpointed layer inputs"
@@ -508,7 +448,7 @@ def _log_prob_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstimate:
     lp_activations = _gib(
         lp_tokens
         * (
-            _LOGITS_BYTES_FORWARD[inputs.logprob_impl] * arch.vocab_size
+            (_LOGITS_BYTES_FORWARD[inputs.logprob_impl] + _softcap_bytes(arch)) * arch.vocab_size
             + 4 * BF16 * arch.intermediate_size
         )
     )

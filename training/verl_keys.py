@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from training.grpo_spec import CONFIG_KEY, GrpoSpec, hydra_overrides, modelled_keys
+from training.grpo_spec import CONFIG_KEY, GrpoSpec, hydra_overrides, modelled_keys, setting_of
 
 KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
 # A verl ref -> its key file: a release's from the release's wheel; ddbcdb7 (the A4X ref, a commit
@@ -153,7 +153,7 @@ def _closest(key: str, value: str, keys: Mapping[str, str]) -> str:
         return f"remove it (no key of verl's config is close to {key})"
     owner = modelled_keys().get(close[0])
     if owner is not None:
-        return f"did you mean {close[0]}? It is set by {CONFIG_KEY}.{owner}: set that instead"
+        return f"did you mean {close[0]}? It is set by {setting_of(owner)}: set that instead"
     return f"did you mean {close[0]}? Use '{close[0]}={value}'"
 
 
@@ -180,7 +180,7 @@ def _exclusive_pair_problems(spec: GrpoSpec, release: str) -> list[str]:
         if _is_null(value) or other is None or _is_null(other[1]):
             continue
         owner = modelled_keys().get(per_gpu)
-        setter = f"{CONFIG_KEY}.{owner}" if owner else f"{per_gpu}={other[1]}"
+        setter = setting_of(owner) if owner else f"{per_gpu}={other[1]}"
         problems.append(
             f"{_EXTRA}[{index}] = {override!r}: verl {release} refuses a job that sets "
             f"both {deprecated} (deprecated) and {per_gpu} ({other[1]}). Fix: remove it; the "

@@ -1,0 +1,330 @@
+"""verl-gke:model's facts: the committed table against the numbers it cites, config.json parsing,
+verl-gke:modelConfig, and the Hub read of `pulumi up` against a real HTTP server on 127.0.0.1
+that answers as the Hub does (200 with config.json; 401/403 with X-Error-Code GatedRepo for a
+gated model the token may not read; 404/401 with RepoNotFound; 404 with EntryNotFound)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import load_settings
+from tests.support.require import missing
+from training.assembly import training_job
+from training.grpo_spec import GrpoPreflightError
+from training.model_config import (
+    ModelFactsError,
+    arch_from_config,
+    best_rollout_tp,
+    rollout_tp_fits,
+)
+from training.model_facts import HF_ENDPOINT_ENV, _hub_config, table_facts
+from training.model_table import MODEL_TABLE
+
+GOOD = {
+    "gcp:project": "my-proj",
+    "gcp:region": "us-central1",
+    "verl-gke:zone": "us-central1-b",
+    "verl-gke:hfToken": "hf_abcdefghijklmnop",
+    "verl-gke:reservation": "my-res",
+}
+TOKEN = GOOD["verl-gke:hfToken"]
+VENVS_ENV = "VERL_GKE_VERL_VENVS"
+
+
+def _settings(**config: str) -> Any:
+    values = {**GOOD, "verl-gke:mode": "standard"}
+    values.update({f"verl-gke:{k}": v for k, v in config.items()})
+    return load_settings("a3u", values, offline=False).settings
+
+
+# --- the committed table ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hub_id", sorted(MODEL_TABLE))
+def test_table_arithmetic_reproduces_the_model_cards_parameter_count(hub_id: str) -> None:
+    # Each model card states the parameter count; embeddings + layers (q/k/v/o, gated MLP,
+    # norms) + final norm (+ lm_head unless tied) from the config.json facts must give it.
+    entry = MODEL_TABLE[hub_id]
+    arch = table_facts(hub_id).arch
+    assert arch.num_params / 1e9 == pytest.approx(entry.card_params_b, rel=0.02)
+
+
+@pytest.mark.parametrize("hub_id", sorted(MODEL_TABLE))
+def test_table_entries_are_dense_causal_lms_the_tutorial_tp_can_shard(hub_id: str) -> None:
+    facts = table_facts(hub_id)
+    assert facts.model_type in {"qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text"}
+    # Some TP up to 8 (a node's GPUs) divides the heads, as vLLM requires.
+    assert any(rollout_tp_fits(tp, facts.arch) for tp in (8, 4, 2, 1))
+
+
+def test_gemma_head_dim_is_not_hidden_over_heads() -> None:
+    # gemma-2-9b: hidden 3584, 16 heads of head_dim 256 (q projection 4096 wide, not 3584).
+    arch = table_facts("google/gemma-2-9b-it").arch
+    assert arch.hidden_size // arch.num_attention_heads == 224
+    assert arch.head_size == 256 and arch.q_size == 4096
+
+
+# --- config.json parsing ------------------------------------------------------------------------
+
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 151936,
+}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "num_local_experts": 8,
+    "hidden_size": 4096,
+}
+
+
+@pytest.mark.parametrize(("config", "key"), [(QWEN3_MOE, "num_experts"), (MIXTRAL, "num_local")])
+def test_mixture_of_experts_is_refused_with_the_reason(config: dict, key: str) -> None:
+    with pytest.raises(ModelFactsError, match=f"mixture-of-experts model \\(config.json {key}"):
+        arch_from_config(config, "x/moe")
+
+
+def test_image_text_models_and_remote_code_are_refused() -> None:
+    with pytest.raises(ModelFactsError, match="image-text model"):
+        arch_from_config({"model_type": "gemma3", "text_config": {}}, "google/gemma-3-4b-it")
+    with pytest.raises(ModelFactsError, match="trust_remote_code"):
+        arch_from_config({**table_facts_config("Qwen/Qwen3-8B"), "auto_map": {}}, "x/y")
+
+
+def test_missing_fact_names_the_key() -> None:
+    config = dict(table_facts_config("Qwen/Qwen3-8B"))
+    del config["intermediate_size"]
+    with pytest.raises(ModelFactsError, match="intermediate_size = None"):
+        arch_from_config(config, "x/y")
+
+
+def table_facts_config(hub_id: str) -> dict[str, Any]:
+    return dict(MODEL_TABLE[hub_id].config)
+
+
+def test_kv_heads_default_to_heads_as_in_transformers() -> None:
+    # transformers' configs set num_key_value_heads = num_attention_heads when it is absent.
+    config = table_facts_config("Qwen/Qwen2.5-7B-Instruct")
+    del config["num_key_value_heads"]
+    assert arch_from_config(config, "x/y").num_key_value_heads == 28
+
+
+def test_best_tp_is_the_nearest_that_vllm_can_shard() -> None:
+    arch = table_facts("Qwen/Qwen2.5-7B-Instruct").arch  # 28 heads, 4 KV heads
+    assert not rollout_tp_fits(8, arch)
+    assert best_rollout_tp(8, 8, arch) == 4
+
+
+# --- the job, offline -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "hub_id",
+    [
+        "Qwen/Qwen3-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        "google/gemma-2-9b-it",
+    ],
+)
+def test_popular_models_fit_on_a3u_offline(hub_id: str) -> None:
+    job = training_job(_settings(model=hub_id))
+    assert job.model.hub_id == hub_id
+    assert job.spec.model_path == f"/data/{hub_id.split('/')[1]}"
+    assert job.memory.peak.total_gib < 141
+    assert "committed table" in job.model.source
+
+
+def test_a_model_outside_the_table_is_refused_offline_with_model_config_as_fix() -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model="my-org/my-finetune"))
+    (problem,) = caught.value.problems
+    assert problem.startswith("verl-gke:model = 'my-org/my-finetune': not in the committed table")
+    assert "pulumi config set verl-gke:modelConfig PATH/config.json -s a3u" in problem
+    assert ". Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u (or" in problem
+
+
+def test_model_config_gives_the_facts_of_a_model_outside_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(table_facts_config("Qwen/Qwen3-8B")))
+    job = training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
+    assert job.model.arch.num_params == table_facts("Qwen/Qwen3-8B").arch.num_params
+    assert job.model.source == f"verl-gke:modelConfig ({path})"
+    assert job.spec.model_path == "/data/my-finetune"
+
+
+def test_model_config_that_is_not_json_is_refused_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    with pytest.raises(GrpoPreflightError, match=r"verl-gke:modelConfig = '.*' cannot be read"):
+        training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
+
+
+def test_moe_model_is_refused_by_the_job_naming_the_model_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_MOE))
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model="Qwen/Qwen3-30B-A3B", modelConfig=str(path)))
+    (problem,) = caught.value.problems
+    assert problem.startswith("verl-gke:model = 'Qwen/Qwen3-30B-A3B': it is a mixture-of-experts")
+    assert problem.endswith("Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u")
+
+
+# --- the Hub, as `pulumi up` reads it ------------------------------------------------------------
+
+GATED = "meta-llama/Llama-3.1-8B-Instruct"
+NO_CONFIG = "my-org/datasets-only"
+
+
+class _Hub(BaseHTTPRequestHandler):
+    """Answers GET /{org}/{name}/resolve/main/config.json as huggingface.co does."""
+
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        repo = self.path.removesuffix("/resolve/main/config.json").lstrip("/")
+        if repo == GATED:
+            self._send(403, b"Access to model is restricted.", "GatedRepo")
+        elif repo == NO_CONFIG:
+            self._send(404, b"Entry not found", "EntryNotFound")
+        elif repo in MODEL_TABLE:
+            body = json.dumps(dict(MODEL_TABLE[repo].config)).encode()
+            self._send(200, body, None, {"X-Repo-Commit": "0123abcd" * 5})
+        else:
+            self._send(401, b"Repository not found", "RepoNotFound")
+
+    def _send(self, status: int, body: bytes, code: str | None, extra: dict | None = None) -> None:
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str | None]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(HF_ENDPOINT_ENV, f"http://127.0.0.1:{server.server_port}")
+    _hub_config.cache_clear()
+    _Hub.seen = []
+    try:
+        yield _Hub.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        _hub_config.cache_clear()
+
+
+def test_pulumi_up_reads_config_json_from_the_hub_with_the_token_once(hub: list) -> None:
+    settings = _settings(model="Qwen/Qwen3-8B")
+    job = training_job(settings, hub=True)
+    training_job(settings, hub=True)
+    assert job.model.source.startswith("the Hub (http://127.0.0.1:")
+    assert "config.json at 0123abcd" in job.model.source
+    assert hub == [("/Qwen/Qwen3-8B/resolve/main/config.json", f"Bearer {TOKEN}")]
+
+
+def test_gated_model_without_access_is_refused_with_its_licence_page(hub: list) -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model=GATED), hub=True)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"verl-gke:model = '{GATED}': it is a gated model")
+    assert f"accept the licence on https://huggingface.co/{GATED}" in problem
+    assert TOKEN not in problem
+
+
+@pytest.mark.parametrize(
+    ("hub_id", "reason"),
+    [
+        ("my-org/no-such-model", "the Hub has no model repository 'my-org/no-such-model'"),
+        (NO_CONFIG, "its Hub repository has no config.json"),
+    ],
+)
+def test_missing_repository_or_config_is_refused(hub: list, hub_id: str, reason: str) -> None:
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model=hub_id), hub=True)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"verl-gke:model = '{hub_id}': {reason}")
+    assert "Fix: pulumi config set verl-gke:model " in problem
+
+
+def test_unreachable_hub_is_refused_before_anything_is_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A port nothing listens on: the connection is refused at once.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    port = server.server_port
+    server.server_close()
+    monkeypatch.setenv(HF_ENDPOINT_ENV, f"http://127.0.0.1:{port}")
+    _hub_config.cache_clear()
+    with pytest.raises(GrpoPreflightError, match="the Hub could not be reached"):
+        training_job(_settings(model="Qwen/Qwen3-8B"), hub=True)
+    _hub_config.cache_clear()
+
+
+# --- the table against transformers' own model classes ------------------------------------------
+
+# Builds each table model on the meta device (no memory, no weights) with the transformers of
+# verl's pinned release, and prints its parameter count: the classes verl's FSDP actor loads.
+_COUNT_PARAMS = """
+import json, sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+counts = {}
+for hub_id, config in json.load(sys.stdin).items():
+    config = dict(config)
+    config.pop("architectures", None)
+    hf = AutoConfig.for_model(config.pop("model_type"), **config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf)
+    counts[hub_id] = sum(p.numel() for p in model.parameters())
+print(json.dumps(counts))
+"""
+
+
+def test_table_arithmetic_equals_the_parameters_transformers_builds() -> None:
+    # One layer each keeps it fast; the layer count only multiplies the per-layer count.
+    root = os.environ.get(VENVS_ENV)
+    python = Path(root or ".") / "0.6.1" / "bin" / "python"
+    if not root or not python.is_file():
+        missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/run builds (0.6.1/bin/python)")
+    configs = {
+        hub_id: {**entry.config, "num_hidden_layers": 1} for hub_id, entry in MODEL_TABLE.items()
+    }
+    done = subprocess.run(
+        [str(python), "-c", _COUNT_PARAMS],
+        input=json.dumps(configs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    for hub_id in MODEL_TABLE:
+        arch = table_facts(hub_id).arch.with_layers(1)
+        assert counts[hub_id] == arch.num_params, hub_id

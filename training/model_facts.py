@@ -1,0 +1,179 @@
+"""The model a stack trains: its Hub id and the config.json facts the preflight needs.
+
+Where the facts come from:
+- `pulumi up` (the real engine): the model's own config.json from the Hugging Face Hub, read with
+  the stack's hfToken (only that file, once per process). The Hub answers a gated model the token
+  may not read, and a repository that does not exist, with an error code in the `X-Error-Code`
+  header (`GatedRepo`, `RepoNotFound`, `EntryNotFound`; huggingface_hub utils/_http.py
+  hf_raise_for_status reads the same header), so those are refused before anything is created.
+- without network (the offline plan, CI, tests): `verl-gke:modelConfig`, a config.json in the
+  user's repository, else the committed table (training/model_table.py).
+
+Only dense decoder-only causal LMs are accepted: the memory fit models attention + gated MLP
+layers; a mixture-of-experts config is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from config.settings import DEFAULT_MODEL, StackSettings, config_key
+from training.memory_fit import ModelArch
+from training.model_config import ModelFactsError, arch_from_config
+from training.model_table import MODEL_TABLE, table_entry
+
+# The Hub's base URL; huggingface_hub reads the same variable (constants.HF_ENDPOINT).
+HF_ENDPOINT_ENV = "HF_ENDPOINT"
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+# verl-gke:modelConfig paths are relative to the folder holding Pulumi.yaml.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_HUB_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The model's identity and architecture, carried with the job from settings to the plan."""
+
+    hub_id: str
+    arch: ModelArch
+    model_type: str
+    # Where the facts were read: the Hub, the committed table or verl-gke:modelConfig.
+    source: str
+
+
+def _facts(hub_id: str, config: Mapping[str, Any], source: str) -> ModelFacts:
+    return ModelFacts(
+        hub_id=hub_id,
+        arch=arch_from_config(config, hub_id),
+        model_type=str(config.get("model_type", "")),
+        source=source,
+    )
+
+
+def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:
+    """The facts of verl-gke:model: from the Hub when `hub` (a real `pulumi up`), else from
+    verl-gke:modelConfig or the committed table. ModelFactsError names the key and a fix."""
+    hub_id = settings.model
+    try:
+        if hub:
+            config, source = hub_config(hub_id, settings.hf_token.get_secret_value())
+        elif settings.model_config_file:
+            config, source = _config_file(settings.model_config_file)
+        else:
+            entry = table_entry(hub_id)
+            if entry is None:
+                raise ModelFactsError(_not_in_table(settings))
+            config, source = entry.config, entry.source
+        return _facts(hub_id, config, source)
+    except ModelFactsError as error:
+        raise ModelFactsError(
+            f"{config_key('model')} = {hub_id!r}: {error}. Fix: {_fix(settings, str(error))}"
+        ) from None
+
+
+def _fix(settings: StackSettings, reason: str) -> str:
+    if "gated model" in reason:
+        return (
+            f"accept the licence on https://huggingface.co/{settings.model} with the account of "
+            f"{config_key('hf_token')}, then run pulumi up again; or "
+            f"{settings.fix('model', DEFAULT_MODEL)}"
+        )
+    if "not in the committed table" in reason:
+        return (
+            f"{settings.fix('model', 'Qwen/Qwen3-8B')} (or, to train this model, give its "
+            f"config.json: pulumi config set {config_key('model_config_file')} "
+            f"PATH/config.json -s {settings.stack}, a copy in your repository)"
+        )
+    return settings.fix("model", "Qwen/Qwen3-8B")
+
+
+def _not_in_table(settings: StackSettings) -> str:
+    return (
+        "not in the committed table of architectures and the offline plan reads no network, so "
+        f"its heads and memory cannot be checked (in the table: {', '.join(MODEL_TABLE)}; "
+        "pulumi up reads any model's config.json from the Hub)"
+    )
+
+
+def _config_file(path_text: str) -> tuple[Mapping[str, Any], str]:
+    path = Path(path_text)
+    path = path if path.is_absolute() else PROJECT_ROOT / path
+    key = config_key("model_config_file")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ModelFactsError(
+            f"{key} = {path_text!r} cannot be read as a config.json "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    if not isinstance(config, dict):
+        raise ModelFactsError(f"{key} = {path_text!r} holds no JSON object")
+    return config, f"{key} ({path_text})"
+
+
+def hub_endpoint() -> str:
+    return os.environ.get(HF_ENDPOINT_ENV, DEFAULT_HF_ENDPOINT).rstrip("/")
+
+
+def hub_config(hub_id: str, token: str) -> tuple[Mapping[str, Any], str]:
+    """The model's config.json from the Hub (revision main), read once per process."""
+    return _hub_config(hub_endpoint(), hub_id, token)
+
+
+@lru_cache(maxsize=8)
+def _hub_config(endpoint: str, hub_id: str, token: str) -> tuple[Mapping[str, Any], str]:
+    # The Hub's file URL (huggingface_hub file_download.hf_hub_url): /{repo}/resolve/{rev}/{file}.
+    url = f"{endpoint}/{hub_id}/resolve/main/config.json"
+    try:
+        response = requests.get(
+            url, headers={"Authorization": f"Bearer {token}"}, timeout=_HUB_TIMEOUT_S
+        )
+    except requests.RequestException as error:
+        raise ModelFactsError(
+            f"the Hub could not be reached for its config.json ({type(error).__name__}); "
+            "pulumi up checks the model before creating anything"
+        ) from None
+    if response.status_code == 200:
+        try:
+            config = response.json()
+        except ValueError:
+            raise ModelFactsError("the Hub returned a config.json that is not JSON") from None
+        revision = response.headers.get("X-Repo-Commit", "main")
+        return config, f"the Hub ({endpoint}/{hub_id}, config.json at {revision})"
+    raise ModelFactsError(_hub_refusal(hub_id, response))
+
+
+def _hub_refusal(hub_id: str, response: requests.Response) -> str:
+    code = response.headers.get("X-Error-Code", "")
+    status = response.status_code
+    if code == "GatedRepo":
+        return (
+            f"it is a gated model and the token of {config_key('hf_token')} has no access "
+            f"(HTTP {status}); the data-prep Job could not download it"
+        )
+    if code == "RepoNotFound" or (status == 404 and code != "EntryNotFound"):
+        return (
+            f"the Hub has no model repository {hub_id!r} that the token of "
+            f"{config_key('hf_token')} can read (HTTP {status}); check the id's spelling"
+        )
+    if code == "EntryNotFound":
+        return "its Hub repository has no config.json, so it is not a transformers model"
+    if status == 401:
+        return f"the Hub refused the token of {config_key('hf_token')} (HTTP 401)"
+    return f"the Hub answered HTTP {status} for its config.json"
+
+
+def table_facts(hub_id: str) -> ModelFacts:
+    """The committed table's facts of `hub_id` (KeyError when it is not in the table)."""
+    entry = table_entry(hub_id)
+    if entry is None:
+        raise KeyError(hub_id)
+    return _facts(hub_id, entry.config, entry.source)
