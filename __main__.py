@@ -49,7 +49,7 @@ settings = loaded.settings
 if not pulumi.runtime.is_dry_run():
     check_stack_access(settings, pulumi.log.warn)
 grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
-pulumi.log.info(run_block(grpo))
+pulumi.log.info(run_block(grpo, settings))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 

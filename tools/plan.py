@@ -21,7 +21,6 @@ from typing import Any
 import pulumi
 import yaml
 
-from config import run_inputs
 from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
 from tools.offline_engine import REPO_ROOT, PlanResult, RecordedResource, run_stack, stack_config
@@ -248,7 +247,6 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
     if isinstance(root, str):
         yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
     settings = planned_settings(result.stack, overrides, strict)
-    yield from run_inputs.plan_lines(settings)
     yield from teardown_notes(settings)
     yield from what_you_pay_for(result, settings)
     yield "Outputs:"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from config import run_inputs
+from config.settings import StackSettings
 from training.assembly import TrainingJob
 from training.memory_fit import format_breakdown
 
@@ -21,6 +23,9 @@ def model_lines(job: TrainingJob) -> list[str]:
     ]
 
 
-def run_block(job: TrainingJob) -> str:
-    """The model lines, then the memory fit per phase (training/memory_fit.format_breakdown)."""
-    return "\n".join([*model_lines(job), format_breakdown(job.memory)])
+def run_block(job: TrainingJob, settings: StackSettings) -> str:
+    """The run in one block: the model, the dataset, reward and verl (config/run_inputs.py), then
+    the memory fit per phase (training/memory_fit.format_breakdown)."""
+    return "\n".join(
+        [*model_lines(job), *run_inputs.plan_lines(settings), format_breakdown(job.memory)]
+    )
