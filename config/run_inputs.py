@@ -61,12 +61,51 @@ DEFAULT_DATASET = "openai/gsm8k"
 # program with this folder as its working directory).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
-# data_source values verl's default_compute_score scores without a custom function, math only
-# (verl/utils/reward_score/__init__.py, identical at v0.6.1 and v0.9.0; any other data_source
-# raises NotImplementedError at the first reward). A Hub dataset's rows carry its id as
-# data_source, so one not listed here needs verl-gke:reward.
-BUILTIN_SCORED = ("openai/gsm8k", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
-                  "HuggingFaceH4/MATH-500")  # fmt: skip
+# data_source values verl's default_compute_score scores without a custom function, by the score
+# module each goes to (verl/utils/reward_score/__init__.py; the function is the same at v0.6.1 and
+# v0.9.0). Any other data_source raises NotImplementedError at the first reward, after the GPUs are
+# up. A Hub dataset's rows carry its id as data_source, so one not scored here needs
+# verl-gke:reward. tests/test_run_inputs_verl.py checks this table against verl's own function.
+VERL_SCORED: dict[str, tuple[str, ...]] = {
+    "gsm8k": ("openai/gsm8k",),
+    "math_reward": ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
+                    "HuggingFaceH4/MATH-500"),
+    "math_dapo": ("math_dapo", "math", "math_dapo_reasoning"),
+    "prime_math": ("numina_aops_forum", "numina_synthetic_math", "numina_amc_aime",
+                   "numina_synthetic_amc", "numina_cn_k12", "numina_olympiads"),
+    "prime_code": ("codecontests", "apps", "codeforces", "taco"),  # sandbox_fusion if configured
+    "geo3k": ("hiyouga/geometry3k",),
+    "search_r1_like_qa_em": ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa",
+                             "searchR1_hotpotqa", "searchR1_2wikimultihopqa", "searchR1_musique",
+                             "searchR1_bamboogle"),
+}  # fmt: skip
+# ... and every data_source starting with these (data_source.startswith("aime"): math_dapo).
+VERL_SCORED_PREFIXES = ("aime",)
+VERL_SCORED_SOURCES = tuple(source for sources in VERL_SCORED.values() for source in sources)
+
+
+def verl_scores(data_source: str) -> bool:
+    """Whether verl's default_compute_score has a score for this data_source."""
+    return data_source in VERL_SCORED_SOURCES or data_source.startswith(VERL_SCORED_PREFIXES)
+
+
+# Built-in scores that compare with an answer taken out of the dataset's answer column by verl's
+# own preprocessing: mapped raw through datasetColumns, every response scores 0.
+_MATH_WHY = (
+    "verl's math score compares the response's last \\boxed{} answer with the ground truth, which "
+    "must be the boxed answer alone (verl/utils/reward_score/math_reward.py; verl's "
+    "examples/data_preprocess/math_dataset.py extracts it), but the solution column holds the "
+    "whole worked solution"
+)
+EXTRACTED_ANSWER = {
+    "openai/gsm8k": (
+        "verl's gsm8k score compares the number after '#### ' in the response with the ground "
+        "truth (verl/utils/reward_score/gsm8k.py), which verl's examples/data_preprocess/gsm8k.py "
+        "takes out of the answer column; the raw answer column (the worked solution) never matches"
+    ),
+    "lighteval/MATH": _MATH_WHY,
+    "DigitalLearningGmbH/MATH-lighteval": _MATH_WHY,
+}
 
 # verl's custom reward call: compute_score(data_source=..., solution_str=..., ground_truth=...,
 # extra_info=..., **reward_kwargs), all by keyword (NaiveRewardManager.__call__ through
@@ -246,8 +285,9 @@ def dataset_problems(
         if dataset == DEFAULT_DATASET:
             return []
         also = ""
-        if reward is None and dataset not in BUILTIN_SCORED:
-            also = f" and {_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} (verl has no score for it)"
+        if reward is None and (not verl_scores(dataset) or dataset in EXTRACTED_ANSWER):
+            why = "expects an extracted answer" if verl_scores(dataset) else "has none for it"
+            also = f" and {_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} (verl's built-in score {why})"
         return [
             f"{DATASET_KEY} = {dataset!r}: the data-prep Job needs to know which columns hold "
             f"the prompt and the answer. Fix: {_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} "
@@ -260,15 +300,30 @@ def dataset_problems(
             f"{_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} (your column names; optional keys "
             'trainSplit, testSplit, subset, instruction, e.g. "subset":"main")'
         ]
-    if reward is None and dataset not in BUILTIN_SCORED:
+    if reward is None and not verl_scores(dataset):
+        hub_ids = [source for source in VERL_SCORED_SOURCES if "/" in source]
         return [
             f"{DATASET_KEY} = {dataset!r}: verl has no built-in score for this data_source "
-            f"(it knows {list(BUILTIN_SCORED)} among math sets; verl/utils/reward_score), so the "
-            f"first reward would raise NotImplementedError. Fix: "
+            f"(among Hub ids it scores {hub_ids}; verl/utils/reward_score/__init__.py "
+            f"default_compute_score), so the first reward would raise NotImplementedError. Fix: "
             f"{_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} "
             "(a file of this project with that function; docs/own-run.md)"
         ]
+    if reward is None and dataset in EXTRACTED_ANSWER:
+        return [_extracted_answer_problem(dataset, columns_text, stack)]
     return []
+
+
+def _extracted_answer_problem(dataset: str, columns_text: str, stack: str) -> str:
+    fix = _fix(REWARD_KEY, REWARD_EXAMPLE, stack)
+    if dataset == DEFAULT_DATASET:
+        fix = f"pulumi config rm {COLUMNS_KEY} -s {stack} (verl's own preprocessing), or {fix}"
+    return (
+        f"{COLUMNS_KEY} = {columns_text!r} with {DATASET_KEY} = {dataset!r} and no {REWARD_KEY}: "
+        f"{EXTRACTED_ANSWER[dataset]}, so every response would score 0. Fix: {fix} (it takes the "
+        "final answer out of the response and out of the ground truth; or your own file, "
+        "docs/own-run.md)"
+    )
 
 
 def _bucket_dataset_problems(

@@ -137,9 +137,12 @@ def run_input_args(settings: StackSettings) -> list[str]:
         assert dataset.columns is not None
         args += ["--dataset", dataset.dataset, "--dataset-columns", dataset.columns.as_json()]
         args += ["--dataset-dir", dataset.folder]
-    elif dataset.kind == "bucket":
-        args += ["--check-dataset", dataset.folder]
     reward = run_inputs.reward_of(settings)
+    if dataset.kind == "bucket":
+        args += ["--check-dataset", dataset.folder]
+        if reward is None:  # verl's built-in score must know every row's data_source
+            args += ["--scored-sources", ",".join(run_inputs.VERL_SCORED_SOURCES)]
+            args += ["--scored-prefixes", ",".join(run_inputs.VERL_SCORED_PREFIXES)]
     if reward is not None:
         args += ["--reward-file", f"{SCRIPT_DIR}/{REWARD_KEY}"]
         args += ["--reward-dest", reward.mounted_path]

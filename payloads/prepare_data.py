@@ -409,8 +409,14 @@ def prepare_hub_dataset(
     log(step, f"done in {time.monotonic() - started:.1f}s: {sizes} rows; marker {marker}")
 
 
-def check_dataset(folder: Path) -> None:
-    """Refuse a parquet folder verl could not train on, before any GPU is used."""
+def check_dataset(
+    folder: Path,
+    scored_sources: tuple[str, ...] | None = None,
+    scored_prefixes: tuple[str, ...] = (),
+) -> None:
+    """Refuse a parquet folder verl could not train on, before any GPU is used. With
+    scored_sources (no verl-gke:reward): also a data_source verl's default_compute_score would
+    raise NotImplementedError for at the first reward."""
     step = "dataset"
     import pyarrow.parquet as pq  # in the verl image (datasets depends on it)
 
@@ -432,10 +438,48 @@ def check_dataset(folder: Path) -> None:
                 f"has {schema.names}); verl reads prompt (a list of {{role, content}}), "
                 "data_source and reward_model.ground_truth from every row"
             )
+        check_prompt_type(path, schema.field("prompt").type)
         rows = pq.read_metadata(str(path)).num_rows
         if rows == 0:
             raise StepError(f"{path} has no rows")
+        if scored_sources is not None:
+            check_data_sources(path, scored_sources, scored_prefixes)
         log(step, f"{path}: {rows} rows, columns {schema.names}")
+
+
+def check_prompt_type(path: Path, prompt: object) -> None:
+    """verl's RLHFDataset passes each row's prompt to the tokenizer's chat template as a list of
+    messages (verl/utils/dataset/rl_dataset.py _build_messages, v0.6.1 and v0.9.0)."""
+    import pyarrow as pa
+
+    fields: set[str] = set()
+    if pa.types.is_list(prompt) or pa.types.is_large_list(prompt):  # type: ignore[arg-type]
+        item = prompt.value_type  # type: ignore[attr-defined]
+        if pa.types.is_struct(item):
+            fields = {item.field(i).name for i in range(item.num_fields)}
+    if not {"role", "content"} <= fields:
+        raise StepError(
+            f"{path}: prompt is {prompt}, but verl reads it as chat messages, a list of "
+            '{"role", "content"} structs, e.g. [{"role": "user", "content": "What is 2+3?"}]'
+        )
+
+
+def check_data_sources(path: Path, sources: tuple[str, ...], prefixes: tuple[str, ...]) -> None:
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(str(path), columns=["data_source"]).column("data_source")
+    values = sorted(column.unique().to_pylist(), key=str)
+    known = [v for v in values if isinstance(v, str) and (v in sources or v.startswith(prefixes))]
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise StepError(
+            f"{path}: verl has no built-in score for data_source {unknown[:10]} (verl's "
+            "default_compute_score, verl/utils/reward_score/__init__.py, would raise "
+            "NotImplementedError at the first reward). Fix: pulumi config set verl-gke:reward "
+            "docs/examples/exact_match.py:compute_score (or a reward file of your own, "
+            "docs/own-run.md), or write data_source values verl scores "
+            f"({', '.join(sources[:4])}, ...)"
+        )
 
 
 def copy_reward(source: Path, dest: Path) -> None:
@@ -616,6 +660,10 @@ def model_folder_arg(value: str) -> str:
     return value
 
 
+def comma_list(value: str) -> tuple[str, ...]:
+    return tuple(v for v in value.split(",") if v)
+
+
 def add_run_input_args(parser: argparse.ArgumentParser) -> None:
     """verl from the image, the dataset and the reward file (none for the tutorial's run)."""
     parser.add_argument(
@@ -633,6 +681,18 @@ def add_run_input_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-dir", type=Path, help="where --dataset's parquet goes")
     parser.add_argument(
         "--check-dataset", type=Path, help="folder of train/test parquet in verl's format"
+    )
+    parser.add_argument(
+        "--scored-sources",
+        type=comma_list,
+        help="with --check-dataset: the data_source values verl's built-in score knows, "
+        "comma-separated (no verl-gke:reward); any other is refused",
+    )
+    parser.add_argument(
+        "--scored-prefixes",
+        type=comma_list,
+        default=(),
+        help="with --scored-sources: data_source prefixes verl's built-in score also knows",
     )
     parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
     parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
@@ -699,7 +759,7 @@ def data_step(args: argparse.Namespace, root: Path, token: str | None) -> Callab
             root, args.dataset, args.dataset_columns, args.dataset_dir, token
         )
     if args.check_dataset is not None:
-        return lambda: check_dataset(args.check_dataset)
+        return lambda: check_dataset(args.check_dataset, args.scored_sources, args.scored_prefixes)
     if args.verl_from_image:
         columns = {**GSM8K_COLUMNS, "instruction": GSM8K_INSTRUCTION, "answerFormat": "gsm8k"}
         return lambda: prepare_hub_dataset(root, "openai/gsm8k", columns, root / GSM8K_DIR, token)

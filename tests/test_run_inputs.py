@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import http.server
+import importlib.util
 import inspect
 import json
 import re
@@ -133,6 +134,85 @@ def test_a_hub_dataset_verl_cannot_score_needs_a_reward() -> None:
     message = problems_of(**config)
     assert "NotImplementedError" in message
     assert settings(**{**config, **fix_config(message)}).reward == run_inputs.REWARD_EXAMPLE
+
+
+# verl's built-in scores for these compare with an answer its own preprocessing takes out of the
+# answer column: gsm8k the number after '####' (verl/utils/reward_score/gsm8k.py,
+# examples/data_preprocess/gsm8k.py), MATH the boxed answer alone (math_reward.py,
+# examples/data_preprocess/math_dataset.py). A raw column scores 0 on every response.
+RAW_COLUMNS = {
+    "openai/gsm8k": '{"prompt":"question","answer":"answer","subset":"main"}',
+    "lighteval/MATH": '{"prompt":"problem","answer":"solution"}',
+    "DigitalLearningGmbH/MATH-lighteval": '{"prompt":"problem","answer":"solution"}',
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(RAW_COLUMNS))
+def test_a_raw_answer_column_verl_would_score_zero_is_refused_with_working_fixes(
+    dataset: str,
+) -> None:
+    config = {"verl-gke:dataset": dataset, "verl-gke:datasetColumns": RAW_COLUMNS[dataset]}
+    message = problems_of(**config)
+    assert f"verl-gke:datasetColumns = {RAW_COLUMNS[dataset]!r}" in message
+    assert f"verl-gke:dataset = {dataset!r} and no verl-gke:reward" in message
+    assert "verl/utils/reward_score/" in message and "score 0" in message
+    fixed = settings(**{**config, **fix_config(message)})
+    assert fixed.reward == run_inputs.REWARD_EXAMPLE
+    if dataset == "openai/gsm8k":
+        assert "pulumi config rm verl-gke:datasetColumns" in message
+        kept = {k: v for k, v in config.items() if k != "verl-gke:datasetColumns"}
+        assert run_inputs.dataset_of(settings(**kept)).kind == "gsm8k"
+    else:  # without columns, the fix still carries the reward
+        message = problems_of(**{"verl-gke:dataset": dataset})
+        fixed = settings(**{"verl-gke:dataset": dataset, **fix_config(message)})
+        assert fixed.reward == run_inputs.REWARD_EXAMPLE
+
+
+def test_math_500s_answer_column_is_the_final_answer_verl_scores() -> None:
+    # HuggingFaceH4/MATH-500's `answer` column holds the final answer alone.
+    columns = '{"prompt":"problem","answer":"answer","trainSplit":"test"}'
+    chosen = settings(
+        **{"verl-gke:dataset": "HuggingFaceH4/MATH-500", "verl-gke:datasetColumns": columns}
+    )
+    assert chosen.reward is None and run_inputs.dataset_of(chosen).kind == "hub"
+
+
+def _exact_match() -> object:
+    spec = importlib.util.spec_from_file_location(
+        "exact_match", ROOT / "docs/examples/exact_match.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("truth", "right", "wrong"),
+    [
+        ("She sold 48/2 = 24 clips.\n#### 1,072", "So #### 1072", "#### 1070"),
+        ("Thus $x = \\boxed{\\frac{1}{2}}$.", "\\boxed{\\frac{1}{2}}", "\\boxed{\\frac{1}{3}}"),
+        ("4.5", "Half of 9 is 4.5.", "Half of 9 is 4."),
+    ],
+)
+def test_the_offered_reward_scores_a_raw_gsm8k_or_math_answer_column(
+    truth: str, right: str, wrong: str
+) -> None:
+    # The fix offered above for a raw GSM8K answer or MATH solution column must not score 0.
+    score = _exact_match().compute_score  # type: ignore[attr-defined]
+    assert score("d", right, truth) == 1.0 and score("d", wrong, truth) == 0.0
+
+
+def test_a_parquet_folder_without_a_reward_sends_verls_scored_sources_to_data_prep() -> None:
+    folder = f"gs://{settings().bucket_name}/mine"
+    command = data_prep.command(settings(**{"verl-gke:dataset": folder}))
+    flag = dict(zip(command, [*command[1:], ""], strict=True))
+    assert flag["--scored-sources"].split(",") == list(run_inputs.VERL_SCORED_SOURCES)
+    assert flag["--scored-prefixes"].split(",") == list(run_inputs.VERL_SCORED_PREFIXES)
+    with_reward = data_prep.command(
+        settings(**{"verl-gke:dataset": folder, "verl-gke:reward": run_inputs.REWARD_EXAMPLE})
+    )
+    assert "--scored-sources" not in with_reward and "--check-dataset" in with_reward
 
 
 def test_columns_without_a_hub_dataset_are_refused() -> None:

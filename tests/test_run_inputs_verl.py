@@ -25,6 +25,7 @@ import pytest
 
 from config import run_inputs
 from config.settings import StackSettings, load_settings
+from manifests import data_prep
 from tests.program import REAL
 from tests.support.require import missing
 from training.assembly import reward_overrides, training_job
@@ -213,3 +214,78 @@ def test_an_own_runs_argv_composes_and_passes_verls_checks(release: str) -> None
     assert done.returncode in (0, 1), done.stderr[-3000:]
     result = json.loads(done.stdout)["results"]["own-run"]
     assert result["ok"], result
+
+
+# --- data_source values verl scores without verl-gke:reward ------------------------------------
+
+SCORED_CHECK = REPO / "tools" / "verl_scored_check.py"
+# Releases whose virtualenv has pyarrow to write fixture parquet (see DATASET_RELEASES).
+PARQUET_RELEASES = DATASET_RELEASES
+
+
+def _bucket_scored_flags() -> tuple[list[str], list[str]]:
+    """--scored-sources and --scored-prefixes of a parquet folder's data-prep Job, no reward."""
+    s = load_settings("a3u", dict(REAL), offline=False).settings
+    dataset = {"verl-gke:dataset": f"gs://{s.bucket_name}/mine"}
+    command = data_prep.command(load_settings("a3u", {**REAL, **dataset}, offline=False).settings)
+    sources = command[command.index("--scored-sources") + 1].split(",")
+    return sources, command[command.index("--scored-prefixes") + 1].split(",")
+
+
+@cache
+def _scored_reports() -> dict[str, dict[str, Any]]:
+    sources, prefixes = _bucket_scored_flags()
+    running = {}
+    for release in STACK_FOR_RELEASE:
+        request = {
+            "workdir": tempfile.mkdtemp(prefix="verl-scored-"),
+            "sources": [*run_inputs.VERL_SCORED_SOURCES, "aime2024", "my_source"],
+            "scored_sources": sources,
+            "scored_prefixes": prefixes,
+            "parquet": release in PARQUET_RELEASES,
+        }
+        stdin = tempfile.TemporaryFile("w+")
+        json.dump(request, stdin)
+        stdin.seek(0)
+        running[release] = subprocess.Popen(
+            [str(_python(release)), str(SCORED_CHECK)],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        stdin.close()
+    reports = {}
+    for release, process in running.items():
+        stdout, stderr = process.communicate()
+        assert process.returncode == 0, f"{release}: exit {process.returncode}\n{stderr[-3000:]}"
+        reports[release] = json.loads(stdout)
+    return reports
+
+
+@pytest.mark.parametrize("release", sorted(STACK_FOR_RELEASE))
+def test_verl_scores_every_data_source_of_the_table_and_no_other(release: str) -> None:
+    # verl's default_compute_score raises NotImplementedError for a data_source it has no branch
+    # for (verl/utils/reward_score/__init__.py); any other outcome means a branch matched.
+    report = _scored_reports()[release]
+    assert report["verl_version"] == release
+    not_implemented = report["not_implemented"]
+    assert [s for s in run_inputs.VERL_SCORED_SOURCES if not_implemented[s]] == []
+    assert not not_implemented["aime2024"] and not_implemented["my_source"]
+    # The names and prefixes verl's function compares data_source with are the table's.
+    assert report["verl_sources"] == sorted(run_inputs.VERL_SCORED_SOURCES)
+    assert report["verl_prefixes"] == sorted(run_inputs.VERL_SCORED_PREFIXES)
+
+
+@pytest.mark.parametrize("release", PARQUET_RELEASES)
+def test_data_prep_refuses_a_parquet_folder_verl_could_not_score_or_read(release: str) -> None:
+    # Without verl-gke:reward the Job gets the table (--scored-sources/--scored-prefixes) and
+    # refuses a data_source outside it; with a reward any data_source goes to the custom
+    # function. verl's RLHFDataset reads prompt as chat messages (rl_dataset.py _build_messages).
+    checks = _scored_reports()[release]["checks"]
+    assert checks["known-scored"] is None and checks["unknown-reward-set"] is None
+    refused = checks["unknown-scored"]
+    assert "['my_source']" in refused and "NotImplementedError" in refused
+    assert "verl-gke:reward" in refused and "docs/own-run.md" in refused
+    assert "prompt is string" in checks["string-prompt-reward-set"]

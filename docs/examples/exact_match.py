@@ -11,13 +11,26 @@ import re
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+def last_boxed(text: str) -> str | None:
+    """The contents of the last \\boxed{...}, nested braces included (\\boxed{\\frac{1}{2}})."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 0
+    for end in range(start + len("\\boxed"), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start + len("\\boxed{") : end].strip()
+    return None
+
+
 def final_answer(text: str) -> str | None:
     """The answer after the last `####`, else inside the last \\boxed{}, else the last number."""
     if "####" in text:
         return text.rsplit("####", 1)[1].strip().split("\n")[0].strip() or None
-    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    if boxed:
-        return boxed[-1].strip()
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
 
@@ -28,8 +41,12 @@ def normalize(answer: str) -> str:
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """1.0 when the response's final answer equals the ground truth (commas, $ and case aside),
-    else 0.0."""
+    else 0.0. A ground truth that is a worked solution (GSM8K's `#### 72`, MATH's `\\boxed{}`)
+    counts by its own final answer."""
     answer = final_answer(solution_str)
     if answer is None:
         return 0.0
-    return 1.0 if normalize(answer) == normalize(str(ground_truth)) else 0.0
+    truth = str(ground_truth)
+    if "####" in truth or "\\boxed{" in truth:
+        truth = final_answer(truth) or truth
+    return 1.0 if normalize(answer) == normalize(truth) else 0.0
