@@ -132,6 +132,16 @@ def test_best_tp_is_the_nearest_that_vllm_can_shard() -> None:
     assert best_rollout_tp(8, 8, arch) == 4
 
 
+def test_tp_must_divide_the_mlp_size_as_vllm_splits_it() -> None:
+    # vLLM v0.11.0 MergedColumnParallelLinear splits gate/up (intermediate_size) over the TP
+    # ranks and asserts each divides (vllm/model_executor/layers/linear.py): 32 heads and 8 KV
+    # heads allow TP 8, an MLP of 12300 does not.
+    config = {**table_facts_config("Qwen/Qwen3-8B"), "intermediate_size": 12300}
+    arch = arch_from_config(config, "x/y")
+    assert not rollout_tp_fits(8, arch)
+    assert best_rollout_tp(8, 8, arch) == 4
+
+
 # --- the job, offline -----------------------------------------------------------------------
 
 

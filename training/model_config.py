@@ -114,10 +114,12 @@ def _refuse_unsupported(config: Mapping[str, Any]) -> None:
 def rollout_tp_fits(tp: int, arch: ModelArch) -> bool:
     """vLLM shards query heads across TP ranks (num_attention_heads % tp == 0) and either shards
     KV heads (kv % tp == 0) or replicates them (tp % kv == 0): vllm/config ModelConfig.
-    verify_with_parallel_config and QKVParallelLinear."""
+    verify_with_parallel_config and QKVParallelLinear; it splits the MLP's gate/up outputs and
+    down input over the ranks (intermediate_size % tp == 0): MergedColumnParallelLinear and
+    RowParallelLinear, vllm/model_executor/layers/linear.py (v0.11.0)."""
     heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
     kv_ok = kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
-    return heads % tp == 0 and kv_ok
+    return heads % tp == 0 and kv_ok and arch.intermediate_size % tp == 0
 
 
 def best_rollout_tp(requested: int, gpus_per_node: int, arch: ModelArch) -> int:
