@@ -132,6 +132,16 @@ def test_best_tp_is_the_nearest_that_vllm_can_shard() -> None:
     assert best_rollout_tp(8, 8, arch) == 4
 
 
+def test_tp_must_divide_the_mlp_size_as_vllm_splits_it() -> None:
+    # vLLM v0.11.0 MergedColumnParallelLinear splits gate/up (intermediate_size) over the TP
+    # ranks and asserts each divides (vllm/model_executor/layers/linear.py): 32 heads and 8 KV
+    # heads allow TP 8, an MLP of 12300 does not.
+    config = {**table_facts_config("Qwen/Qwen3-8B"), "intermediate_size": 12300}
+    arch = arch_from_config(config, "x/y")
+    assert not rollout_tp_fits(8, arch)
+    assert best_rollout_tp(8, 8, arch) == 4
+
+
 # --- the job, offline -----------------------------------------------------------------------
 
 
@@ -290,32 +300,41 @@ def test_unreachable_hub_is_refused_before_anything_is_created(
 
 # --- the table against transformers' own model classes ------------------------------------------
 
-# Builds each table model on the meta device (no memory, no weights) with the transformers of
-# verl's pinned release, and prints its parameter count: the classes verl's FSDP actor loads.
+# Builds each config on the meta device (no memory, no weights) with the transformers of verl's
+# pinned release, and prints its parameter count and the facts transformers reads from it: the
+# classes verl's FSDP actor loads.
 _COUNT_PARAMS = """
 import json, sys, torch
 from transformers import AutoConfig, AutoModelForCausalLM
-counts = {}
-for hub_id, config in json.load(sys.stdin).items():
+facts = {}
+for key, config in json.load(sys.stdin).items():
     config = dict(config)
     config.pop("architectures", None)
     hf = AutoConfig.for_model(config.pop("model_type"), **config)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf)
-    counts[hub_id] = sum(p.numel() for p in model.parameters())
-print(json.dumps(counts))
+    facts[key] = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "softcap": bool(getattr(hf, "final_logit_softcapping", None)),
+    }
+print(json.dumps(facts))
 """
+# Keys a published config.json may leave out, transformers then using its config class's default:
+# google/gemma-2-*'s config.json has no tie_word_embeddings (Gemma2Config ties by default).
+_OPTIONAL_KEYS = ("tie_word_embeddings", "head_dim", "attention_bias", "final_logit_softcapping")
 
 
-def test_table_arithmetic_equals_the_parameters_transformers_builds() -> None:
+@pytest.fixture(scope="module")
+def transformers_facts() -> dict[str, dict[str, Any]]:
     # One layer each keeps it fast; the layer count only multiplies the per-layer count.
     root = os.environ.get(VENVS_ENV)
     python = Path(root or ".") / "0.6.1" / "bin" / "python"
     if not root or not python.is_file():
         missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/run builds (0.6.1/bin/python)")
-    configs = {
-        hub_id: {**entry.config, "num_hidden_layers": 1} for hub_id, entry in MODEL_TABLE.items()
-    }
+    configs = {}
+    for hub_id, entry in MODEL_TABLE.items():
+        configs[hub_id] = {**entry.config, "num_hidden_layers": 1}
+        configs[f"{hub_id} without optional keys"] = _without_optional_keys(configs[hub_id])
     done = subprocess.run(
         [str(python), "-c", _COUNT_PARAMS],
         input=json.dumps(configs),
@@ -324,7 +343,41 @@ def test_table_arithmetic_equals_the_parameters_transformers_builds() -> None:
         timeout=600,
         check=True,
     )
-    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _without_optional_keys(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if key not in _OPTIONAL_KEYS}
+
+
+def test_table_arithmetic_equals_the_parameters_transformers_builds(
+    transformers_facts: dict[str, dict[str, Any]],
+) -> None:
     for hub_id in MODEL_TABLE:
         arch = table_facts(hub_id).arch.with_layers(1)
-        assert counts[hub_id] == arch.num_params, hub_id
+        assert transformers_facts[hub_id]["params"] == arch.num_params, hub_id
+
+
+def test_a_config_json_without_optional_keys_is_read_as_transformers_reads_it(
+    transformers_facts: dict[str, dict[str, Any]],
+) -> None:
+    # Tied embeddings, head_dim, biases and the final softcap from the config class's defaults
+    # (transformers 4.57.1 configuration_<model_type>.py), as verl's actor and vLLM load them.
+    for hub_id, entry in MODEL_TABLE.items():
+        config = _without_optional_keys({**entry.config, "num_hidden_layers": 1})
+        arch = arch_from_config(config, hub_id)
+        built = transformers_facts[f"{hub_id} without optional keys"]
+        assert (arch.num_params, arch.final_logit_softcapping) == (
+            built["params"],
+            built["softcap"],
+        ), hub_id
+
+
+def test_gemma2_config_json_without_tie_key_is_tied_and_softcapped() -> None:
+    # google/gemma-2-2b-it's config.json carries no tie_word_embeddings: its lm_head is the
+    # embedding (Gemma2Config tie_word_embeddings=True, transformers 4.57.1), 2.61 B parameters.
+    config = _without_optional_keys(table_facts_config("google/gemma-2-2b-it"))
+    config["head_dim"] = 256
+    arch = arch_from_config(config, "google/gemma-2-2b-it")
+    assert arch.tie_word_embeddings and arch.final_logit_softcapping
+    assert arch.num_params / 1e9 == pytest.approx(2.61, rel=0.01)

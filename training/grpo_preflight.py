@@ -205,8 +205,8 @@ def _tp_rules(spec: GrpoSpec, gpn: int, n_gpus: int, model: ModelArch) -> list[s
     if not rollout_tp_fits(tp, model):
         reasons.append(
             f"vLLM needs {MODEL_KEY}'s ({model.name}) {model.num_attention_heads} attention heads "
-            f"divisible by it and its {model.num_key_value_heads} KV heads divisible by it (or it "
-            "by them)"
+            f"and MLP size {model.intermediate_size} divisible by it, and its "
+            f"{model.num_key_value_heads} KV heads divisible by it (or it by them)"
         )
     if not reasons:
         return []

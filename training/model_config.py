@@ -19,6 +19,26 @@ _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_interm
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3_text"})
 # q_norm / k_norm over head_dim: modeling_qwen3.py Qwen3Attention, modeling_gemma3.py.
 _QK_NORM_TYPES = frozenset({"qwen3", "gemma3_text"})
+# What transformers (4.57.1, verl 0.6.1's) uses when config.json omits a key read here: the
+# __init__ defaults of configuration_<model_type>.py. Gemma 2's published config.json has no
+# tie_word_embeddings, and Gemma2Config ties by default. A model_type not listed reads absent
+# keys as untied, no bias, head_dim = hidden_size / heads, no softcap.
+_TRANSFORMERS_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "qwen2": {"tie_word_embeddings": False},
+    "qwen3": {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
+    "llama": {"tie_word_embeddings": False, "attention_bias": False},
+    "mistral": {"tie_word_embeddings": False},
+    "gemma2": {
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "head_dim": 256,
+        "final_logit_softcapping": 30.0,
+    },
+    "gemma3_text": {"tie_word_embeddings": True, "attention_bias": False, "head_dim": 256},
+}
+# Model classes whose q/k/v biases do not follow config.json's attention_bias: nn.Linear(...,
+# bias=True) in modeling_qwen2.py Qwen2Attention, bias=False in modeling_mistral.py.
+_FIXED_ATTENTION_BIAS: Mapping[str, bool] = {"qwen2": True, "mistral": False}
 
 
 class ModelFactsError(ValueError):
@@ -29,6 +49,8 @@ def arch_from_config(config: Mapping[str, Any], name: str) -> ModelArch:
     """The architecture facts of a parsed config.json; ModelFactsError (the reason) for a model
     the program cannot train or estimate."""
     _refuse_unsupported(config)
+    model_type = str(config.get("model_type", ""))
+    config = {**_TRANSFORMERS_DEFAULTS.get(model_type, {}), **config}
 
     def need_int(key: str) -> int:
         value = config.get(key)
@@ -41,7 +63,6 @@ def arch_from_config(config: Mapping[str, Any], name: str) -> ModelArch:
     heads = need_int("num_attention_heads")
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim")
-    model_type = str(config.get("model_type", ""))
     return ModelArch(
         name=name,
         hidden_size=need_int("hidden_size"),
@@ -51,8 +72,9 @@ def arch_from_config(config: Mapping[str, Any], name: str) -> ModelArch:
         num_key_value_heads=int(kv_heads),
         vocab_size=need_int("vocab_size"),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        # Qwen2 has q/k/v biases and its config.json does not say so (modeling_qwen2.py).
-        attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
+        attention_bias=_FIXED_ATTENTION_BIAS.get(
+            model_type, bool(config.get("attention_bias", False))
+        ),
         head_dim=int(head_dim) if isinstance(head_dim, int) else None,
         norms_per_layer=4 if model_type in _FOUR_NORM_TYPES else 2,
         qk_norm=model_type in _QK_NORM_TYPES,
@@ -92,10 +114,12 @@ def _refuse_unsupported(config: Mapping[str, Any]) -> None:
 def rollout_tp_fits(tp: int, arch: ModelArch) -> bool:
     """vLLM shards query heads across TP ranks (num_attention_heads % tp == 0) and either shards
     KV heads (kv % tp == 0) or replicates them (tp % kv == 0): vllm/config ModelConfig.
-    verify_with_parallel_config and QKVParallelLinear."""
+    verify_with_parallel_config and QKVParallelLinear; it splits the MLP's gate/up outputs and
+    down input over the ranks (intermediate_size % tp == 0): MergedColumnParallelLinear and
+    RowParallelLinear, vllm/model_executor/layers/linear.py (v0.11.0)."""
     heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
     kv_ok = kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
-    return heads % tp == 0 and kv_ok
+    return heads % tp == 0 and kv_ok and arch.intermediate_size % tp == 0
 
 
 def best_rollout_tp(requested: int, gpus_per_node: int, arch: ModelArch) -> int:
