@@ -47,6 +47,9 @@ from training.grpo_spec import (
 )
 from training.verl_keys import KEYS_DIR, extra_override_problems
 
+# Runs verl's own config code in the verl virtualenvs (subprocesses).
+pytestmark = pytest.mark.integration
+
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
 REPO = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = REPO / "tools" / "verl_compose_check.py"
