@@ -14,8 +14,8 @@ protocol (tests/support/dynamic_host.py) in the order the engine uses:
 - refresh: Read with the prior outputs; a job the head no longer knows reads back as gone;
 - destroy: Delete.
 
-A real Ray head on 127.0.0.1 runs the jobs and a GCS emulator holds the checkpoints; one of each
-and one host serve the whole module.
+A real Ray head on 127.0.0.1 runs the jobs and a GCS emulator holds the checkpoints (in the
+module's own bucket); the session's head, emulator and host serve it (tests/conftest.py).
 """
 
 from __future__ import annotations

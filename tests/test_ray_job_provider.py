@@ -4,7 +4,7 @@ Unit tests: they call the provider's methods directly, in the order the engine w
 diff -> delete/create/update/read), and look at the cluster through Ray's own
 JobSubmissionClient. What the engine really sends, through the real `python -m pulumi.dynamic`
 host over gRPC, is covered by the contract tests in test_ray_job_contract.py and
-test_preview_unknowns.py. One Ray head and one emulator serve the whole module.
+test_preview_unknowns.py. The session's Ray head and emulator (tests/conftest.py) serve it.
 """
 
 from __future__ import annotations

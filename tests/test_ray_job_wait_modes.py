@@ -10,7 +10,7 @@
   the next up says it resubmits, as which id, and from which checkpoint.
 
 Stand-in jobs (tests/job_fixtures/startup_job.py) print verl's start-up markers and step lines in
-a few seconds; one Ray head, one GCS emulator and one host serve the module.
+a few seconds; the session's Ray head, GCS emulator and host (tests/conftest.py) serve it.
 """
 
 from __future__ import annotations
