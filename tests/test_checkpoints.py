@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,16 +11,9 @@ from google.cloud import storage
 
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, parse_gcs_url
 from tests.job_fixtures.fake_trainer import checkpoint_objects, write_checkpoint
-from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
+from tests.support.gcs_emulator import GcsEmulator
 
 BUCKET = "verl-ckpt"
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with start_gcs_emulator() as emulator:
-        emulator.client().create_bucket(BUCKET)
-        yield emulator
 
 
 @pytest.fixture(scope="module")

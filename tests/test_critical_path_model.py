@@ -380,6 +380,7 @@ def test_levers_in_graph_recognises_each_lever() -> None:
         assert Lever.FUSE_TUNED not in levers_in_graph(step(recorded), "amd64")
 
 
+@pytest.mark.integration  # a fresh interpreter (subprocess) shows what the import pulls in
 def test_the_model_imports_without_pulumi() -> None:
     # The offline plan imports the model; neither module may pull in Pulumi or the engine.
     code = (

@@ -10,23 +10,19 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from payloads.export import export_model
-from tests.support.ray_head import RayHead, ray_temp_dir, start_ray_head
+from tests.support.ray_head import RayHead
 from tests.support.require import require
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 PAYLOAD_DIR = REPO / "payloads" / "export"
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with ray_temp_dir("rx") as folder, start_ray_head(folder / "h") as running:
-        yield running
 
 
 def checkpoints(root: Path, steps: list[int], latest: int | None) -> Path:

@@ -8,7 +8,6 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from payloads.fabric.fabric_check import (
     sizes_up_to,
     summarize,
 )
-from tests.support.ray_head import RayHead, temporary_ray_head
+from tests.support.ray_head import RayHead
 
 # Captured on two H200s over NVLink (bench/fabric_gpu.py, NCCL 2.28.9, NVLS off): NCCL names the
 # Socket network and prints an MNNVL state line although every channel is P2P.
@@ -205,12 +204,6 @@ def test_result_is_one_json_line_found_in_a_prefixed_log() -> None:
 
 
 # -- through a real Ray head ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with temporary_ray_head("fab", num_cpus=3) as ray_head:
-        yield ray_head
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from config import bucket_layout
 from jobs.checkpoints import discover_checkpoints
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.program import COMBINATIONS, plan
-from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
+from tests.support.gcs_emulator import GcsEmulator
 from tests.test_node_fit import pod_requests, quantity
 
 PV = "kubernetes:core/v1:PersistentVolume"
@@ -380,13 +380,6 @@ def test_bucket_urls_of_both_mounts() -> None:
 # --- the resume marker through the GCS API (real GCS emulator; no gcsfuse) ------------------------
 
 BUCKET = "resume-bucket"
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with start_gcs_emulator() as emulator:
-        emulator.client().create_bucket(BUCKET)
-        yield emulator
 
 
 def test_gcs_api_discovery_sees_a_marker_another_writer_rewrote(gcs: GcsEmulator) -> None:

@@ -25,6 +25,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration  # runs `python -m tools.plan` as a subprocess
 def test_fresh_clone_plan_of_a4x_works_as_written_in_readme() -> None:
     done = run_cli("a4x")
     assert done.returncode == 0, done.stderr
@@ -38,6 +39,7 @@ def test_fresh_clone_plan_of_a4x_works_as_written_in_readme() -> None:
     assert "kubeconfig: [secret]" in out
 
 
+@pytest.mark.integration  # runs `python -m tools.plan` as a subprocess
 def test_bad_configuration_exits_non_zero_with_the_message() -> None:
     done = run_cli("a4x", "--set", "verl-gke:mode=autopilot")
     assert done.returncode == 2
@@ -133,6 +135,7 @@ def test_plan_error_never_echoes_the_token(capsys: pytest.CaptureFixture[str]) -
     assert TOKEN not in err
 
 
+@pytest.mark.integration  # runs `python -m tools.plan` as a subprocess
 @pytest.mark.parametrize("typo", ["verl_gke", "verlgke", "Verl-Gke"])
 def test_namespace_typo_exits_2_naming_the_right_key(typo: str) -> None:
     done = run_cli("a4", "--set", f"{typo}:gpuNodes=3")

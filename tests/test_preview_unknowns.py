@@ -16,7 +16,6 @@ calls on the real `python -m pulumi.dynamic` host:
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
@@ -29,7 +28,6 @@ from tests.support.dynamic_host import (
     PROVIDER_KEY,
     DynamicHost,
     from_wire,
-    start_dynamic_host,
     wire,
 )
 from tools.offline_engine import UNKNOWN_OUTPUT, PlanResult, RecordedResource, run_stack
@@ -41,12 +39,6 @@ JOBS = ("grpo-job", "grpo-fabric-check")
 @cache
 def first_preview(stack: str, mode: str) -> PlanResult:
     return run_stack(stack, {**REAL, "verl-gke:mode": mode}, strict=True, unknown_outputs=True)
-
-
-@pytest.fixture(scope="module")
-def host() -> Any:
-    with start_dynamic_host() as dynamic_host:
-        yield dynamic_host
 
 
 def engine_view(job: RecordedResource) -> struct_pb2.Struct:

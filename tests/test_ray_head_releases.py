@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,9 @@ from tests.support.dynamic_host import DynamicHost, start_dynamic_host
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
 from tests.support.ray_head import RayHead, temporary_ray_head
 from tests.support.require import require
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 VENVS_ENV = "VERL_GKE_RAY_VENVS"
 # Every Ray release a stack's cluster runs.
@@ -86,62 +89,30 @@ def host(gcs: GcsEmulator) -> Iterator[DynamicHost]:
         yield dynamic_host
 
 
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
-
-
-@pytest.fixture
-def provider() -> RayJobProvider:
-    return RayJobProvider()
-
-
 def test_engine_sequence_from_first_up_to_destroy(
     host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
 ) -> None:
     contract.test_engine_sequence_from_first_up_to_destroy(host, head, gcs, jobs)
 
 
-def test_submit_runs_to_success_and_reads_checkpoints_back(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+# The provider's own tests, each run unchanged against the release's head. The failure's log tail
+# comes from GET /api/v0/logs/file with the driver's node_id (jobs/job_logs.py).
+PROVIDER_TESTS = (
+    provider_tests.test_submit_runs_to_success_and_reads_checkpoints_back,
+    provider_tests.test_create_returns_while_running_and_a_second_create_adopts,
+    provider_tests.test_destroy_stops_a_running_job_and_is_idempotent,
+    provider_tests.test_a_stopped_job_is_resubmitted_as_a_new_attempt,
+    provider_tests.test_failing_entrypoint_fails_with_rays_message_and_the_log_tail,
+    provider_tests.test_refresh_after_the_job_record_is_gone_reports_it_gone,
+)
+
+
+@pytest.mark.parametrize("provider_test", PROVIDER_TESTS, ids=[t.__name__ for t in PROVIDER_TESTS])
+def test_provider(
+    provider_test: Callable[[RayJobProvider, RayHead, GcsEmulator, JobSubmissionClient], None],
+    provider: RayJobProvider,
+    head: RayHead,
+    gcs: GcsEmulator,
+    jobs: JobSubmissionClient,
 ) -> None:
-    provider_tests.test_submit_runs_to_success_and_reads_checkpoints_back(
-        provider, head, gcs, jobs
-    )
-
-
-def test_create_returns_while_running_and_a_second_create_adopts(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    provider_tests.test_create_returns_while_running_and_a_second_create_adopts(
-        provider, head, gcs, jobs
-    )
-
-
-def test_destroy_stops_a_running_job_and_is_idempotent(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    provider_tests.test_destroy_stops_a_running_job_and_is_idempotent(provider, head, gcs, jobs)
-
-
-def test_a_stopped_job_is_resubmitted_as_a_new_attempt(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    provider_tests.test_a_stopped_job_is_resubmitted_as_a_new_attempt(provider, head, gcs, jobs)
-
-
-def test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    # The tail comes from GET /api/v0/logs/file with the driver's node_id (jobs/job_logs.py).
-    provider_tests.test_failing_entrypoint_fails_with_rays_message_and_the_log_tail(
-        provider, head, gcs, jobs
-    )
-
-
-def test_refresh_after_the_job_record_is_gone_reports_it_gone(
-    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
-) -> None:
-    provider_tests.test_refresh_after_the_job_record_is_gone_reports_it_gone(
-        provider, head, gcs, jobs
-    )
+    provider_test(provider, head, gcs, jobs)

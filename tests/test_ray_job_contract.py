@@ -14,8 +14,8 @@ protocol (tests/support/dynamic_host.py) in the order the engine uses:
 - refresh: Read with the prior outputs; a job the head no longer knows reads back as gone;
 - destroy: Delete.
 
-A real Ray head on 127.0.0.1 runs the jobs and a GCS emulator holds the checkpoints; one of each
-and one host serve the whole module.
+A real Ray head on 127.0.0.1 runs the jobs and a GCS emulator holds the checkpoints (in the
+module's own bucket); the session's head, emulator and host serve it (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,12 @@ from tests.support.dynamic_host import (
     DynamicHost,
     engine_inputs,
     from_wire,
-    start_dynamic_host,
 )
-from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, temporary_ray_head
+from tests.support.gcs_emulator import GcsEmulator
+from tests.support.ray_head import RayHead
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -60,31 +61,6 @@ FAST = JobDeadlines(
 )  # fmt: skip
 # How long a test waits for the fake trainer to write its first checkpoint.
 PROGRESS_DEADLINE_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with start_gcs_emulator() as emulator:
-        emulator.client().create_bucket(BUCKET)
-        yield emulator
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with temporary_ray_head("rjc") as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def host(gcs: GcsEmulator) -> Iterator[DynamicHost]:
-    # The provider lists checkpoints with the default storage client: point it at the emulator.
-    with start_dynamic_host(env={"STORAGE_EMULATOR_HOST": gcs.url}) as dynamic_host:
-        yield dynamic_host
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
 
 
 def job_props(

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,10 @@ from tests.support.dynamic_host import (
     wire,
 )
 from tests.support.local_proxies import start_fault_proxy
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.ray_head import RayHead
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -55,37 +56,6 @@ FAST = JobDeadlines(
 # Ray's log endpoints: the state API's file read and the Jobs API's whole log
 # (ray/dashboard/modules/log/log_manager.py, ray/dashboard/modules/job/job_head.py).
 LOG_PATHS = r"^/api/v0/logs/|^/api/jobs/[^/]+/logs"
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rjr", dir="/tmp"))) as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    """A client of a head whose job agent accepts submissions (a new head answers 500 "No
-    available agent" for a while): a short job submitted and finished first."""
-    client = JobSubmissionClient(head.dashboard_url)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            ready = client.submit_job(entrypoint="true")
-            break
-        except Exception:  # not ready yet: the head's agent is still starting
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    while not client.get_job_status(ready).is_terminal() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return client
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[DynamicHost]:
-    with start_dynamic_host() as dynamic_host:
-        yield dynamic_host
 
 
 def job_props(

@@ -34,10 +34,13 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from jobs import dashboard_access, job_logs
 from jobs.job_evidence import gke_cluster_input, ray_pods_summary
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
+from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token
 from tests.support.local_proxies import TcpForwarder
-from tests.support.ray_head import RayHead, free_port, start_ray_head, temporary_ray_head
+from tests.support.ray_head import RayHead, free_port, start_ray_head
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -54,23 +57,6 @@ FAST = JobDeadlines(
 # deadline_reach_s). A bound, not a speed test: bench/job_provider.py measures the real figure.
 ANSWER_BOUND_S = REACH_S + 60.0
 NAMESPACE, SERVICE, CLUSTER = "verl", "h200-ray-head-svc", "h200-ray"
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with temporary_ray_head("rjf") as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[DynamicHost]:
-    with start_dynamic_host() as dynamic_host:
-        yield dynamic_host
 
 
 @pytest.fixture

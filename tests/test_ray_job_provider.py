@@ -4,7 +4,7 @@ Unit tests: they call the provider's methods directly, in the order the engine w
 diff -> delete/create/update/read), and look at the cluster through Ray's own
 JobSubmissionClient. What the engine really sends, through the real `python -m pulumi.dynamic`
 host over gRPC, is covered by the contract tests in test_ray_job_contract.py and
-test_preview_unknowns.py. One Ray head and one emulator serve the whole module.
+test_preview_unknowns.py. The session's Ray head and emulator (tests/conftest.py) serve it.
 """
 
 from __future__ import annotations
@@ -40,13 +40,16 @@ from jobs.ray_job import (
     input_problems,
     submission_id,
 )
-from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
+from tests.support.gcs_emulator import GcsEmulator
 from tests.support.local_proxies import (
     TcpForwarder,
     make_tls_material,
     start_service_proxy,
 )
-from tests.support.ray_head import RayHead, free_port, temporary_ray_head
+from tests.support.ray_head import RayHead, free_port
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
@@ -65,29 +68,12 @@ FAST = JobDeadlines(
 
 
 @pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with start_gcs_emulator() as emulator:
-        emulator.client().create_bucket(BUCKET)
-        # The provider's own checkpoint discovery uses the default storage client.
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
-            yield emulator
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with temporary_ray_head("rjp") as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
-
-
-@pytest.fixture
-def provider() -> RayJobProvider:
-    return RayJobProvider()
+def gcs(gcs: GcsEmulator) -> Iterator[GcsEmulator]:
+    """The module's bucket (tests/conftest.py); the provider's own checkpoint discovery uses the
+    default storage client, which finds the emulator through STORAGE_EMULATOR_HOST."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+        yield gcs
 
 
 def props(

@@ -10,7 +10,7 @@
   the next up says it resubmits, as which id, and from which checkpoint.
 
 Stand-in jobs (tests/job_fixtures/startup_job.py) print verl's start-up markers and step lines in
-a few seconds; one Ray head, one GCS emulator and one host serve the module.
+a few seconds; the session's Ray head, GCS emulator and host (tests/conftest.py) serve it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,12 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from jobs import dashboard_access, job_logs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.job_fixtures.fake_trainer import write_checkpoint
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
-from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
-from tests.support.ray_head import RayHead, temporary_ray_head
+from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
+from tests.support.gcs_emulator import GcsEmulator
+from tests.support.ray_head import RayHead
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -47,30 +49,6 @@ FAST = JobDeadlines(
     submit_s=30.0, reach_s=5.0, start_s=60.0, startup_grace_s=0.3, first_step_s=60.0,
     wait_s=60.0, stop_s=30.0, poll_interval_s=0.1,
 )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with start_gcs_emulator() as emulator:
-        emulator.client().create_bucket(BUCKET)
-        yield emulator
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with temporary_ray_head("rjw") as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
-
-
-@pytest.fixture(scope="module")
-def host(gcs: GcsEmulator) -> Iterator[DynamicHost]:
-    with start_dynamic_host(env={"STORAGE_EMULATOR_HOST": gcs.url}) as dynamic_host:
-        yield dynamic_host
 
 
 def job_props(head: RayHead, run: str, wait_for: str | None, *args: str) -> dict[str, Any]:

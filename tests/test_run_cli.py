@@ -14,7 +14,6 @@ import base64
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,8 +25,12 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access, verl_log
 from tests.support.local_proxies import make_tls_material, start_service_proxy
-from tests.support.ray_head import RayHead, free_port, ray_temp_dir, start_ray_head
+from tests.support.ray_head import RayHead, free_port
+from tests.support.run_tool import rows, tool
 from tools import run as run_tool
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = REPO / "tests" / "job_fixtures" / "verl_metrics_job.py"
@@ -45,18 +48,9 @@ class Runs:
 
 
 def _submit(jobs: JobSubmissionClient, hold: Path, *args: str) -> str:
+    # The head's job agent accepts submissions already (tests/conftest.py waits for it).
     command = [sys.executable, str(STAND_IN), "--hold-file", str(hold), *args]
-    # A head's dashboard answers before its agent has registered; until then Ray answers a
-    # submission 500 "No available agent to submit job, please try again later"
-    # (job_head.py, Ray 2.60).
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            return jobs.submit_job(entrypoint=shlex.join(command))
-        except RuntimeError as exc:
-            if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    return jobs.submit_job(entrypoint=shlex.join(command))
 
 
 def _wait_for(jobs: JobSubmissionClient, sid: str, text: str) -> None:
@@ -70,50 +64,28 @@ def _wait_for(jobs: JobSubmissionClient, sid: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[Runs]:
-    with ray_temp_dir("rcli") as folder, start_ray_head(folder / "head") as head:
-        holds = {name: folder / f"release-{name}" for name in ("finished", "running", "starting")}
-        jobs = JobSubmissionClient(head.dashboard_url)
-        finished = _submit(jobs, holds["finished"], "--steps", "5", "--finish")
-        running = _submit(jobs, holds["running"], "--steps", "5")
-        starting = _submit(jobs, holds["starting"], "--steps", "0")
-        try:
-            # Every line is in the log before a job may exit (Ray forwards actor output late).
-            _wait_for(jobs, finished, FINAL_LINE)
-            _wait_for(jobs, running, "step:5 - ")
-            _wait_for(jobs, starting, "step:0 - val-core/")
-            holds["finished"].touch()
-            deadline = time.monotonic() + WAIT_S
-            while jobs.get_job_status(finished) != JobStatus.SUCCEEDED:
-                assert time.monotonic() < deadline, jobs.get_job_info(finished)
-                time.sleep(0.2)
-            yield Runs(head=head, finished=finished, running=running, starting=starting)
-        finally:
-            for hold in holds.values():
-                hold.touch()
-
-
-def tool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "tools.run", *args],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def rows(stdout: str) -> dict[str, str]:
-    """The text report as label -> value (labels are left-aligned, two spaces before values)."""
-    table: dict[str, str] = {}
-    for line in stdout.splitlines():
-        label, _, value = line.partition("  ")
-        table.setdefault(label.strip(), value.strip())
-    return table
+def runs(
+    head: RayHead, jobs: JobSubmissionClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runs]:
+    folder = tmp_path_factory.mktemp("holds")
+    holds = {name: folder / f"release-{name}" for name in ("finished", "running", "starting")}
+    finished = _submit(jobs, holds["finished"], "--steps", "5", "--finish")
+    running = _submit(jobs, holds["running"], "--steps", "5")
+    starting = _submit(jobs, holds["starting"], "--steps", "0")
+    try:
+        # Every line is in the log before a job may exit (Ray forwards actor output late).
+        _wait_for(jobs, finished, FINAL_LINE)
+        _wait_for(jobs, running, "step:5 - ")
+        _wait_for(jobs, starting, "step:0 - val-core/")
+        holds["finished"].touch()
+        deadline = time.monotonic() + WAIT_S
+        while jobs.get_job_status(finished) != JobStatus.SUCCEEDED:
+            assert time.monotonic() < deadline, jobs.get_job_info(finished)
+            time.sleep(0.2)
+        yield Runs(head=head, finished=finished, running=running, starting=starting)
+    finally:
+        for hold in holds.values():
+            hold.touch()
 
 
 def test_status_of_a_finished_run(runs: Runs) -> None:

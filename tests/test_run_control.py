@@ -22,10 +22,7 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,11 +37,14 @@ from jobs import dashboard_access
 from jobs.dashboard_client import Dashboard
 from jobs.job_inputs import JobInputs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
-from tests.support import ray_head as ray_head_support
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, start_dynamic_host
-from tests.support.ray_head import RayHead, start_ray_head
+from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
+from tests.support.ray_head import RayHead, temporary_ray_head
+from tests.support.run_tool import rows, tool
 from tools import run_control
 from tools.run_target import RunToolError, Target, open_dashboard
+
+# Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
@@ -58,50 +58,6 @@ FAST = JobDeadlines(
     wait_s=60.0, stop_s=30.0, poll_interval_s=0.1,
 )  # fmt: skip
 RAY_TOKEN = "0123456789abcdef0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with start_ray_head(Path(tempfile.mkdtemp(prefix="rct", dir="/tmp"))) as ray_head:
-        yield ray_head
-
-
-@pytest.fixture(scope="module")
-def jobs(head: RayHead) -> JobSubmissionClient:
-    return JobSubmissionClient(head.dashboard_url)
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[DynamicHost]:
-    with start_dynamic_host() as dynamic_host:
-        yield dynamic_host
-
-
-def tool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-    }
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "tools.run", *args],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
-def rows(stdout: str) -> dict[str, str]:
-    """The text report as label -> value (labels are left-aligned, two spaces before values)."""
-    table: dict[str, str] = {}
-    for line in stdout.splitlines():
-        label, _, value = line.partition("  ")
-        table.setdefault(label.strip(), value.strip())
-    return table
 
 
 def startup_job(*args: str) -> str:
@@ -321,28 +277,11 @@ def test_a_stop_of_a_finished_run_records_nothing(head: RayHead, jobs: JobSubmis
 # -- a head with Ray's token authentication -----------------------------------------------------
 
 
-def _session_name_with_token(url: str) -> str | None:
-    """ray_head's readiness probe (the session_name of GET /api/version), sending the token."""
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {RAY_TOKEN}"})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            body = json.loads(response.read() or b"{}")
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-    session = body.get("session_name") if isinstance(body, dict) else None
-    return str(session) if session else ""
-
-
 @pytest.fixture(scope="module")
 def token_head() -> Iterator[RayHead]:
-    # The readiness probe of start_ray_head sends no token; this head wants one on /api/version.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ray_head_support, "_session_name", _session_name_with_token)
-        token_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
-        started = start_ray_head(
-            Path(tempfile.mkdtemp(prefix="rtk", dir="/tmp")), extra_env=token_env
-        )
-    with started as ray_head:
+    """A head of its own: it wants Ray's token on every request (its readiness probe sends it)."""
+    token_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
+    with temporary_ray_head("rtk", extra_env=token_env) as ray_head:
         yield ray_head
 
 

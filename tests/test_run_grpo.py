@@ -23,6 +23,9 @@ import pytest
 from config import bucket_layout
 from payloads.export import export_model, run_grpo
 
+# Runs the runner as a subprocess, as the job does.
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
 IDENTITY = {"world_size": 16, "model_path": "/data/M", "actor_strategy": "fsdp"}

@@ -49,6 +49,9 @@ from training.memory_fit import ModelArch
 from training.model_facts import table_facts
 from training.verl_keys import KEYS_DIR, extra_override_problems
 
+# Runs verl's own config code in the verl virtualenvs (subprocesses).
+pytestmark = pytest.mark.integration
+
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
 REPO = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = REPO / "tools" / "verl_compose_check.py"

@@ -45,6 +45,9 @@ from training.grpo_spec import (
 from training.memory_fit import VLLM_MAX_NUM_SEQS_DEFAULT
 from training.model_export import runner_job
 
+# Runs verl's trainer code in the verl virtualenvs and the runner (subprocesses).
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tools" / "verl_run_probe.py"
 RUNNER = REPO / "payloads" / "export" / "run_grpo.py"

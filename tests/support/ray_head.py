@@ -200,6 +200,28 @@ def temporary_ray_head(prefix: str, **options: Any) -> Iterator[RayHead]:
         yield head
 
 
+def wait_for_job_agent(head: RayHead, timeout_s: float = 180.0) -> None:
+    """Until the head's job agent accepts submissions: a new head answers POST /api/jobs/ with 500
+    "No available agent" for a while after its dashboard is up. A short job is submitted and
+    awaited; raises the last submission error after timeout_s."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(head.dashboard_url)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ready = client.submit_job(entrypoint="true")
+            break
+        except Exception:  # not ready yet: the head's agent is still starting
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    while not client.get_job_status(ready).is_terminal():
+        if time.monotonic() > deadline:
+            raise RayHeadNotReadyError(f"the head's first job {ready} did not end in {timeout_s}s")
+        time.sleep(0.2)
+
+
 def _start_ray_head_once(
     temp_dir: Path,
     num_cpus: int,
@@ -272,12 +294,18 @@ def _start_ray_head_once(
         pids=(root.pid,),
         _root=root,
     )
-    _wait_until_ready(head, root, ready_timeout_s)
+    # A head with Ray's token authentication answers /api/version only with the token
+    # (Authorization: Bearer <token>: ray/_private/authentication/authentication_constants.py,
+    # Ray 2.60).
+    token = env.get("RAY_AUTH_TOKEN") if env.get("RAY_AUTH_MODE") == "token" else None
+    _wait_until_ready(head, root, ready_timeout_s, token)
     head.pids = (root.pid, *_descendants(root.pid))
     return head
 
 
-def _wait_until_ready(head: RayHead, root: subprocess.Popen[bytes], timeout_s: float) -> None:
+def _wait_until_ready(
+    head: RayHead, root: subprocess.Popen[bytes], timeout_s: float, token: str | None
+) -> None:
     """Until `ray start` has said "Ray runtime started." and the dashboard answers GET
     /api/version with this head's session (a session folder in its temp_dir); stops the head and
     raises when `ray start` exits, when the port answers for another head, or after timeout_s.
@@ -295,7 +323,7 @@ def _wait_until_ready(head: RayHead, root: subprocess.Popen[bytes], timeout_s: f
                 f"{_tail(head.log_path)}"
             )
         started = _RUNTIME_STARTED in head.log_path.read_bytes()
-        session = _session_name(f"{head.dashboard_url}/api/version") if started else None
+        session = _session_name(f"{head.dashboard_url}/api/version", token) if started else None
         if session is not None:
             if (head.temp_dir / session).is_dir():
                 return
@@ -313,10 +341,13 @@ def _wait_until_ready(head: RayHead, root: subprocess.Popen[bytes], timeout_s: f
         time.sleep(0.2)
 
 
-def _session_name(url: str) -> str | None:
-    """The session_name GET /api/version answers with; None while nothing answers."""
+def _session_name(url: str, token: str | None = None) -> str | None:
+    """The session_name GET /api/version answers with (sending the token, if any); None while
+    nothing answers."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as response:
             body = json.loads(response.read() or b"{}")
     except (urllib.error.URLError, OSError, ValueError):
         return None
