@@ -350,6 +350,7 @@ def _without_optional_keys(config: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in config.items() if key not in _OPTIONAL_KEYS}
 
 
+@pytest.mark.integration  # transformers in the verl 0.6.1 virtualenv
 def test_table_arithmetic_equals_the_parameters_transformers_builds(
     transformers_facts: dict[str, dict[str, Any]],
 ) -> None:
@@ -358,6 +359,7 @@ def test_table_arithmetic_equals_the_parameters_transformers_builds(
         assert transformers_facts[hub_id]["params"] == arch.num_params, hub_id
 
 
+@pytest.mark.integration  # transformers in the verl 0.6.1 virtualenv
 def test_a_config_json_without_optional_keys_is_read_as_transformers_reads_it(
     transformers_facts: dict[str, dict[str, Any]],
 ) -> None:

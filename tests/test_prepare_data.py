@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Runs the data-prep payload in subprocesses.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "payloads" / "prepare_data.py"
 FIXTURES = Path(__file__).resolve().parent / "data_prep_fixtures"

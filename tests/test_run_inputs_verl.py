@@ -30,6 +30,9 @@ from tests.program import REAL
 from tests.support.require import missing
 from training.assembly import reward_overrides, training_job
 
+# Runs payloads and verl's code in subprocesses (the verl virtualenvs).
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 RUN_INPUTS_CHECK = REPO / "tools" / "verl_run_inputs_check.py"
 COMPOSE_CHECK = REPO / "tools" / "verl_compose_check.py"
