@@ -12,6 +12,7 @@ builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py doe
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -224,6 +225,26 @@ def test_an_own_runs_argv_composes_and_passes_verls_checks(release: str) -> None
 SCORED_CHECK = REPO / "tools" / "verl_scored_check.py"
 # Releases whose virtualenv has pyarrow to write fixture parquet (see DATASET_RELEASES).
 PARQUET_RELEASES = DATASET_RELEASES
+# Per Hub dataset: its raw answer column (the worked solution, as on the Hub), the answer verl's
+# own preprocessing takes out of it (examples/data_preprocess/gsm8k.py extract_solution: the
+# number after '#### '; math_dataset.py: remove_boxed(last_boxed_only_string(solution))), and a
+# right response in the format verl's score reads.
+GSM8K_RAW = "She sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n#### 72"
+MATH_RAW = "Since $x + 2 = \\frac{11}{2}$, we get $x = \\boxed{\\frac{7}{2}}$."
+ANSWER_COLUMNS = {
+    "openai/gsm8k": (GSM8K_RAW, "72", "48 + 24 = 72.\n#### 72"),
+    "lighteval/MATH": (MATH_RAW, "\\frac{7}{2}", "So $x = \\boxed{\\frac{7}{2}}$."),
+    "DigitalLearningGmbH/MATH-lighteval": (
+        MATH_RAW, "\\frac{7}{2}", "So $x = \\boxed{\\frac{7}{2}}$."
+    ),
+}  # fmt: skip
+
+
+def _answer_cases() -> list[list[str]]:
+    """(data_source, response, ground truth): each raw column, then each extracted answer."""
+    rows = sorted(ANSWER_COLUMNS.items())
+    raw = [[source, response, column] for source, (column, _, response) in rows]
+    return raw + [[source, response, answer] for source, (_, answer, response) in rows]
 
 
 def _bucket_scored_flags() -> tuple[list[str], list[str]]:
@@ -246,6 +267,7 @@ def _scored_reports() -> dict[str, dict[str, Any]]:
             "scored_sources": sources,
             "scored_prefixes": prefixes,
             "parquet": release in PARQUET_RELEASES,
+            "answers": _answer_cases(),
         }
         stdin = tempfile.TemporaryFile("w+")
         json.dump(request, stdin)
@@ -292,3 +314,26 @@ def test_data_prep_refuses_a_parquet_folder_verl_could_not_score_or_read(release
     assert "['my_source']" in refused and "NotImplementedError" in refused
     assert "verl-gke:reward" in refused and "docs/own-run.md" in refused
     assert "prompt is string" in checks["string-prompt-reward-set"]
+
+
+@pytest.mark.parametrize("release", sorted(STACK_FOR_RELEASE))
+def test_verl_scores_zero_against_a_raw_answer_column_refused_without_a_reward(
+    release: str,
+) -> None:
+    # verl's gsm8k score compares the response's '#### N' with the ground truth as is
+    # (verl/utils/reward_score/gsm8k.py) and its MATH score the last \boxed{} with it through
+    # is_equiv (math_reward.py): neither takes an answer out of the ground truth, so a raw column
+    # scores 0 on a right response and only the extracted answer scores 1. The datasets refused
+    # with datasetColumns and no reward (run_inputs.EXTRACTED_ANSWER) are exactly these.
+    assert sorted(ANSWER_COLUMNS) == sorted(run_inputs.EXTRACTED_ANSWER)
+    scores = _scored_reports()[release]["answer_scores"]
+    assert scores == [0.0] * len(ANSWER_COLUMNS) + [1.0] * len(ANSWER_COLUMNS)
+    # The reward the refusal offers scores the same right response 1 against the raw column.
+    file, function = run_inputs.REWARD_EXAMPLE.split(":")
+    spec = importlib.util.spec_from_file_location("offered_reward", REPO / file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    reward = getattr(module, function)
+    for source, (column, _, response) in ANSWER_COLUMNS.items():
+        assert reward(data_source=source, solution_str=response, ground_truth=column) == 1.0

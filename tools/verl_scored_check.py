@@ -9,13 +9,14 @@ tools/verl_run_inputs_check.py:
    not (a branch matched: its score ran, whatever it returned or raised);
 2. reads the data_source names and prefixes default_compute_score compares with, from its source;
 3. with "parquet" (a virtualenv with pyarrow): writes fixture parquet folders and records what
-   payloads/prepare_data.py's check_dataset says of each, with and without the scored sources.
+   payloads/prepare_data.py's check_dataset says of each, with and without the scored sources;
+4. scores each "answers" case (data_source, response, ground truth) with default_compute_score.
 
 stdin:  {"workdir": DIR, "sources": [...], "scored_sources": [...], "scored_prefixes": [...],
-         "parquet": bool}
+         "parquet": bool, "answers": [[data_source, solution_str, ground_truth], ...]}
 stdout: {"verl_version": ..., "ok": bool, "error": ..., "not_implemented": {source: bool},
          "raised": {source: "ExceptionType"}, "verl_sources": [...], "verl_prefixes": [...],
-         "checks": {case: null or "refusal"}}
+         "checks": {case: null or "refusal"}, "answer_scores": [float, ...]}
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def _score(sources: list[str], result: dict[str, Any]) -> None:
         except Exception as error:  # the branch matched; its score refused the fixture
             result["not_implemented"][source] = False
             result["raised"][source] = type(error).__name__
+
+
+def _answer_scores(cases: list[list[str]], result: dict[str, Any]) -> None:
+    from verl.utils.reward_score import default_compute_score
+
+    result["answer_scores"] = [
+        default_compute_score(data_source=source, solution_str=response, ground_truth=truth)
+        for source, response, truth in cases
+    ]
 
 
 def _verl_table(result: dict[str, Any]) -> None:
@@ -132,6 +142,7 @@ def main() -> int:
             result["verl_version"] = verl.__version__
             _score(request["sources"], result)
             _verl_table(result)
+            _answer_scores(request.get("answers", []), result)
             if request["parquet"]:
                 _checks(request, result)
         result["ok"] = True
