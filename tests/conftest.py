@@ -24,6 +24,7 @@ Tiers: `pytest -m "not integration"` is the inner loop; `pytest` runs both. A te
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -42,6 +43,13 @@ SHARED_COMPONENTS = frozenset({"ray_head", "gcs_emulator", "provider_host"})
 # RAY_JOB_STOP_WAIT_TIME_S = 3 s, SIGKILL: ray/dashboard/modules/job/job_supervisor.py); generous
 # for a loaded machine.
 STOP_LEFTOVERS_S = 120.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # No test reaches the Hugging Face Hub: a program run as by `pulumi up` (not a preview) reads
+    # the model's config.json and the dataset's access from HF_ENDPOINT (training/model_facts.py),
+    # here a port nothing listens on; the tests of those reads start their own stand-in.
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -284,17 +284,22 @@ def test_missing_repository_or_config_is_refused(hub: list, hub_id: str, reason:
     assert "Fix: pulumi config set verl-gke:model " in problem
 
 
-def test_unreachable_hub_is_refused_before_anything_is_created(
+def test_an_unreachable_hub_falls_back_to_the_table_and_refuses_an_unknown_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A port nothing listens on: the connection is refused at once.
+    # A port nothing listens on: the connection is refused at once. The Hub down or blocked from
+    # the deploying machine says nothing about the model: a model of the table (or of
+    # verl-gke:modelConfig) is planned from those facts, said so; any other is refused.
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     port = server.server_port
     server.server_close()
     monkeypatch.setenv(HF_ENDPOINT_ENV, f"http://127.0.0.1:{port}")
     _hub_config.cache_clear()
-    with pytest.raises(GrpoPreflightError, match="the Hub could not be reached"):
-        training_job(_settings(model="Qwen/Qwen3-8B"), hub=True)
+    job = training_job(_settings(model="Qwen/Qwen3-8B"), hub=True)
+    assert job.model.arch == table_facts("Qwen/Qwen3-8B").arch
+    assert "could not be reached" in job.model.source and "not checked" in job.model.source
+    with pytest.raises(GrpoPreflightError, match=r"could not be reached.*modelConfig"):
+        training_job(_settings(model="acme/tiny-llama"), hub=True)
     _hub_config.cache_clear()
 
 

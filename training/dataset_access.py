@@ -19,6 +19,7 @@ from collections.abc import Callable
 from config import run_inputs
 from config.run_inputs import DATASET_KEY
 from config.settings import SettingsError, StackSettings
+from training.model_facts import hub_endpoint
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 15.0
@@ -82,7 +83,7 @@ def stack_access_problems(
     if dataset.kind == "bucket":
         return [], []
     token = settings.hf_token.get_secret_value()
-    return access_problems(dataset.dataset, token, settings.stack, get)
+    return access_problems(dataset.dataset, token, settings.stack, get, hub=hub_endpoint())
 
 
 def check_stack_access(

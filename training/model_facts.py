@@ -38,6 +38,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _HUB_TIMEOUT_S = 20
 
 
+class HubUnreachableError(ModelFactsError):
+    """The Hub did not answer: no verdict on the model, unlike a refusal (gated, missing)."""
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """The model's identity and architecture, carried with the job from settings to the plan."""
@@ -63,20 +67,33 @@ def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:
     verl-gke:modelConfig or the committed table. ModelFactsError names the key and a fix."""
     hub_id = settings.model
     try:
-        if hub:
+        if not hub:
+            return _facts(hub_id, *_offline_config(settings))
+        try:
             config, source = hub_config(hub_id, settings.hf_token.get_secret_value())
-        elif settings.model_config_file:
-            config, source = _config_file(settings.model_config_file)
-        else:
-            entry = table_entry(hub_id)
-            if entry is None:
-                raise ModelFactsError(_not_in_table(settings))
-            config, source = entry.config, entry.source
+        except HubUnreachableError as unreachable:
+            # The Hub down or blocked from this machine is no verdict on the model: the facts a
+            # plan would use serve, and the data-prep Job (in the cluster) downloads it later.
+            config, source = _offline_config(settings, unreachable=str(unreachable))
+            source = f"{source}; {unreachable}, so gated access was not checked"
         return _facts(hub_id, config, source)
     except ModelFactsError as error:
         raise ModelFactsError(
             f"{config_key('model')} = {hub_id!r}: {error}. Fix: {_fix(settings, str(error))}"
         ) from None
+
+
+def _offline_config(
+    settings: StackSettings, unreachable: str | None = None
+) -> tuple[Mapping[str, Any], str]:
+    """verl-gke:modelConfig's config.json, else the committed table's entry."""
+    if settings.model_config_file:
+        return _config_file(settings.model_config_file)
+    entry = table_entry(settings.model)
+    if entry is None:
+        why = _not_in_table(settings)
+        raise ModelFactsError(f"{unreachable}, and it is {why}" if unreachable else why)
+    return entry.config, entry.source
 
 
 def _fix(settings: StackSettings, reason: str) -> str:
@@ -137,9 +154,8 @@ def _hub_config(endpoint: str, hub_id: str, token: str) -> tuple[Mapping[str, An
             url, headers={"Authorization": f"Bearer {token}"}, timeout=_HUB_TIMEOUT_S
         )
     except requests.RequestException as error:
-        raise ModelFactsError(
-            f"the Hub could not be reached for its config.json ({type(error).__name__}); "
-            "pulumi up checks the model before creating anything"
+        raise HubUnreachableError(
+            f"the Hub could not be reached for its config.json ({type(error).__name__})"
         ) from None
     if response.status_code == 200:
         try:
