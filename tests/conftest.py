@@ -47,7 +47,7 @@ STOP_LEFTOVERS_S = 120.0
 
 def pytest_configure(config: pytest.Config) -> None:
     # No test reaches the Hugging Face Hub: a program run as by `pulumi up` (not a preview) reads
-    # the model's config.json and the dataset's access from HF_ENDPOINT (training/model_facts.py),
+    # the model's config.json and the dataset's access from HF_ENDPOINT (training/hub_client.py),
     # here a port nothing listens on; the tests of those reads start their own stand-in.
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 

@@ -20,13 +20,14 @@ from config.settings import load_settings
 from tests.support.require import missing
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
+from training.hub_client import HF_ENDPOINT_ENV
 from training.model_config import (
     ModelFactsError,
     arch_from_config,
     best_rollout_tp,
     rollout_tp_fits,
 )
-from training.model_facts import HF_ENDPOINT_ENV, _hub_config, table_facts
+from training.model_facts import _hub_config, table_facts
 from training.model_table import MODEL_TABLE
 
 GOOD = {

@@ -11,18 +11,13 @@ credentials in Authorization header" is a token the Hub does not know, not a mis
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
 from config import run_inputs
 from config.run_inputs import DATASET_KEY
 from config.settings import SettingsError, StackSettings
-from training.model_facts import hub_endpoint
-
-HUB = "https://huggingface.co"
-TIMEOUT_S = 15.0
+from training.hub_client import DEFAULT_HF_ENDPOINT, hub_endpoint, hub_get
 
 # huggingface_hub's hf_raise_for_status: this 401 message means the token itself is refused.
 INVALID_TOKEN = "Invalid credentials in Authorization header"
@@ -33,16 +28,12 @@ Fetch = Callable[[str, str], tuple[int, str | None, str | None]]
 
 
 def fetch(url: str, token: str) -> tuple[int, str | None, str | None]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status, None, None
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers.get("X-Error-Code"), error.headers.get("X-Error-Message")
+    answer = hub_get(url, token)  # HubNotAnsweringError is an OSError
+    return answer.status, answer.error_code, answer.error_message
 
 
 def access_problems(
-    dataset: str, token: str, stack: str, get: Fetch = fetch, hub: str = HUB
+    dataset: str, token: str, stack: str, get: Fetch = fetch, hub: str = DEFAULT_HF_ENDPOINT
 ) -> tuple[list[str], list[str]]:
     """(problems, notes) for the Hub dataset `dataset` read with `token`."""
     url = f"{hub}/api/datasets/{urllib.parse.quote(dataset, safe='/')}/auth-check"

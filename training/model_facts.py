@@ -2,10 +2,9 @@
 
 Where the facts come from:
 - `pulumi up` (the real engine): the model's own config.json from the Hugging Face Hub, read with
-  the stack's hfToken (only that file, once per process). The Hub answers a gated model the token
-  may not read, and a repository that does not exist, with an error code in the `X-Error-Code`
-  header (`GatedRepo`, `RepoNotFound`, `EntryNotFound`; huggingface_hub utils/_http.py
-  hf_raise_for_status reads the same header), so those are refused before anything is created.
+  the stack's hfToken (only that file, once per process, training/hub_client.py). A gated model
+  the token may not read, and a repository that does not exist, are refused before anything is
+  created; a Hub that does not answer is no verdict, and the offline facts below serve.
 - without network (the offline plan, CI, tests): `verl-gke:modelConfig`, a config.json in the
   user's repository, else the committed table (training/model_table.py).
 
@@ -16,26 +15,20 @@ layers; a mixture-of-experts config is refused with the reason.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from config.settings import DEFAULT_MODEL, StackSettings, config_key
+from training.hub_client import HubAnswer, HubNotAnsweringError, hub_endpoint, hub_get
 from training.memory_fit import ModelArch
 from training.model_config import ModelFactsError, arch_from_config
 from training.model_table import MODEL_TABLE, table_entry
 
-# The Hub's base URL; huggingface_hub reads the same variable (constants.HF_ENDPOINT).
-HF_ENDPOINT_ENV = "HF_ENDPOINT"
-DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 # verl-gke:modelConfig paths are relative to the folder holding Pulumi.yaml.
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_HUB_TIMEOUT_S = 20
 
 
 class HubUnreachableError(ModelFactsError):
@@ -136,10 +129,6 @@ def _config_file(path_text: str) -> tuple[Mapping[str, Any], str]:
     return config, f"{key} ({path_text})"
 
 
-def hub_endpoint() -> str:
-    return os.environ.get(HF_ENDPOINT_ENV, DEFAULT_HF_ENDPOINT).rstrip("/")
-
-
 def hub_config(hub_id: str, token: str) -> tuple[Mapping[str, Any], str]:
     """The model's config.json from the Hub (revision main), read once per process."""
     return _hub_config(hub_endpoint(), hub_id, token)
@@ -150,26 +139,24 @@ def _hub_config(endpoint: str, hub_id: str, token: str) -> tuple[Mapping[str, An
     # The Hub's file URL (huggingface_hub file_download.hf_hub_url): /{repo}/resolve/{rev}/{file}.
     url = f"{endpoint}/{hub_id}/resolve/main/config.json"
     try:
-        response = requests.get(
-            url, headers={"Authorization": f"Bearer {token}"}, timeout=_HUB_TIMEOUT_S
-        )
-    except requests.RequestException as error:
+        answer = hub_get(url, token)
+    except HubNotAnsweringError as error:
         raise HubUnreachableError(
-            f"the Hub could not be reached for its config.json ({type(error).__name__})"
+            f"the Hub could not be reached for its config.json ({error})"
         ) from None
-    if response.status_code == 200:
+    if answer.status == 200:
         try:
-            config = response.json()
+            config = json.loads(answer.body)
         except ValueError:
             raise ModelFactsError("the Hub returned a config.json that is not JSON") from None
-        revision = response.headers.get("X-Repo-Commit", "main")
+        revision = answer.revision or "main"
         return config, f"the Hub ({endpoint}/{hub_id}, config.json at {revision})"
-    raise ModelFactsError(_hub_refusal(hub_id, response))
+    raise ModelFactsError(_hub_refusal(hub_id, answer))
 
 
-def _hub_refusal(hub_id: str, response: requests.Response) -> str:
-    code = response.headers.get("X-Error-Code", "")
-    status = response.status_code
+def _hub_refusal(hub_id: str, answer: HubAnswer) -> str:
+    code = answer.error_code or ""
+    status = answer.status
     if code == "GatedRepo":
         return (
             f"it is a gated model and the token of {config_key('hf_token')} has no access "
