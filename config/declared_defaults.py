@@ -4,7 +4,9 @@ Pulumi applies a declared `default` (any non-null value, the empty string includ
 that lacks the key, and refuses a stack that lacks a key declared without one ("Stack 'a4' is
 missing configuration value ...": pulumi/pulumi sdk/go/common/workspace/config.go mergeConfig). It
 checks a plain stack value's type on its text (validateStackConfigValue; project.go
-ValidateConfigValue), so a `string` key takes any value `pulumi config set` writes. A setting whose
+ValidateConfigValue), so a `string` key takes any scalar (`pulumi config set` stores a top-level
+value as a string; a hand-written YAML number or bool is checked as its text) but refuses an
+object (a YAML map, `--path KEY.field`, an ESC object). A setting whose
 default the program derives from the stack (its profile, its name, another setting), or that is
 optional, is therefore declared as a string whose default, the empty string, means "not set" (a
 string: Pulumi's integer and boolean types cannot say "not set", and an explicit 0 GPU nodes must

@@ -448,6 +448,17 @@ def valid_keys() -> list[str]:
     )
 
 
+def object_keys() -> list[str]:
+    """The `verl-gke:` keys whose value is an object, the only ones `--path KEY.FIELD` can set:
+    Pulumi refuses an object for a key Pulumi.yaml declares a string, integer or boolean ("must
+    be of type 'string'": pulumi/pulumi pkg/workspace/config.go validateStackConfigValue)."""
+    return sorted(
+        f"{NAMESPACE}:{field.alias}"
+        for name, field in StackSettings.model_fields.items()
+        if name not in {"stack", *GCP_KEYS} and field.alias and "dict" in str(field.annotation)
+    )
+
+
 # Rules from layers config may not import, handed in by the composition root: `job_check` raises
 # ValueError when the GRPO job cannot run on the settings (training/assembly.training_job), and
 # `redact(text, known)` hides every secret-looking value in an error (jobs/secret_scan.redact).
@@ -608,7 +619,7 @@ def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
             continue
         if not key.startswith(f"{NAMESPACE}:") or key in known:
             continue
-        flat = input_rules.flat_object_key(key, str(config[key]), stack, known)
+        flat = input_rules.flat_object_key(key, str(config[key]), stack, object_keys())
         if flat:
             problems.append(flat)
             continue

@@ -4,6 +4,7 @@ project.go Validate / ValidateConfigValue)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -44,6 +45,17 @@ def _pulumi_accepts(type_name: str, items: dict[str, Any] | None, value: Any) ->
     if type_name == "array" and isinstance(value, list) and items:
         return all(_pulumi_accepts(items["type"], items.get("items"), v) for v in value)
     return False
+
+
+def _stack_value_accepted(declaration: dict[str, Any], value: Any) -> bool:
+    """validateStackConfigValue (pulumi/pulumi pkg/workspace/config.go): a scalar stack value is
+    checked as its text (config.Value keeps a YAML number or bool as text: object.MarshalString),
+    an object or list (a YAML map, `--path`, an ESC object) as the parsed structure."""
+    if not isinstance(value, (dict, list)):
+        value = json.dumps(value) if isinstance(value, (bool, int, float)) else str(value)
+    if declaration["type"] == "object":
+        return isinstance(value, dict)
+    return _pulumi_accepts(declaration["type"], declaration.get("items"), value)
 
 
 def test_pulumi_yaml_is_generated_from_the_settings() -> None:
@@ -127,8 +139,27 @@ def test_committed_stack_values_have_the_declared_types(stack: str) -> None:
     values = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
     for key, value in values.items():
         if key in DECLARED and not (isinstance(value, dict) and "secure" in value):
-            declared = DECLARED[key]
-            assert _pulumi_accepts(declared["type"], declared.get("items"), value), key
+            assert _stack_value_accepted(DECLARED[key], value), key
+
+
+def test_a_stack_value_is_type_checked_as_its_text() -> None:
+    # A hand-written YAML number or bool passes a `string` declaration; a map does not.
+    declared = DECLARED["verl-gke:gpuNodes"]
+    assert _stack_value_accepted(declared, 4) and _stack_value_accepted(declared, True)
+    assert not _stack_value_accepted(declared, {"prompt": "q"})
+
+
+@pytest.mark.parametrize("key", sorted(valid_keys()))
+def test_a_path_fix_is_one_pulumi_accepts(key: str) -> None:
+    # A key typed as `KEY.field` without --path is answered with `--path KEY.field`, which makes
+    # KEY an object; Pulumi refuses that before the program runs where KEY is declared a string,
+    # integer, boolean or array (validateStackConfigValue), so the fix is offered only for a key
+    # that may hold an object.
+    config = {**stack_config("a4"), "gcp:project": "acme-ml-prod", f"{key}.field": "v"}
+    with pytest.raises(SettingsError) as refused:
+        load_settings("a4", config, offline=True)
+    if f"--path {key}.field" in str(refused.value) and key in DECLARED:
+        assert _stack_value_accepted(DECLARED[key], {"field": "v"}), str(refused.value)
 
 
 def test_offline_engine_applies_project_defaults_like_pulumi(tmp_path: Any) -> None:

@@ -14,8 +14,9 @@ project.go Validate/ValidateConfigValue):
 So a setting with a static default is declared with it, a required one without one, and one whose
 default depends on the stack (its profile) or that is optional as a string whose empty default
 means "not set" (config/declared_defaults.py), which the settings loader drops before validation.
-Only optional secrets (a project default is plain text) and JSON objects (no Pulumi type) are
-listed as comments instead.
+Only optional secrets (a project default is plain text) and JSON objects are listed as comments
+instead: `type: object` (CLI >= 3.187) checks the parsed value, so it refuses an object set as JSON
+text (`pulumi config set` stores a top-level value as a string), which the program accepts.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def declarations() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         elif name in SECRET_FIELDS and default is None:
             undeclared[key] = "an optional secret: a project default would be plain text"
         elif typed is None:
-            undeclared[key] = "no Pulumi config type (a JSON object)"
+            undeclared[key] = "a JSON object; type object would refuse one set as JSON text"
         else:
             entry: dict[str, Any] = {**(typed or {}), "description": field.description}
             if name in SECRET_FIELDS:
