@@ -38,11 +38,18 @@ def per_stack_aliases(model: Any) -> frozenset[str]:
     return frozenset(found)
 
 
+def holds_object(field: FieldInfo) -> bool:
+    """A setting whose value is a JSON object (the job overrides, the dataset columns): the
+    program takes it as JSON text or as an object set with --path, and no Pulumi type takes both
+    (`object` refuses text, `string` refuses an object)."""
+    extra = field.json_schema_extra
+    flagged = isinstance(extra, dict) and extra.get("object") is True
+    return flagged or "dict" in str(field.annotation)
+
+
 def _declarable(field: FieldInfo) -> bool:
-    # A secret never gets a project default: Pulumi writes a default as plain text; a JSON object
-    # (the job overrides) has no Pulumi config type.
-    annotation = str(field.annotation)
-    return SecretStr.__name__ not in annotation and "dict" not in annotation
+    # A secret never gets a project default: Pulumi writes a default as plain text.
+    return SecretStr.__name__ not in str(field.annotation) and not holds_object(field)
 
 
 @cache

@@ -160,8 +160,12 @@ class StackSettings(BaseModel):
         default=run_inputs.DEFAULT_DATASET,
         description="Hub dataset id (openai/gsm8k) or gs://<bucket>/FOLDER of verl parquet",
     )
+    # A JSON object, as JSON text or set field by field with --path (left undeclared in
+    # Pulumi.yaml, config/declared_defaults.py holds_object).
     dataset_columns: str | None = Field(
-        default=None, description='Hub dataset columns: {"prompt": COL, "answer": COL, ...}'
+        default=None,
+        description='Hub dataset columns: {"prompt": COL, "answer": COL, ...}',
+        json_schema_extra={"object": True},
     )
     reward: str | None = Field(
         default=None, description="FILE.py:FUNCTION reward of this project (default: verl's)"
@@ -455,7 +459,9 @@ def object_keys() -> list[str]:
     return sorted(
         f"{NAMESPACE}:{field.alias}"
         for name, field in StackSettings.model_fields.items()
-        if name not in {"stack", *GCP_KEYS} and field.alias and "dict" in str(field.annotation)
+        if name not in {"stack", *GCP_KEYS}
+        and field.alias
+        and declared_defaults.holds_object(field)
     )
 
 

@@ -197,3 +197,26 @@ def test_an_explicit_zero_gpu_nodes_is_still_refused() -> None:
     config = {**stack_config("a4"), "gcp:project": "acme-ml-prod", "verl-gke:gpuNodes": "0"}
     with pytest.raises(SettingsError, match="gpuNodes"):
         load_settings("a4", config, offline=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "as_object"),
+    [
+        ("verl-gke:job", {"ppoMicroBatchSizePerGpu": 4}),
+        ("verl-gke:datasetColumns", {"prompt": "problem", "answer": "answer"}),
+    ],
+)
+def test_an_object_setting_is_accepted_as_json_text_and_as_an_object(
+    key: str, as_object: dict[str, Any]
+) -> None:
+    # The program takes these as JSON text (`pulumi config set KEY '{...}'`) or as an object (a
+    # YAML map in the stack file, `--path KEY.FIELD`); Pulumi hands both to it as JSON text.
+    stack = {**stack_config("a3u"), "gcp:project": "acme-ml-prod"}
+    if key == "verl-gke:datasetColumns":
+        stack["verl-gke:dataset"] = "acme/arith"
+        stack["verl-gke:reward"] = "docs/examples/exact_match.py:compute_score"
+    for value in (json.dumps(as_object), as_object):
+        declaration = DECLARED.get(key)
+        assert declaration is None or _stack_value_accepted(declaration, value), (key, value)
+        text = value if isinstance(value, str) else json.dumps(value)
+        load_settings("a3u", {**stack, key: text}, offline=True)

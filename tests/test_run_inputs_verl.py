@@ -29,6 +29,7 @@ from config.settings import StackSettings, load_settings
 from manifests import data_prep
 from tests.program import REAL
 from tests.support.require import missing
+from tests.support.verl_check import start_check
 from training.assembly import reward_overrides, training_job
 
 # Runs payloads and verl's code in subprocesses (the verl virtualenvs).
@@ -139,18 +140,7 @@ def _reports() -> dict[tuple[str, str], dict[str, Any]]:
     running = {}
     for case, (python, request) in _requests().items():
         request = {**request, "workdir": tempfile.mkdtemp(prefix="verl-run-inputs-")}
-        stdin = tempfile.TemporaryFile("w+")
-        json.dump(request, stdin)
-        stdin.seek(0)
-        running[case] = subprocess.Popen(
-            [str(python), str(RUN_INPUTS_CHECK)],
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        stdin.close()
+        running[case] = start_check(python, RUN_INPUTS_CHECK, request)
     reports = {}
     for case, process in running.items():
         stdout, stderr = process.communicate()
@@ -269,18 +259,7 @@ def _scored_reports() -> dict[str, dict[str, Any]]:
             "parquet": release in PARQUET_RELEASES,
             "answers": _answer_cases(),
         }
-        stdin = tempfile.TemporaryFile("w+")
-        json.dump(request, stdin)
-        stdin.seek(0)
-        running[release] = subprocess.Popen(
-            [str(_python(release)), str(SCORED_CHECK)],
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        stdin.close()
+        running[release] = start_check(_python(release), SCORED_CHECK, request)
     reports = {}
     for release, process in running.items():
         stdout, stderr = process.communicate()

@@ -27,7 +27,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -37,6 +36,7 @@ import pytest
 
 from config.profiles import PROFILES, Mode
 from tests.support.require import missing
+from tests.support.verl_check import start_check
 from training.grpo_preflight import preflight
 from training.grpo_spec import (
     GrpoPreflightError,
@@ -137,20 +137,8 @@ def _reports() -> dict[str, dict[str, Any] | str]:
     for release in ALL_RELEASES:
         python = root / release / "bin" / "python"
         if python.is_file():
-            # The request goes in as a file: each script reads all of stdin before it imports
-            # verl, so a pipe fed one process after another would serialise them.
-            request = tempfile.TemporaryFile("w+")
-            json.dump({"cases": _cases(release), "report": REPORTED}, request)
-            request.seek(0)
-            running[release] = subprocess.Popen(
-                [str(python), str(CHECK_SCRIPT)],
-                stdin=request,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=REPO,
-            )
-            request.close()  # the child holds its own descriptor
+            request = {"cases": _cases(release), "report": REPORTED}
+            running[release] = start_check(python, CHECK_SCRIPT, request)
     reports: dict[str, dict[str, Any] | str] = {}
     for release, process in running.items():
         stdout, stderr = process.communicate()
