@@ -5,6 +5,7 @@ project.go Validate / ValidateConfigValue)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from config.settings import (
     valid_keys,
 )
 from tools import project_config
-from tools.offline_engine import REPO_ROOT, stack_config
+from tools.offline_engine import REPO_ROOT, StackConfigError, stack_config
 from tools.offline_engine import project_config as engine_project_config
 
 PROJECT = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
@@ -220,3 +221,27 @@ def test_an_object_setting_is_accepted_as_json_text_and_as_an_object(
         assert declaration is None or _stack_value_accepted(declaration, value), (key, value)
         text = value if isinstance(value, str) else json.dumps(value)
         load_settings("a3u", {**stack, key: text}, offline=True)
+
+
+@pytest.mark.parametrize(
+    ("line", "refused"),
+    [
+        ('verl-gke:gpuNodes: 4', None),  # a YAML number is kept as text: a string passes
+        ("verl-gke:imageStreaming: true", None),
+        ("verl-gke:gpuNodes: {count: 4}", "must be of type 'string'"),
+        ("verl-gke:cpuNodes: two", "must be of type 'integer'"),
+        ("verl-gke:hfToken: hf_plain", "must be encrypted as it's secret"),
+        ("verl-gke:datasetColumns: {prompt: q, answer: a}", None),  # undeclared: any value
+    ],
+)
+def test_the_offline_engine_refuses_what_pulumi_refuses_before_the_program(
+    tmp_path: Any, line: str, refused: str | None
+) -> None:
+    # pulumi/pulumi pkg/workspace/config.go validateStackConfigValue, before the program runs.
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.a3u.yaml").write_text(f"config:\n  {line}\n")
+    if refused is None:
+        stack_config("a3u", tmp_path)
+        return
+    with pytest.raises(StackConfigError, match=re.escape(refused)):
+        stack_config("a3u", tmp_path)

@@ -276,8 +276,57 @@ def stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, str]:
         raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
     config = dict(project_config(project_dir))
     stack_values = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
+    problems = _type_problems(stack, project_dir, stack_values)
+    if problems:
+        raise StackConfigError("\n".join(problems))
     config.update({k: _config_text(v) for k, v in stack_values.items() if v is not None})
     return config
+
+
+class StackConfigError(ValueError):
+    """What Pulumi itself refuses before the program runs (a value of the wrong declared type)."""
+
+
+def _type_problems(stack: str, project_dir: Path, stack_values: Mapping[str, Any]) -> list[str]:
+    """Pulumi's check of each stack value against its Pulumi.yaml declaration (pulumi/pulumi
+    pkg/workspace/config.go validateStackConfigValue): an encrypted value for a `secret: true`
+    key; a scalar checked as its text (a YAML number or bool is kept as text), a map or list as
+    the structure, with project.go ValidateConfigValue's rules."""
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+    problems = []
+    for key, declaration in (project.get("config") or {}).items():
+        value = stack_values.get(key)
+        if value is None or not isinstance(declaration, dict) or "type" not in declaration:
+            continue
+        encrypted = isinstance(value, dict) and set(value) == {"secure"}
+        where = f"Stack '{stack}' with configuration key '{key}'"
+        if declaration.get("secret") and not encrypted:
+            problems.append(f"{where} must be encrypted as it's secret")
+        elif not encrypted and not _type_accepts(
+            declaration["type"], declaration.get("items"), value
+        ):
+            problems.append(
+                f"{where} must be of type '{declaration['type']}' (Pulumi refuses it before the "
+                "program runs)"
+            )
+    return problems
+
+
+def _type_accepts(type_name: str, items: Mapping[str, Any] | None, value: Any) -> bool:
+    if not isinstance(value, (dict, list)):
+        value = _config_text(value)
+    if type_name == "string":
+        return isinstance(value, str)
+    if type_name == "integer":
+        return isinstance(value, str) and value.lstrip("+-").isdigit()
+    if type_name == "boolean":
+        return value in ("true", "false")
+    if type_name == "object":
+        return isinstance(value, dict)
+    item_type = (items or {}).get("type")
+    if not (isinstance(value, list) and item_type):
+        return False
+    return all(_type_accepts(item_type, (items or {}).get("items"), v) for v in value)
 
 
 def project_config(project_dir: Path = REPO_ROOT) -> dict[str, str]:

@@ -23,7 +23,14 @@ import yaml
 
 from config.settings import StackSettings, load_settings
 from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import REPO_ROOT, PlanResult, RecordedResource, run_stack, stack_config
+from tools.offline_engine import (
+    REPO_ROOT,
+    PlanResult,
+    RecordedResource,
+    StackConfigError,
+    run_stack,
+    stack_config,
+)
 from tools.plan_redaction import redacted, secret_markers
 from training.grpo_spec import RUN_CONTINUITY
 
@@ -221,8 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             secret_keys=secret_keys,
             project_dir=PROJECT_DIR,
         )
-    except (pulumi.RunError, FileNotFoundError) as error:
-        # RunError: settings or job preflight problems, each with its fix.
+    except (pulumi.RunError, FileNotFoundError, StackConfigError) as error:
+        # RunError: settings or job preflight problems, each with its fix; StackConfigError: a
+        # value Pulumi itself refuses before the program runs.
         print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
