@@ -95,6 +95,18 @@ class Link:
         if self.minutes < 0:
             raise ValueError(f"link {self.key!r} has negative minutes {self.minutes}")
 
+    def under(
+        self,
+        lever: Lever,
+        minutes: float,
+        source: str,
+        *,
+        estimate: bool = True,
+        title: str | None = None,
+    ) -> Link:
+        """This step as `lever` makes it: the same key, and the same title unless given."""
+        return Link(self.key, title or self.title, minutes, source, estimate, lever)
+
 
 def _link(key: str, title: str, minutes: float, source: str, *, estimate: bool) -> Link:
     return Link(key, title, minutes, source, estimate)
@@ -559,14 +571,12 @@ def _cluster_links(autopilot: bool, on: frozenset[Lever]) -> tuple[Link, ...]:
             estimate=True,
         )
         if Lever.NO_DEFAULT_POOL in on:
-            delete = Link(
-                delete.key,
-                delete.title,
+            delete = delete.under(
+                Lever.NO_DEFAULT_POOL,
                 0.0,
                 "cluster created with its CPU pool (GKE API Cluster.nodePools: a cluster "
                 "with node pools and no initial_node_count has no default pool)",
                 estimate=False,
-                lever=Lever.NO_DEFAULT_POOL,
             )
         cluster = (*cluster, delete)
     return cluster
@@ -582,13 +592,10 @@ def _cpu_pool_link(on: frozenset[Lever]) -> Link:
         estimate=True,
     )
     if Lever.NO_DEFAULT_POOL in on:
-        cpu_pool = Link(
-            cpu_pool.key,
-            cpu_pool.title,
+        cpu_pool = cpu_pool.under(
+            Lever.NO_DEFAULT_POOL,
             0.0,
             "est.: created inside the cluster operation in place of the default pool it replaces",
-            estimate=True,
-            lever=Lever.NO_DEFAULT_POOL,
         )
     return cpu_pool
 
@@ -630,38 +637,32 @@ def _pull_links(on: frozenset[Lever], driver: Link) -> tuple[Link, Link]:
     # the CPU side) has finished before the GPU nodes start pulling, else the cold one.
     cold_pull = pull
     if Lever.IMAGE_STREAMING in on:
-        cold_pull = Link(
-            pull.key,
-            "worker image (streamed, cold cache)",
+        cold_pull = pull.under(
+            Lever.IMAGE_STREAMING,
             pull.minutes,
             f"the pull above ({pull.minutes:g} min): {STREAMING_FIRST_PULL}; no earlier pull of "
             "the image through the stack's new repository finished before the GPU nodes pulled",
-            estimate=True,
-            lever=Lever.IMAGE_STREAMING,
+            title="worker image (streamed, cold cache)",
         )
-        pull = Link(
-            pull.key,
-            "worker image (streamed, warm cache)",
+        pull = pull.under(
+            Lever.IMAGE_STREAMING,
             1.0,
             "ai-on-gke startup-latency.md Triton 191 s -> 30 s; wdenniss.com 3m50s -> ~20 s; "
             "+0.5 min est. for files read lazily at start (GKE 'Use Image streaming' "
             f"limitations); warm cache: {STREAMING_FIRST_PULL}, and here that first pull is the "
             "CPU side's (data-prep Job, x86 head), which schedule() checks ends before the GPU "
             "nodes pull",
-            estimate=True,
-            lever=Lever.IMAGE_STREAMING,
+            title="worker image (streamed, warm cache)",
         )
     if Lever.PREPULL in on:
         # The pull starts when the node registers, so the driver install overlaps it.
-        pull = Link(
-            pull.key,
-            pull.title + ", pre-pulled",
+        pull = pull.under(
+            Lever.PREPULL,
             max(0.0, pull.minutes - driver.minutes),
             f"the pull above ({pull.minutes:g} min) minus the driver install it overlaps: a "
             "DaemonSet pulls from node registration (ai-on-gke best-practices/startup-latency.md "
             "'Use a preloader DaemonSet': runs before the ~30 s GPU driver install)",
-            estimate=True,
-            lever=Lever.PREPULL,
+            title=pull.title + ", pre-pulled",
         )
     return pull, cold_pull
 
@@ -740,23 +741,17 @@ def _model_load_links(facts: StartupFacts, on: frozenset[Lever]) -> tuple[Link, 
         estimate=True,
     )
     if Lever.FUSE_TUNED in on:
-        verl_import = Link(
-            verl_import.key,
-            verl_import.title,
+        verl_import = verl_import.under(
+            Lever.FUSE_TUNED,
             0.1,
             "est.: local files, seconds (a tarball untarred by an initContainer)",
-            estimate=True,
-            lever=Lever.FUSE_TUNED,
         )
-        actor = Link(
-            actor.key,
-            actor.title,
+        actor = actor.under(
+            Lever.FUSE_TUNED,
             scale * _TUNED_LOAD_S / 60 + _FSDP_INIT_MIN,
             f"est.: ~40 s for ~141 GB tuned ({LEVER_SOURCES[Lever.FUSE_TUNED]}) scaled to "
             f"{weights.gigabytes:g} GB + {_FSDP_INIT_MIN} min FSDP; on Autopilot the sidecar is "
             "capped at 2 vCPU / 14 GiB on GPU nodes (gcs-fuse-csi-driver docs/troubleshooting.md)",
-            estimate=True,
-            lever=Lever.FUSE_TUNED,
         )
     return verl_import, actor
 
