@@ -40,6 +40,7 @@ from tests.support.dynamic_host import (
     DynamicHost,
     engine_inputs,
     from_wire,
+    grpo_job_urn,
 )
 from tests.support.gcs_emulator import GcsEmulator
 from tests.support.ray_head import RayHead
@@ -51,10 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = REPO / "tests" / "job_fixtures" / "fake_trainer.py"
 BUCKET = "contract-ckpt"
 PREFIX = "contract"
-URN = (
-    "urn:pulumi:contract::verl-gke::verl-gke:training:GrpoTraining"
-    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
-)
+URN = grpo_job_urn("contract")
 FAST = JobDeadlines(
     submit_s=30.0, start_s=60.0, startup_grace_s=0.3, wait_s=60.0, stop_s=30.0,
     poll_interval_s=0.1,

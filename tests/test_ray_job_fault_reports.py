@@ -21,7 +21,6 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -31,9 +30,11 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from jobs import dashboard_access
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.support.dynamic_host import (
+    STARTUP_JOB,
     DynamicHost,
     engine_inputs,
     from_wire,
+    grpo_job_urn,
     start_dynamic_host,
     wire,
 )
@@ -43,12 +44,7 @@ from tests.support.ray_head import RayHead
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
-STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
-URN = (
-    "urn:pulumi:reports::verl-gke::verl-gke:training:GrpoTraining"
-    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
-)
+URN = grpo_job_urn("reports")
 FAST = JobDeadlines(
     submit_s=30.0, reach_s=5.0, start_s=60.0, startup_grace_s=0.3, first_step_s=60.0,
     wait_s=60.0, stop_s=30.0, poll_interval_s=0.2,

@@ -34,7 +34,13 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from jobs import dashboard_access, job_logs
 from jobs.job_evidence import gke_cluster_input, ray_pods_summary
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
+from tests.support.dynamic_host import (
+    STARTUP_JOB,
+    DynamicHost,
+    engine_inputs,
+    from_wire,
+    grpo_job_urn,
+)
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token
 from tests.support.local_proxies import TcpForwarder
 from tests.support.ray_head import RayHead, free_port, start_ray_head
@@ -42,12 +48,7 @@ from tests.support.ray_head import RayHead, free_port, start_ray_head
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
-STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
-URN = (
-    "urn:pulumi:faults::verl-gke::verl-gke:training:GrpoTraining"
-    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
-)
+URN = grpo_job_urn("faults")
 REACH_S = 2.0
 FAST = JobDeadlines(
     submit_s=30.0, reach_s=REACH_S, start_s=60.0, startup_grace_s=0.3, first_step_s=60.0,

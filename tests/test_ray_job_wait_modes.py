@@ -31,20 +31,21 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from jobs import dashboard_access, job_logs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
 from tests.job_fixtures.fake_trainer import write_checkpoint
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
+from tests.support.dynamic_host import (
+    STARTUP_JOB,
+    DynamicHost,
+    engine_inputs,
+    from_wire,
+    grpo_job_urn,
+)
 from tests.support.gcs_emulator import GcsEmulator
 from tests.support.ray_head import RayHead
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
-STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
 BUCKET = "wait-modes"
-URN = (
-    "urn:pulumi:waits::verl-gke::verl-gke:training:GrpoTraining"
-    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
-)
+URN = grpo_job_urn("waits")
 FAST = JobDeadlines(
     submit_s=30.0, reach_s=5.0, start_s=60.0, startup_grace_s=0.3, first_step_s=60.0,
     wait_s=60.0, stop_s=30.0, poll_interval_s=0.1,

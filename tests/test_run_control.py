@@ -37,7 +37,13 @@ from jobs import dashboard_access
 from jobs.dashboard_client import Dashboard
 from jobs.job_inputs import JobInputs
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
-from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire
+from tests.support.dynamic_host import (
+    STARTUP_JOB,
+    DynamicHost,
+    engine_inputs,
+    from_wire,
+    grpo_job_urn,
+)
 from tests.support.ray_head import RayHead, temporary_ray_head
 from tests.support.run_tool import rows, tool
 from tools import run_control
@@ -47,12 +53,8 @@ from tools.run_target import RunToolError, Target, open_dashboard
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
-STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
 WAIT_S = 120.0
-URN = (
-    "urn:pulumi:stops::verl-gke::verl-gke:training:GrpoTraining"
-    "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
-)
+URN = grpo_job_urn("stops")
 FAST = JobDeadlines(
     submit_s=30.0, reach_s=5.0, start_s=60.0, startup_grace_s=0.3, first_step_s=60.0,
     wait_s=60.0, stop_s=30.0, poll_interval_s=0.1,

@@ -47,6 +47,16 @@ REPO = Path(__file__).resolve().parents[2]
 PROVIDER_KEY = "__provider"  # pulumi.dynamic's reserved input holding the pickled provider
 # Deadline of one gRPC call; provider operations have their own, shorter deadlines in tests.
 CALL_TIMEOUT_S = 120.0
+# A job that logs verl's first-step line after a start-up delay (tests/job_fixtures).
+STARTUP_JOB = REPO / "tests" / "job_fixtures" / "startup_job.py"
+
+
+def grpo_job_urn(stack: str) -> str:
+    """The URN the engine gives the GRPO RayJob of `stack` (components/grpo_training.py)."""
+    return (
+        f"urn:pulumi:{stack}::verl-gke::verl-gke:training:GrpoTraining"
+        "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
+    )
 
 
 @dataclass
