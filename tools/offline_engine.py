@@ -18,6 +18,7 @@ import base64
 import json
 import logging
 import os
+import re
 import runpy
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -274,9 +275,10 @@ def stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, str]:
     if not stack_file.exists():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_files(project_dir))
         raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
-    config = dict(project_config(project_dir))
+    declarations = _declarations(project_dir)
+    config = _project_values(declarations)
     stack_values = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
-    problems = _type_problems(stack, project_dir, stack_values)
+    problems = _type_problems(stack, declarations, stack_values)
     if problems:
         raise StackConfigError("\n".join(problems))
     config.update({k: _config_text(v) for k, v in stack_values.items() if v is not None})
@@ -287,14 +289,15 @@ class StackConfigError(ValueError):
     """What Pulumi itself refuses before the program runs (a value of the wrong declared type)."""
 
 
-def _type_problems(stack: str, project_dir: Path, stack_values: Mapping[str, Any]) -> list[str]:
+def _type_problems(
+    stack: str, declarations: Mapping[str, Any], stack_values: Mapping[str, Any]
+) -> list[str]:
     """Pulumi's check of each stack value against its Pulumi.yaml declaration (pulumi/pulumi
     pkg/workspace/config.go validateStackConfigValue): an encrypted value for a `secret: true`
     key; a scalar checked as its text (a YAML number or bool is kept as text), a map or list as
     the structure, with project.go ValidateConfigValue's rules."""
-    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
     problems = []
-    for key, declaration in (project.get("config") or {}).items():
+    for key, declaration in declarations.items():
         value = stack_values.get(key)
         if value is None or not isinstance(declaration, dict) or "type" not in declaration:
             continue
@@ -318,7 +321,8 @@ def _type_accepts(type_name: str, items: Mapping[str, Any] | None, value: Any) -
     if type_name == "string":
         return isinstance(value, str)
     if type_name == "integer":
-        return isinstance(value, str) and value.lstrip("+-").isdigit()
+        # strconv.Atoi: an optional sign, then digits.
+        return isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
     if type_name == "boolean":
         return value in ("true", "false")
     if type_name == "object":
@@ -333,9 +337,18 @@ def project_config(project_dir: Path = REPO_ROOT) -> dict[str, str]:
     """The `value` or `default` Pulumi.yaml gives each config key, which Pulumi applies to every
     stack lacking the key (pulumi/pulumi sdk/go/common/workspace/config.go mergeConfig). A key
     declared with neither is required: Pulumi refuses a stack without it, as the program does."""
+    return _project_values(_declarations(project_dir))
+
+
+def _declarations(project_dir: Path) -> dict[str, Any]:
+    """Pulumi.yaml's `config:` block."""
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+    return project.get("config") or {}
+
+
+def _project_values(declarations: Mapping[str, Any]) -> dict[str, str]:
     found: dict[str, str] = {}
-    for key, value in (project.get("config") or {}).items():
+    for key, value in declarations.items():
         if isinstance(value, dict):
             value = value.get("value", value.get("default"))
         if value is not None:
