@@ -35,7 +35,8 @@ from training.run_summary import run_block
 # Validate everything before the first resource is registered.
 require_cli_features()
 # A real `pulumi up` reads verl-gke:model's config.json from the Hub (a gated or missing model is
-# refused here); the offline plan (tools/offline_engine.py sets OFFLINE_PLAN_ENV) reads no network.
+# refused here); the offline plan (planning/offline_engine.py sets OFFLINE_PLAN_ENV) reads no
+# network.
 job_for = functools.partial(training_job, hub=OFFLINE_PLAN_ENV not in os.environ)
 # The GRPO job's rules judge every gpuNodes fix; no error echoes a secret-looking value.
 loaded = settings_from_pulumi(job_check=job_for, redact=redact)

@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/critical_path.py
 
-The program runs under the offline engine (tools/offline_engine.py, imported lazily: importing
+The program runs under the offline engine (planning/offline_engine.py, imported lazily: importing
 this module is cheap); its recorded dependency graph is scheduled with the duration of every link
-(tools/startup_links.py: minutes, source, estimate or not; tools/startup_schedule.py: the
+(planning/startup_links.py: minutes, source, estimate or not; planning/startup_schedule.py: the
 schedule). Levers change links, the graph decides what overlaps, so a lever's saving is what it
 takes off the longest path.
 
@@ -18,7 +18,8 @@ Prints, per stack/mode:
 Prints figures; asserts nothing (tests/test_critical_path_model.py checks the model's structure).
 
 For other code: `modelled_minutes(stack, mode, levers)` and `modelled_schedule(...)`, and the
-pure model in tools/startup_links.py and tools/startup_schedule.py for a graph already recorded.
+pure model in planning/startup_links.py and planning/startup_schedule.py for a graph already
+recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from config.profiles import PROFILES
-from tools.startup_links import (
+from planning.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
     NO_LEVERS,
@@ -42,10 +43,10 @@ from tools.startup_links import (
     job_facts,
     levers_in_graph,
 )
-from tools.startup_schedule import Schedule, schedule
+from planning.startup_schedule import Schedule, schedule
 
 if TYPE_CHECKING:
-    from tools.offline_engine import PlanResult
+    from planning.offline_engine import PlanResult
 
 # Every stack/mode combination the profile table supports.
 COMBINATIONS = tuple(
@@ -65,7 +66,7 @@ LEVERS = (Lever.FUSE_TUNED, Lever.IMAGE_STREAMING, Lever.PREPULL, Lever.NO_DEFAU
 @cache
 def recorded(stack: str, mode: str) -> PlanResult:
     """The program's registrations for one stack/mode (offline, no cloud)."""
-    from tools.offline_engine import run_stack
+    from planning.offline_engine import run_stack
 
     return run_stack(stack, {**CONFIG, "verl-gke:mode": mode}, strict=True)
 
@@ -171,7 +172,7 @@ def _print_critical_paths(cache_: Schedules, sources: dict[str, int]) -> None:
 
 
 def main() -> int:
-    print("Modelled minutes to the first GRPO step (links: tools/startup_links.py)\n")
+    print("Modelled minutes to the first GRPO step (links: planning/startup_links.py)\n")
     cache_ = _print_minutes()
     print("\nAgainst the schedules of the same links (today / all levers):")
     print(f"{'stack':<6}{'mode':<11}{'overlapped':>13}{'(a) seq':>15}{'(b) chain':>15}")

@@ -96,7 +96,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    from tools.offline_engine import run_stack
+    from planning.offline_engine import run_stack
 
     print(f"offline plan speed, median of {args.runs} fresh processes per figure")
     print(f"{'stack':6} {'resources':>9} {'plan s':>8} {'SDK baseline s':>15} {'ratio':>6}")

@@ -128,7 +128,7 @@ def cpu_pool_args(
             image_type="COS_CONTAINERD",
             # Streams the data-prep (and x86 head) image through the stack's Artifact Registry
             # remote repository (config/image_streaming.py); that first pull also fills the
-            # repository's streaming cache before the GPU nodes pull (tools/startup_links.py).
+            # repository's streaming cache before the GPU nodes pull (planning/startup_links.py).
             # Create-only like the whole pool: a cluster created before imageStreaming keeps
             # its CPU pool as it was.
             gcfs_config=gcp.container.ClusterNodePoolNodeConfigGcfsConfigArgs(

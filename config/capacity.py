@@ -29,7 +29,7 @@ DEFAULT_WAIT_MINUTES = 90
 # Bound of the wait: beyond a day, end `pulumi up` and run it again later (the request stays).
 MAX_WAIT_MINUTES = 24 * 60
 # What `pulumi up` allows the RayCluster on top of the capacity wait: image pull, init
-# containers and Ray start on the new nodes (tools/startup_links.py models 20-40 min; the
+# containers and Ray start on the new nodes (planning/startup_links.py models 20-40 min; the
 # RayCluster's create timeout was 150 = 90 + 60 before capacity modes existed).
 START_MARGIN_MINUTES = 60
 

@@ -17,7 +17,7 @@ Sources:
   repository (here: the stack's dedicated node service account, config/cluster_security.py).
 - Artifact Registry "Reduce latency with image prewarming" (docs.cloud.google.com/
   artifact-registry/docs/prewarm-images): the Image streaming cache "typically populates on the
-  first pull from a client that has image streaming enabled" (tools/startup_links.py models it).
+  first pull from a client that has image streaming enabled" (planning/startup_links.py models it).
 - Image path form LOCATION-docker.pkg.dev/PROJECT-ID/REPOSITORY/IMAGE (Artifact Registry Docker
   docs); a remote repository in front of Docker Hub streams (wdenniss.com/using-image-streaming-
   with-dockerhub).
@@ -111,7 +111,7 @@ def pull_plan(
         streaming=streaming,
         pool_streaming=streaming and standard,
         # Autopilot creates the node for the pending worker, which pulls at once: nothing to
-        # pre-pull ahead of (tools/startup_links.py), and a DaemonSet's pods are billed there.
+        # pre-pull ahead of (planning/startup_links.py), and a DaemonSet's pods are billed there.
         prepull=standard and not streaming,
         repository_id=repo,
         registry=f"{region}-docker.pkg.dev/{project}/{repo}" if repo else None,

@@ -63,7 +63,8 @@ _HYPERDISK_ONLY_FAMILIES = ("n4", "n4d", "c4", "c4a", "c4d", "a4", "a4x", "a3u")
 # Settings whose value is never shown in a message.
 SECRET_FIELDS = frozenset({"hf_token", "wandb_api_key"})
 
-# Set by the offline plan (tools/offline_engine.py): placeholders are planned with example values.
+# Set by the offline plan (planning/offline_engine.py): placeholders are planned with example
+# values.
 OFFLINE_PLAN_ENV = "VERL_GKE_OFFLINE_PLAN"
 
 
@@ -412,8 +413,8 @@ _OFFLINE_EXAMPLES = {
 
 
 # What the offline plan reads for a value the stack file holds encrypted (`secure: v1:...`, written
-# by `pulumi config set --secret`; tools/offline_engine.py): only the Pulumi engine can decrypt it,
-# with the stack's secrets provider. The value is set, so it is planned with a stand-in.
+# by `pulumi config set --secret`; planning/offline_engine.py): only the Pulumi engine can decrypt
+# it, with the stack's secrets provider. The value is set, so it is planned with a stand-in.
 ENCRYPTED_VALUE = "[encrypted in the stack file]"
 OFFLINE_SECRET_STAND_IN = "offline-plan-secret"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from functools import cache
 
-from tools.offline_engine import PlanResult, run_stack
+from planning.offline_engine import PlanResult, run_stack
+from planning.startup_links import JobFacts, job_facts
 from tools.plan import planned_settings
-from tools.startup_links import JobFacts, job_facts
 from training.assembly import training_job
 
 # The five stack/mode combinations the program supports.

@@ -13,9 +13,9 @@ import pytest
 
 from config.settings import SettingsError
 from manifests import log_forwarding
+from planning import offline_engine
+from planning.offline_engine import UNKNOWN_OUTPUT, run_stack
 from tests.program import COMBINATIONS, plan
-from tools import offline_engine
-from tools.offline_engine import UNKNOWN_OUTPUT, run_stack
 from training.grpo_spec import GrpoPreflightError
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"

@@ -21,10 +21,10 @@ import yaml
 from config import known_values
 from config.profiles import PROFILES
 from config.settings import SettingsError, load_settings, version_tuple
+from planning.offline_engine import PlanResult
 from tests.chart_objects import chart_facts, installed_objects, read_versions
 from tests.program import COMBINATIONS, plan
 from tests.support import schemas
-from tools.offline_engine import PlanResult
 from tools.plan import kubernetes_objects
 
 # The Kubernetes version the table describes: the lowest the settings allow for any profile.

@@ -11,8 +11,8 @@ import pulumi_gcp as gcp
 import pytest
 
 from config.billing_labels import PROJECT_LABEL, STACK_LABEL, billing_labels, label_value
+from planning.offline_engine import PROJECT
 from tests.program import COMBINATIONS, plan
-from tools.offline_engine import PROJECT
 
 # GCP label rules (same page; Compute Engine and Cloud Storage state the same): keys start with a
 # lowercase letter, keys and values are lowercase letters, digits, '_' and '-', at most 63 long.

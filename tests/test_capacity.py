@@ -12,11 +12,11 @@ from config.capacity import IDLE_TIMEOUT_SECONDS, MAX_RUN_DURATION_SECONDS
 from config.profiles import PROFILES, Capacity, Mode
 from config.settings import SettingsError, load_settings
 from manifests import capacity as capacity_manifests
+from planning import offline_engine
+from planning.cost_facts import what_you_pay_for
+from planning.offline_engine import EXISTING_BUCKETS_ENV, PlanResult, run_stack
 from tests.program import COMBINATIONS, REAL, plan
 from tests.support import schemas
-from tools import offline_engine
-from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import EXISTING_BUCKETS_ENV, PlanResult, run_stack
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"

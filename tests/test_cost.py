@@ -12,10 +12,10 @@ import pytest
 from config.capacity import capacity_plan
 from config.profiles import PROFILES, Capacity, Mode
 from config.settings import SettingsError, StackSettings, load_settings
+from planning import cost_facts, price_table
+from planning.cost_facts import checkpoints_kept, money_lines, wait_line, what_you_pay_for
+from planning.price_table import Price
 from tests.program import REAL, plan
-from tools import cost_facts, price_table
-from tools.cost_facts import checkpoints_kept, money_lines, wait_line, what_you_pay_for
-from tools.price_table import Price
 
 # The rendered GRPO job's Hydra overrides that decide the checkpoints (the a3u/a4 default job).
 DEFAULT_JOB = {

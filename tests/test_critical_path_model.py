@@ -1,4 +1,4 @@
-"""The start-up model (tools/startup_links.py, tools/startup_schedule.py) over the real
+"""The start-up model (planning/startup_links.py, planning/startup_schedule.py) over the real
 program's recorded graphs.
 
 Structural properties only, no timing: every link has a source, levers never slow the start,
@@ -22,10 +22,8 @@ from typing import Any
 import pytest
 
 from config.profiles import PROFILES
-from tests.program import COMBINATIONS, REAL, plan, run_facts
-from tools.offline_engine import PlanResult, RecordedResource
-from tools.plan import planned_settings
-from tools.startup_links import (
+from planning.offline_engine import PlanResult, RecordedResource
+from planning.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
     NO_LEVERS,
@@ -36,7 +34,9 @@ from tools.startup_links import (
     model_weights,
     startup_facts,
 )
-from tools.startup_schedule import Schedule, schedule
+from planning.startup_schedule import Schedule, schedule
+from tests.program import COMBINATIONS, REAL, plan, run_facts
+from tools.plan import planned_settings
 from training.assembly import training_job
 from training.model_facts import model_facts, table_facts
 
@@ -384,8 +384,9 @@ def test_levers_in_graph_recognises_each_lever() -> None:
 def test_the_model_imports_without_pulumi() -> None:
     # The offline plan imports the model; neither module may pull in Pulumi or the engine.
     code = (
-        "import sys; import tools.startup_links, tools.startup_schedule, bench.critical_path; "
-        "heavy = [m for m in ('pulumi', 'tools.offline_engine', 'ray') if m in sys.modules]; "
+        "import sys; import planning.startup_links, planning.startup_schedule, "
+        "bench.critical_path; "
+        "heavy = [m for m in ('pulumi', 'planning.offline_engine', 'ray') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
     done = subprocess.run(

@@ -26,13 +26,13 @@ from config.image_streaming import (
 from config.profiles import PROFILES
 from config.settings import SettingsError, StackSettings, load_settings
 from manifests import prepull
+from planning import offline_engine
+from planning.cost_facts import what_you_pay_for
+from planning.offline_engine import PlanResult, RecordedResource, run_stack
+from planning.startup_links import Lever, levers_in_graph
+from planning.startup_schedule import schedule
 from tests.program import COMBINATIONS, REAL, plan, run_facts
 from tests.support import schemas
-from tools import offline_engine
-from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import PlanResult, RecordedResource, run_stack
-from tools.startup_links import Lever, levers_in_graph
-from tools.startup_schedule import schedule
 
 REPOSITORY = "gcp:artifactregistry/repository:Repository"
 READER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"

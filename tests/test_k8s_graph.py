@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from planning.offline_engine import PlanResult, RecordedResource
 from tests.program import COMBINATIONS, plan
-from tools.offline_engine import PlanResult, RecordedResource
 
 STANDARD = [c for c in COMBINATIONS if c[1] == "standard"]
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"

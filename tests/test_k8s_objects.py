@@ -11,11 +11,11 @@ import pytest
 
 from components.gpu_node_pool import GPU_POOL_TIMEOUTS
 from manifests import data_prep
+from planning import offline_engine
+from planning.offline_engine import PlanResult, RecordedResource
 from tests.program import COMBINATIONS, plan
 from tests.support.durations import minutes
 from tests.support.schemas import walk
-from tools import offline_engine
-from tools.offline_engine import PlanResult, RecordedResource
 from tools.plan import kubernetes_objects
 
 

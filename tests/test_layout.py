@@ -27,13 +27,16 @@ CODE_FOLDERS = {
     "training": "the Pulumi program: the GRPO spec, its rules, the memory fit (pure)",
     "jobs": "the dynamic-provider process: the Ray job provider",
     "payloads": "the pods: scripts shipped into the cluster",
-    "tools": "a developer's machine or CI: the offline plan and checks",
+    "tools": "a user's machine: the commands a user runs (the offline plan, the run monitor)",
+    "planning": "a user's machine or CI: the plan-time models (offline engine, cost, start-up)",
+    "maintenance": "a maintainer's machine: generators of committed files",
+    "verl_scripts": "inside verl's isolated virtualenvs: scripts that run verl's own code",
 }
 NOT_PROGRAM = {"tests", "bench", "docs"}
 # Benchmarks run by hand: they may import the program; the program and tools never import them.
 BENCH = "bench"
 # What only a developer's machine or CI runs; the program (and the pods) never import it.
-OFFLINE = ("tools", BENCH)
+OFFLINE = ("tools", "planning", "maintenance", "verl_scripts", BENCH)
 MAX_SHARE = 0.30
 MAX_FUNCTION_LINES = 60
 LONG_REASON = "Long because"
@@ -46,7 +49,13 @@ FORBIDDEN = {
     "jobs": OFFLINE,
     # Shipped alone into pods: nothing of the program is there.
     "payloads": ("components", "config", "manifests", "training", "jobs", *OFFLINE),
-    "tools": (BENCH,),
+    "tools": (BENCH, "maintenance", "verl_scripts"),
+    "planning": (BENCH, "tools", "maintenance", "verl_scripts"),
+    "maintenance": (BENCH, "tools", "verl_scripts"),
+    # Run by another interpreter (a verl virtualenv): they import nothing of the project.
+    "verl_scripts": (
+        "components", "config", "manifests", "training", "jobs", "payloads", *OFFLINE
+    ),
 }
 # An import inside a function whose line says "# deferred: <why>" runs after both modules are
 # loaded, so it cannot close an import-time cycle; the layer rules still count it.

@@ -24,8 +24,8 @@ from config.node_capacity import (
     reserved_memory_bytes,
 )
 from config.profiles import PROFILES, Mode
+from planning.offline_engine import PlanResult
 from tests.program import COMBINATIONS, plan
-from tools.offline_engine import PlanResult
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from config.settings import ENCRYPTED_VALUE
+from planning.offline_engine import REPO_ROOT, stack_config
 from tests.program import COMBINATIONS, REAL, plan
 from tools import plan as plan_cli
-from tools.offline_engine import REPO_ROOT, stack_config
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@
 A real first `pulumi up` previews before it creates anything: the GKE cluster's endpoint and CA
 are unknown, so the dashboard inputs of both Ray jobs (GRPO and the fabric check) are too. The
 same holds for any update that replaces the cluster. Here __main__.py runs for every stack and
-mode under the offline engine in that state (tools/offline_engine.py, unknown_outputs=True), and
+mode under the offline engine in that state (planning/offline_engine.py, unknown_outputs=True), and
 each RayJob's inputs, exactly as the program registered them, go through the engine's provider
 calls on the real `python -m pulumi.dynamic` host:
 
@@ -23,6 +23,7 @@ from pulumi.output import Unknown
 from pulumi.runtime.proto import provider_pb2
 
 from jobs.ray_job import OUTPUT_KEYS, JobInputs
+from planning.offline_engine import UNKNOWN_OUTPUT, PlanResult, RecordedResource, run_stack
 from tests.program import COMBINATIONS, REAL, plan
 from tests.support.dynamic_host import (
     PROVIDER_KEY,
@@ -30,7 +31,6 @@ from tests.support.dynamic_host import (
     from_wire,
     wire,
 )
-from tools.offline_engine import UNKNOWN_OUTPUT, PlanResult, RecordedResource, run_stack
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 JOBS = ("grpo-job", "grpo-fabric-check")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 import pytest
 
+from planning.offline_engine import run_stack
 from tests.program import COMBINATIONS, REAL, plan
-from tools.offline_engine import run_stack
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
+from planning.offline_engine import FAKE_CA, FAKE_ENDPOINT, UNKNOWN_OUTPUT
 from tests.program import COMBINATIONS, plan
-from tools.offline_engine import FAKE_CA, FAKE_ENDPOINT, UNKNOWN_OUTPUT
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 
@@ -184,7 +184,7 @@ def test_fabric_check_runs_first_with_the_training_nccl_env(stack: str, mode: st
 
 
 def test_fabric_check_working_dir_holds_only_the_check() -> None:
-    from tools.offline_engine import REPO_ROOT
+    from planning.offline_engine import REPO_ROOT
 
     folder = REPO_ROOT / "payloads" / "fabric"
     files = {p.name for p in folder.iterdir() if p.name != "__pycache__"}

@@ -22,9 +22,9 @@ from config.settings import (
     load_settings,
     valid_keys,
 )
-from tools import project_config
-from tools.offline_engine import REPO_ROOT, StackConfigError, stack_config
-from tools.offline_engine import project_config as engine_project_config
+from maintenance import project_config
+from planning.offline_engine import REPO_ROOT, StackConfigError, stack_config
+from planning.offline_engine import project_config as engine_project_config
 
 PROJECT = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
 DECLARED = {k: v for k, v in PROJECT["config"].items() if k.startswith(f"{NAMESPACE}:")}
@@ -61,7 +61,7 @@ def _stack_value_accepted(declaration: dict[str, Any], value: Any) -> bool:
 
 def test_pulumi_yaml_is_generated_from_the_settings() -> None:
     text = (REPO_ROOT / "Pulumi.yaml").read_text()
-    assert project_config.render(text) == text, "run: python -m tools.project_config"
+    assert project_config.render(text) == text, "run: python -m maintenance.project_config"
 
 
 def test_declarations_pass_pulumis_project_validation() -> None:

@@ -24,8 +24,8 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from config.pulumi_cli import MIN_PULUMI_CLI, PulumiCliTooOld, require_cli_features
+from planning import offline_engine
 from tests.program import REAL
-from tools import offline_engine
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "pull-request.yml"

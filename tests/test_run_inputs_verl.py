@@ -2,12 +2,12 @@
 builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py does:
 
 - the parquet payloads/prepare_data.py writes for a fixture dataset loads through the trainer's
-  create_rl_dataset (RLHFDataset) and collates (tools/verl_run_inputs_check.py);
+  create_rl_dataset (RLHFDataset) and collates (verl_scripts/verl_run_inputs_check.py);
 - the reward file is loaded by verl's get_custom_reward_fn from the overrides the program renders
   and scores the fixture rows (right answer 1, wrong 0), and the key of the other release is not
   what verl reads;
 - the whole argv of an own run composes and passes verl's config checks
-  (tools/verl_compose_check.py).
+  (verl_scripts/verl_compose_check.py).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from training.assembly import reward_overrides, training_job
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
-RUN_INPUTS_CHECK = REPO / "tools" / "verl_run_inputs_check.py"
-COMPOSE_CHECK = REPO / "tools" / "verl_compose_check.py"
+RUN_INPUTS_CHECK = REPO / "verl_scripts" / "verl_run_inputs_check.py"
+COMPOSE_CHECK = REPO / "verl_scripts" / "verl_compose_check.py"
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
 # The stack whose profile pins each release's ref (tests/test_verl_config_compose.py
 # RELEASE_FOR_REF: v0.6.1 -> 0.6.1, ddbcdb7 -> 0.9.0).
@@ -212,7 +212,7 @@ def test_an_own_runs_argv_composes_and_passes_verls_checks(release: str) -> None
 
 # --- data_source values verl scores without verl-gke:reward ------------------------------------
 
-SCORED_CHECK = REPO / "tools" / "verl_scored_check.py"
+SCORED_CHECK = REPO / "verl_scripts" / "verl_scored_check.py"
 # Releases whose virtualenv has pyarrow to write fixture parquet (see DATASET_RELEASES).
 PARQUET_RELEASES = DATASET_RELEASES
 # Per Hub dataset: its raw answer column (the worked solution, as on the Hub), the answer verl's

@@ -41,8 +41,8 @@ from config.settings import (
     version_tuple,
 )
 from config.stack_rules import MAX_CLUSTER_NAME
+from planning.offline_engine import PlanResult
 from tests.program import COMBINATIONS, REAL, plan
-from tools.offline_engine import PlanResult
 from tools.plan import plan_report
 
 CLUSTER = "gcp:container/cluster:Cluster"

@@ -2,10 +2,11 @@
 it, at the verl release the stack runs.
 
 The overrides are the ones the Ray job runs (`render_entrypoint`, split as the job's shell splits
-it). tools/verl_compose_check.py composes them against the packaged `ppo_trainer` config of a real
-verl wheel, as `main_ppo` does, then runs verl's `validate_config` and the worker-side config
-dataclasses. It runs in an isolated virtualenv per verl release (requirements-verl-<version>.txt),
-which .ci/run builds under .venv-verl/<version> and names in VERL_GKE_VERL_VENVS.
+it). verl_scripts/verl_compose_check.py composes them against the packaged `ppo_trainer` config
+of a real verl wheel, as `main_ppo` does, then runs verl's `validate_config` and the worker-side
+config dataclasses. It runs in an isolated virtualenv per verl release
+(requirements-verl-<version>.txt), which .ci/run builds under .venv-verl/<version> and names in
+VERL_GKE_VERL_VENVS.
 
 Which release stands for a stack's verl ref:
 - v0.6.1 (A4, A3 Ultra) is a release: verl 0.6.1 from PyPI. All five jobs also
@@ -54,8 +55,8 @@ pytestmark = pytest.mark.integration
 
 VENVS_ENV = "VERL_GKE_VERL_VENVS"
 REPO = Path(__file__).resolve().parents[1]
-CHECK_SCRIPT = REPO / "tools" / "verl_compose_check.py"
-KEYS_SCRIPT = REPO / "tools" / "verl_config_keys.py"
+CHECK_SCRIPT = REPO / "verl_scripts" / "verl_compose_check.py"
+KEYS_SCRIPT = REPO / "maintenance" / "verl_config_keys.py"
 # Keys every case reports the composed value of, besides its own overrides.
 REPORTED = ["trainer.resume_mode"]
 
@@ -259,10 +260,11 @@ def test_the_key_file_is_what_verl_composes(release: str) -> None:
 
 # The verl ref whose key file the preflight uses, for each release the cases run under.
 REF_FOR_RELEASE = {"0.6.1": "v0.6.1", "0.9.0": "ddbcdb7"}
-# extraOverrides the preflight refuses (the last item) -> the stage of tools/verl_compose_check.py
-# at which verl refuses them too. The dataclass cases are in sections the check converts (the
-# actor in validate_config, the rollout as the FSDP worker does). None: verl's config checks
-# accept it; `+trainer.critic_warmup.x=1` replaces the number 0 with a group {x: 1}, which
+# extraOverrides the preflight refuses (the last item) -> the stage of
+# verl_scripts/verl_compose_check.py at which verl refuses them too. The dataclass cases are in
+# sections the check converts (the actor in validate_config, the rollout as the FSDP worker
+# does). None: verl's config checks accept it; `+trainer.critic_warmup.x=1` replaces the number 0
+# with a group {x: 1}, which
 # RayPPOTrainer.fit compares with the step number at the first step (ray_trainer.py, v0.6.1).
 REFUSED_EXTRAS: dict[str, tuple[list[str], str | None, str]] = {
     "misspelled-nested-key": (

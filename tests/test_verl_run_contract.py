@@ -1,6 +1,6 @@
 """What the GRPO job sends to verl and Ray, run through verl's and Ray's own code.
 
-verl's code runs in the isolated verl virtualenvs (tools/verl_run_probe.py; see
+verl's code runs in the isolated verl virtualenvs (verl_scripts/verl_run_probe.py; see
 tests/test_verl_config_compose.py for which release stands for each stack's verl ref):
 - the rendered trainer.logger, composed by verl's Hydra config and given to verl's Tracking
   (verl/utils/tracking.py), prints the `step:N` line the job provider's step parser reads,
@@ -49,7 +49,7 @@ from training.model_export import runner_job
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = REPO / "tools" / "verl_run_probe.py"
+PROBE = REPO / "verl_scripts" / "verl_run_probe.py"
 RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
 RELEASES = sorted(set(RELEASE_FOR_REF.values()))
 STEP_1 = {"training/global_step": 1, "timing_s/step": 12.5, "actor/pg_loss": -0.25}

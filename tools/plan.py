@@ -2,7 +2,7 @@
 
     python -m tools.plan a4x [--set verl-gke:gpuNodes=8 ...] [--strict] [--out DIR]
 
-Evaluates the real __main__.py under an in-process mocked engine (tools/offline_engine.py),
+Evaluates the real __main__.py under an in-process mocked engine (planning/offline_engine.py),
 prints the resources as a tree with the properties a reviewer checks, and with --out writes every
 Kubernetes object (and Helm values) as YAML. Bad configuration exits with status 2 and the
 validation message. --strict treats placeholders and a missing hfToken as errors, like a real
@@ -22,8 +22,8 @@ import pulumi
 import yaml
 
 from config.settings import StackSettings, load_settings
-from tools.cost_facts import what_you_pay_for
-from tools.offline_engine import (
+from planning.cost_facts import what_you_pay_for
+from planning.offline_engine import (
     REPO_ROOT,
     PlanResult,
     RecordedResource,

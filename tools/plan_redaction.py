@@ -13,7 +13,7 @@ from typing import Any
 
 from config.settings import SECRET_FIELDS, config_key
 from jobs.secret_scan import redact
-from tools.offline_engine import PlanResult
+from planning.offline_engine import PlanResult
 
 SECRET_CONFIG_KEYS = frozenset(config_key(name) for name in SECRET_FIELDS)
 

@@ -2,8 +2,8 @@
 before anything is created: what `main_ppo` would refuse at job start, after the GPU nodes and
 the model load have been paid for.
 
-The key paths come from training/verl_keys/<ref>.txt, written by tools/verl_config_keys.py from
-verl's own composed `ppo_trainer` config at that ref; tests/test_verl_config_compose.py
+The key paths come from training/verl_keys/<ref>.txt, written by maintenance/verl_config_keys.py
+from verl's own composed `ppo_trainer` config at that ref; tests/test_verl_config_compose.py
 regenerates the release files in that release's virtualenv, and runs cases refused here through
 verl's own compose and `validate_config`.
 

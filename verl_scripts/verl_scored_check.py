@@ -2,7 +2,7 @@
 one JSON verdict.
 
 Runs inside an isolated verl virtualenv (requirements-verl-*.txt), like
-tools/verl_run_inputs_check.py:
+verl_scripts/verl_run_inputs_check.py:
 
 1. calls verl's default_compute_score (verl/utils/reward_score/__init__.py) with each data_source
    of the request and records whether it raised NotImplementedError (no score for that source) or

@@ -1,7 +1,7 @@
 """An own run's dataset and reward file, through verl's own code. Prints one JSON verdict.
 
-Runs inside an isolated verl virtualenv (requirements-verl-*.txt), like tools/verl_compose_check.py,
-offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1):
+Runs inside an isolated verl virtualenv (requirements-verl-*.txt), like
+verl_scripts/verl_compose_check.py, offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1):
 
 1. payloads/prepare_data.py converts a fixture dataset (a local folder of JSON lines standing in for
    a Hub dataset) into verl's parquet with a column mapping, as the data-prep Job does;

@@ -1,13 +1,13 @@
 """Modelled time to the first GRPO step: the duration of every link, with its source. The
-schedule of those links over the program's recorded resource graph is tools/startup_schedule.py.
+schedule of those links over the program's recorded resource graph is planning/startup_schedule.py.
 
 Pure and light: no Pulumi, no Ray. It reads a recorded graph handed to it (anything shaped like
-tools/offline_engine.PlanResult: `resources` with urn/type/name/custom/parent/inputs,
+planning/offline_engine.PlanResult: `resources` with urn/type/name/custom/parent/inputs,
 `edges(resource)`, `one(type)`) for what the program creates, and the run's own facts (the
 model, the KL terms, validation before training) from the settings and the GRPO spec
 (`job_facts`), so the offline plan can show the modelled minutes of the run it just recorded:
 
-    from tools.startup_schedule import schedule
+    from planning.startup_schedule import schedule
     facts = job_facts(settings, spec, model)
     minutes = schedule(result, facts, levers_in_graph(result, arch)).overlapped
 
@@ -878,6 +878,6 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
     if resource.type.startswith("kubernetes:"):
         return (_K8S_OBJECT,)
     raise KeyError(
-        f"no duration for {resource.type} ({resource.name}); add it to tools/startup_links.py "
+        f"no duration for {resource.type} ({resource.name}); add it to planning/startup_links.py "
         "RESOURCE_LINKS"
     )

@@ -1,4 +1,4 @@
-"""The schedule of the start-up links (tools/startup_links.py) over the program's recorded
+"""The schedule of the start-up links (planning/startup_links.py) over the program's recorded
 resource graph: the longest path to verl's first training step, against every step one after
 another and the unavoidable chain, with the physical waits the graph does not show.
 """
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from tools.startup_links import (
+from planning.startup_links import (
     CLUSTER,
     DATA_PREP_JOB,
     DRIVER_MIN,
@@ -236,7 +236,7 @@ class _Walk:
 
 def schedule(result: Graph, job: JobFacts, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:
     """Modelled minutes to the first GRPO step of a recorded program, with `levers` on; `job`
-    holds the run's own facts (tools/startup_links.job_facts)."""
+    holds the run's own facts (planning/startup_links.job_facts)."""
     facts: StartupFacts = startup_facts(result, job)
     table = links(facts, levers)
     walk = _Walk(result, table)

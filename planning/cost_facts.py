@@ -1,8 +1,8 @@
 """The plan's "What you pay for" block: the GPU capacity a stack bills, on every stack and mode
 (on Autopilot the machine type hides inside the ComputeClass, so it is spelled out here), how the
 worker image reaches the GPU nodes and what its pull still costs, and the modelled minutes to the
-first training step (tools/startup_links.py's model, scheduled over the plan's own recorded graph
-by tools/startup_schedule.py: no second run of the program).
+first training step (planning/startup_links.py's model, scheduled over the plan's own recorded graph
+by planning/startup_schedule.py: no second run of the program).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from config.image_streaming import docker_hub_path, streaming_refusal
 from config.profiles import Capacity, Mode
 from config.settings import StackSettings
 from manifests.prepull import PREPULL_NAME
-from tools.offline_engine import PlanResult
-from tools.price_table import (
+from planning.offline_engine import PlanResult
+from planning.price_table import (
     CLUSTER_FEE,
     GCS_STANDARD,
     GKE_PRICING,
@@ -28,8 +28,8 @@ from tools.price_table import (
     cpu_machine_price,
     gpu_machine_price,
 )
-from tools.startup_links import job_facts, levers_in_graph
-from tools.startup_schedule import Schedule, schedule
+from planning.startup_links import job_facts, levers_in_graph
+from planning.startup_schedule import Schedule, schedule
 from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
 
@@ -191,7 +191,7 @@ def _rate(price: Price) -> str:
 
 
 def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str]) -> list[str]:
-    """Dollars from tools/price_table.py: the hourly rate of what runs, the modelled cost up to
+    """Dollars from planning/price_table.py: the hourly rate of what runs, the modelled cost up to
     the first step and the kept checkpoints' storage."""
     region_note = (
         ""
@@ -200,7 +200,7 @@ def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str])
     )
     return [
         f"  prices: list prices for {REGION} read on {CLUSTER_FEE.read_on} "
-        f"(tools/price_table.py); prices vary by region{region_note}",
+        f"(planning/price_table.py); prices vary by region{region_note}",
         f"  GPU nodes ($/h): {_gpu_line(settings)}",
         f"  GPU node rate by capacity mode ({config('capacity')}): {_modes_line(settings)}",
         f"  CPU: {_cpu_line(settings)}",

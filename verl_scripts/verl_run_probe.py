@@ -1,5 +1,6 @@
 """Run the parts of verl's own code that decide what a GRPO job's run leaves behind, inside an
-isolated verl virtualenv (like tools/verl_compose_check.py: it imports nothing from this project).
+isolated verl virtualenv (like verl_scripts/verl_compose_check.py: it imports nothing from this
+project).
 
 Input: {"requests": [request, ...]} as JSON, on stdin or in the file named by the one argument.
 Output: {"verl_version": "...", "results": [result, ...]} as the last line of stdout. Each request
