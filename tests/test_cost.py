@@ -8,13 +8,13 @@ import re
 from datetime import date
 
 import pytest
+from planning.price_table import Price
 
 from config.capacity import capacity_plan
 from config.profiles import PROFILES, Capacity, Mode
 from config.settings import SettingsError, StackSettings, load_settings
 from planning import cost_facts, price_table
 from planning.cost_facts import checkpoints_kept, money_lines, wait_line, what_you_pay_for
-from planning.price_table import Price
 from tests.program import REAL, plan
 
 # The rendered GRPO job's Hydra overrides that decide the checkpoints (the a3u/a4 default job).
