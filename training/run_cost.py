@@ -24,6 +24,7 @@ from config.price_table import (
 )
 from config.profiles import Capacity, Mode
 from config.settings import StackSettings
+from training.grpo_spec import GrpoSpec
 from training.live_prices import CATALOG_SOURCE, CatalogRead
 
 OWN_RATE_KEY = "verl-gke:gpuNodeHourlyUsd"
@@ -271,3 +272,52 @@ def cost_lines(
             f"{OWN_RATE_KEY} <USD per node-hour>; your prices: {BILLING_PRICING_CONSOLE}"
         )
     return lines
+
+
+def spec_steps(spec: GrpoSpec) -> int | None:
+    """training_steps of the job as the spec renders it (its step keys and any extra override
+    of trainer.total_training_steps, the last one winning as in Hydra)."""
+    job = {
+        "data.train_files": spec.train_files,
+        "data.train_batch_size": str(spec.train_batch_size),
+        "trainer.total_epochs": str(spec.total_epochs),
+    }
+    for override in spec.extra_overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key == "trainer.total_training_steps":
+            job[key] = value
+    return training_steps(job)
+
+
+def up_block(settings: StackSettings, book: PriceBook, steps: int | None) -> str:
+    """`pulumi up`'s cost block: where the prices came from, then the shared money lines (the
+    first-step cost is the plan's: its start-up model needs the plan's own graph)."""
+    origin = (
+        f"Cloud Billing catalog read: {book.catalog_note}"
+        if book.catalog_note and "SKUs read" in book.catalog_note
+        else "Cloud Billing catalog not read"
+        + (f" ({book.catalog_note})" if book.catalog_note else " (preview)")
+        + "; the table's figures are used"
+    )
+    return "\n".join(
+        [
+            "What you pay for:",
+            f"  prices in {settings.region}: {origin}",
+            *cost_lines(settings, book, steps, None),
+            "  modelled cost to the first training step: see `python -m tools.plan "
+            f"{settings.stack}`",
+        ]
+    )
+
+
+def stack_outputs(settings: StackSettings, book: PriceBook) -> dict[str, object]:
+    """The stack outputs `python -m tools.run` prices the run with: one GPU node-hour and the
+    whole stack per hour while it trains, each with its source (None where unpriced)."""
+    gpu = book.stack_gpu(settings)
+    total = hourly(settings, book)
+    return {
+        "gpuNodeHourlyUsd": gpu.usd,
+        "gpuNodes": settings.gpu_nodes,
+        "stackHourlyUsd": None if total.missing else round(total.usd, 5),
+        "priceSource": source_name(gpu) if gpu.usd is not None else rate(gpu),
+    }
