@@ -16,7 +16,9 @@ from config.profiles import PROFILES, Capacity, Mode
 from config.settings import SettingsError, StackSettings, load_settings
 from planning.cost_facts import checkpoints_kept, money_lines, wait_line, what_you_pay_for
 from tests.program import REAL, plan
-from training.run_cost import PriceBook, price_book
+from tools.run import RunView, cost_text
+from tools.run_target import RunPrice
+from training.run_cost import PriceBook, price_book, stack_outputs
 
 # The rendered GRPO job's Hydra overrides that decide the checkpoints (the a3u/a4 default job).
 DEFAULT_JOB = {
@@ -314,3 +316,62 @@ def test_the_table_book_is_the_default() -> None:
         price_book(settings).stack_gpu(settings)
         == price_table.GPU_MACHINE[("a3-ultragpu-8g", Capacity.SPOT)]
     )
+
+
+def _view(start_s: float, end_s: float | None, now_s: float) -> RunView:
+    return RunView(
+        submission_id="a3u-1",
+        dashboard="http://127.0.0.1:8265",
+        status="SUCCEEDED" if end_s else "RUNNING",
+        message="",
+        start_time_ms=int(start_s * 1000),
+        end_time_ms=None if end_s is None else int(end_s * 1000),
+        phase="training",
+        steps=(),
+        validation={},
+        validation_points=(),
+        total_steps=None,
+        log_source="whole log",
+        now_s=now_s,
+    )
+
+
+def test_tools_run_prices_the_run_from_the_stack_outputs() -> None:
+    """Running 90 min at $66.33/h: 1.5 h x 66.33252 = $99.50 so far; finished after 2 h:
+    2.0 h x 66.33252 = $132.67 in total."""
+    price = RunPrice.from_outputs(
+        {
+            "gpuNodeHourlyUsd": 32.61871,
+            "gpuNodes": 2,
+            "stackHourlyUsd": 66.33252,
+            "priceSource": "price table",
+        }
+    )
+    running = cost_text(_view(1000.0, None, 1000.0 + 5400), price)
+    assert running == (
+        "$66.33/h for the stack (2 GPU nodes x $32.62; price table); "
+        "so far: 1.50 h x $66.33/h = $99.50"
+    )
+    finished = cost_text(_view(1000.0, 1000.0 + 7200, 99999.0), price)
+    assert finished is not None and finished.endswith("total: 2.00 h x $66.33/h = $132.67")
+    unpriced = RunPrice.from_outputs(
+        {
+            "gpuNodeHourlyUsd": None,
+            "gpuNodes": 4,
+            "stackHourlyUsd": None,
+            "priceSource": "no price (Google publishes no list price for A4X)",
+        }
+    )
+    assert cost_text(_view(0.0, None, 60.0), unpriced) == (
+        "no price for the GPU nodes (no price (Google publishes no list price for A4X))"
+    )
+    assert RunPrice.from_outputs({"jobSubmissionId": "x"}) is None  # a stack from before
+
+
+def test_the_stack_outputs_carry_the_stacks_hourly_price() -> None:
+    """a3u Spot at the table's rates: 2 x 32.61871 + 0.9951 + 0.10 = 66.33252 per hour."""
+    settings = settings_for("a3u", Mode.STANDARD, Capacity.SPOT)
+    outputs = stack_outputs(settings, price_book(settings))
+    assert outputs["gpuNodeHourlyUsd"] == pytest.approx(32.61871)
+    assert outputs["stackHourlyUsd"] == pytest.approx(66.33252)
+    assert RunPrice.from_outputs(outputs) is not None
