@@ -205,10 +205,10 @@ def test_the_users_own_rate_wins_and_is_named() -> None:
     assert "pulumi config set verl-gke:gpuNodeHourlyUsd" not in text  # already set
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "20000"])
+@pytest.mark.parametrize("value", ["0", "-3", "20000", "nan", "abc"])
 def test_a_bad_own_rate_is_refused_naming_the_setting(value: str) -> None:
     config = {**REAL, "verl-gke:gpuNodeHourlyUsd": value}
-    with pytest.raises(SettingsError, match="gpuNodeHourlyUsd"):
+    with pytest.raises(SettingsError, match=rf"gpuNodeHourlyUsd = '{value}': .* Fix: pulumi"):
         load_settings("a3u", config, offline=False)
 
 
