@@ -69,6 +69,15 @@ def sku(description: str, group: str, usage: str, usd: float, regions: list[str]
 
 
 US = ["us-central1", "us-east4"]
+
+
+def attached_h200(model: str, usage: str, usd: float) -> dict[str, Any]:
+    """The H200 SKU of a provisioning model: "H200 141GB GPU attached to <model> VMs running in
+    Americas" (as "Nvidia Tesla A100 80GB GPU attached to DWS Defined Duration VMs" is named)."""
+    description = f"H200 141GB GPU attached to {model} VMs running in Americas"
+    return sku(description, "GPU", usage, usd, US)
+
+
 # Test prices: A3 core $0.03/h, RAM $0.003/GiB-h, H200 $9.31174/h; Spot 0.01, 0.001, 3.7247;
 # flex-start (DWS Defined Duration) 0.02, 0.002, 5.0; N4 core 0.04, RAM 0.004.
 PAGE_1 = [
@@ -83,22 +92,10 @@ PAGE_1 = [
 PAGE_2 = [
     sku("Spot Preemptible A3 Instance Core running in Americas", "CPU", "Preemptible", 0.01, US),
     sku("Spot Preemptible A3 Instance Ram running in Americas", "RAM", "Preemptible", 0.001, US),
-    sku(
-        "H200 141GB GPU attached to Spot Preemptible VMs running in Americas",
-        "GPU",
-        "Preemptible",
-        3.7247,
-        US,
-    ),
+    attached_h200("Spot Preemptible", "Preemptible", 3.7247),
     sku("DWS Defined Duration A3 Core running in Americas", "CPU", "OnDemand", 0.02, US),
     sku("DWS Defined Duration A3 Ram running in Americas", "RAM", "OnDemand", 0.002, US),
-    sku(
-        "H200 141GB GPU attached to DWS Defined Duration VMs running in Americas",
-        "GPU",
-        "OnDemand",
-        5.0,
-        US,
-    ),
+    attached_h200("DWS Defined Duration", "OnDemand", 5.0),
     sku("N4 Instance Core running in Americas", "CPU", "OnDemand", 0.04, US),
     sku("N4 Instance Ram running in Americas", "RAM", "OnDemand", 0.004, US),
 ]
