@@ -277,7 +277,7 @@ def test_every_capacity_mode_the_stack_accepts_has_its_rate_or_says_no_price(
         price = price_table.GPU_MACHINE[(machine, other)]
         chosen = " (this stack)" if other is capacity else ""
         bound = "at most " if price.at_most else ""
-        shown = "no price" if price.usd is None else f"{bound}${price.usd:,.2f} per node-hour"
+        shown = "no price" if price.usd is None else f"{bound}${price.usd:,.2f} per node-hour, "
         assert f"{other.value}{chosen} {shown}" in line, line
     assert line.count("(this stack)") == 1
 
@@ -298,13 +298,16 @@ def test_the_modes_line_carries_the_books_rates() -> None:
       GPU       = 2 x 30 = $60.00/h
       per hour  = 60 + 1 + 0.10 (control plane) = $61.10
       45 min    = 0.75 x 61.10 = $45.825, shown as $45.83
+      the stack per hour on a reservation 2 x 80 + 1.10 = $161.10, on flex-start 2 x 40 + 1.10 =
+      $81.10
     """
     rates = {Capacity.RESERVATION: 80.0, Capacity.FLEX_START: 40.0, Capacity.SPOT: 30.0}
     settings = settings_for("a3u", Mode.STANDARD, Capacity.SPOT)
     text = "\n".join(money_lines(settings, 45.0, DEFAULT_JOB, book_of(settings, rates, 1.0)))
     assert (
-        "a3-ultragpu-8g: reservation $80.00 per node-hour; flexStart $40.00 per node-hour; "
-        "spot (this stack) $30.00 per node-hour" in text
+        "a3-ultragpu-8g: reservation $80.00 per node-hour, stack $161.10/h; flexStart $40.00 "
+        "per node-hour, stack $81.10/h; spot (this stack) $30.00 per node-hour, stack $61.10/h"
+        in text
     )
     assert "$30.00 per node-hour x 2 nodes = $60.00/h" in text
     assert "45 min x $61.10/h = $45.83; plus the nodes billed while the rest are awaited" in text

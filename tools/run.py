@@ -7,12 +7,14 @@
     python -m tools.run resume a4                   # undo that; `pulumi up --refresh` resubmits
     python -m tools.run --dashboard-url http://127.0.0.1:8265 --submission-id ID [--json]
 
-Status prints the Ray job's status, the current step, the latest score, response length,
-throughput and step time from verl's console metric lines (parsed by jobs/verl_log.py, the parser
-the job provider uses), the start-up phase while no step has been logged yet, and for a FAILED
-run its cause: the end of the driver log (Ray's FAILED message carries the log's last 20,000
-characters after the line "last available logs (truncated to 20,000 chars):"; the cause is what
-follows it, not that line). The exit status says how the run stands (EXIT_CODES).
+Status prints the Ray job's status, its cost (the stack's $/h from the stack outputs `pulumi up`
+priced, the spend so far as the job's elapsed hours x that rate, a finished run's total), the
+current step, the latest score, response length, throughput and step time from verl's console
+metric lines (parsed by jobs/verl_log.py, the parser the job provider uses), the start-up phase
+while no step has been logged yet, and for a FAILED run its cause: the end of the driver log
+(Ray's FAILED message carries the log's last 20,000 characters after the line "last available
+logs (truncated to 20,000 chars):"; the cause is what follows it, not that line). The exit
+status says how the run stands (EXIT_CODES).
 
 The dashboard is reached with the job provider's client (jobs/dashboard_client.py): through the
 GKE API server's service proxy with a short-lived token from Application Default Credentials and

@@ -115,8 +115,9 @@ class Hourly:
         return head
 
 
-def hourly(settings: StackSettings, book: PriceBook) -> Hourly:
-    gpu = book.stack_gpu(settings)
+def hourly(settings: StackSettings, book: PriceBook, capacity: Capacity | None = None) -> Hourly:
+    """The stack's $/h under its own capacity mode, or under `capacity` for comparison."""
+    gpu = book.gpu[capacity or settings.capacity]
     parts: list[tuple[str, float | None]] = [
         (
             f"{settings.gpu_nodes} GPU nodes",
@@ -168,8 +169,11 @@ def modes_line(settings: StackSettings, book: PriceBook) -> str:
     rates = []
     for capacity, price in book.gpu.items():
         chosen = " (this stack)" if capacity is settings.capacity else ""
-        shown = rate(price) if price.usd is not None else "no price"  # why: the GPU nodes line
-        rates.append(f"{capacity.value}{chosen} {shown}")
+        if price.usd is None:
+            rates.append(f"{capacity.value}{chosen} no price")  # why: the GPU nodes line
+            continue
+        stack = hourly(settings, book, capacity).text()
+        rates.append(f"{capacity.value}{chosen} {rate(price)}, stack {stack}")
     return f"{settings.profile.machine_type}: " + "; ".join(rates)
 
 
