@@ -54,9 +54,12 @@ if not pulumi.runtime.is_dry_run():
 grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(run_block(grpo, settings))
 # Prices: the user's own rate, else the Cloud Billing catalog (read by `pulumi up` only, never by a
-# preview; any failure leaves the table's figures), else config/price_table.py.
-prices = price_book(settings, None if pulumi.runtime.is_dry_run() else read_catalog(settings))
-pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
+# preview; any failure leaves the table's figures), else config/price_table.py. A preview (and so
+# the offline plan, which prints its own block) logs none.
+prices = price_book(settings)
+if not pulumi.runtime.is_dry_run():
+    prices = price_book(settings, read_catalog(settings))
+    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 

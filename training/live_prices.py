@@ -73,6 +73,7 @@ class CatalogRead:
     gpu: Mapping[Capacity, Price] = field(default_factory=dict)
     cpu: Price | None = None
     note: str = ""
+    skus: int = 0  # how many SKUs the API answered (0: not read)
 
 
 def gpu_node(settings: StackSettings) -> Node | None:
@@ -194,4 +195,5 @@ def read_catalog(
         gpu=gpu,
         cpu=price(cpu_usd, "on-demand list rate"),
         note=f"{len(skus)} SKUs read {read_on}",
+        skus=len(skus),
     )

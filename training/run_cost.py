@@ -49,6 +49,7 @@ class PriceBook:
     gpu: Mapping[Capacity, Price]
     cpu: Price | None
     catalog_note: str = ""  # what the catalog read gave, or why it gave nothing
+    catalog_read: bool = False  # the API answered SKUs
 
     def stack_gpu(self, settings: StackSettings) -> Price:
         return self.gpu[settings.capacity]
@@ -74,7 +75,7 @@ def price_book(settings: StackSettings, catalog: CatalogRead | None = None) -> P
     if settings.mode is Mode.STANDARD:
         cpu = live.cpu or cpu_machine_price(settings.cpu_machine_type)
     note = "" if catalog is None else catalog.note
-    return PriceBook(gpu=gpu, cpu=cpu, catalog_note=note)
+    return PriceBook(gpu=gpu, cpu=cpu, catalog_note=note, catalog_read=live.skus > 0)
 
 
 def usd(value: float) -> str:
@@ -296,12 +297,11 @@ def spec_steps(spec: GrpoSpec) -> int | None:
 def up_block(settings: StackSettings, book: PriceBook, steps: int | None) -> str:
     """`pulumi up`'s cost block: where the prices came from, then the shared money lines (the
     first-step cost is the plan's: its start-up model needs the plan's own graph)."""
+    read = book.catalog_note
     origin = (
-        f"Cloud Billing catalog read: {book.catalog_note}"
-        if book.catalog_note and "SKUs read" in book.catalog_note
-        else "Cloud Billing catalog not read"
-        + (f" ({book.catalog_note})" if book.catalog_note else " (preview)")
-        + "; the table's figures are used"
+        f"Cloud Billing catalog read: {read}"
+        if book.catalog_read
+        else f"Cloud Billing catalog not read ({read or 'not asked'}); the table's figures are used"
     )
     return "\n".join(
         [
