@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -249,6 +250,11 @@ def stack_outputs_for(sid: str) -> dict[str, object]:
         "rayHeadService": "verl-head-svc",
         "jobSubmissionId": sid,
         "jobStatus": "RUNNING",
+        # training/run_cost.py stack_outputs: a3u on Spot at the table's rates.
+        "gpuNodeHourlyUsd": 32.61871,
+        "gpuNodes": 2,
+        "stackHourlyUsd": 66.33252,
+        "priceSource": "price table: SkyPilot's GCP catalog of Cloud Billing SKUs, read 2026-12-04",
     }
 
 
@@ -259,6 +265,14 @@ def test_stack_outputs_give_the_submission_id(runs: Runs, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert rows(result.stdout)["run"] == runs.finished
     assert rows(result.stdout)["step"] == "5 of 435"
+    # The finished run's total: its elapsed hours x the stack's $/h.
+    cost = re.fullmatch(
+        r"\$66\.33/h for the stack \(2 GPU nodes x \$32\.62; price table: .*\); "
+        r"total: (\d+\.\d\d) h x \$66\.33/h = \$(\d+\.\d\d)",
+        rows(result.stdout)["cost"],
+    )
+    assert cost, rows(result.stdout)["cost"]
+    assert float(cost.group(2)) == pytest.approx(float(cost.group(1)) * 66.33252, abs=0.34)
     # One call, secrets hidden, from the project folder (where Pulumi.yaml is).
     assert calls(bin_dir) == [
         {
