@@ -256,13 +256,14 @@ def layer_activation_bytes_per_token(arch: ModelArch) -> int:
     Hugging Face Qwen2/Llama layer with SDPA flash attention (counted tensor by tensor with
     torch.autograd.graph.saved_tensors_hooks):
     - each RMSNorm: its fp32 upcast (4h), the normalised bf16 value (2h), its output (2h)
-      (Gemma's differ: _norm_bytes_per_token);
+      (Gemma's differ: _norm_bytes_per_token; Qwen3's and Gemma 3's q/k norms:
+      _qk_norm_bytes_per_token);
     - rotated q and k, v (RoPE's multiplications save cos/sin, not q/k), the attention output,
       which is also o_proj's input, and the fp32 logsumexp per head;
     - MLP: gate, SiLU(gate), up and their product (4 x 2I).
     """
     q, kv, inter = arch.q_size, arch.kv_size, arch.intermediate_size
-    norms = _norm_bytes_per_token(arch)
+    norms = _norm_bytes_per_token(arch) + _qk_norm_bytes_per_token(arch)
     attention = BF16 * (2 * q + 2 * kv)
     lse = FP32 * arch.num_attention_heads
     mlp = 4 * BF16 * inter
@@ -274,11 +275,31 @@ def _norm_bytes_per_token(arch: ModelArch) -> int:
     value and the bf16 output (8h each). Gemma 2/3 (four norms): the weight is applied in fp32
     as x * (1 + w) before the cast, so each saves its fp32 input and fp32 normalised value; the
     two pre-norms' bf16 outputs feed projections (saved), the two post-norms' feed residual adds
-    (not saved): 2 x 10h + 2 x 8h (Gemma2RMSNorm; measured on H200, docs/memory-and-fabric.md)."""
+    (not saved): 2 x 10h + 2 x 8h (Gemma2RMSNorm; measured on H200, docs/memory-and-fabric.md).
+    Every norm also keeps its fp32 rsqrt, one per token."""
     h = arch.hidden_size
+    rsqrt = arch.norms_per_layer * FP32
     if arch.norms_per_layer == 4:
-        return 2 * (2 * FP32 * h + BF16 * h) + 2 * (2 * FP32 * h)
-    return arch.norms_per_layer * (FP32 * h + BF16 * h + BF16 * h)
+        return 2 * (2 * FP32 * h + BF16 * h) + 2 * (2 * FP32 * h) + rsqrt
+    return arch.norms_per_layer * (FP32 * h + BF16 * h + BF16 * h) + rsqrt
+
+
+def _qk_norm_bytes_per_token(arch: ModelArch) -> int:
+    """What q_norm and k_norm (an RMSNorm over head_dim, applied per head before RoPE) save per
+    token: for every element of q and k, the fp32 upcast (kept by pow and by the multiply with
+    rsqrt) and the normalised value before the weight, bf16 in Qwen3RMSNorm (weight *
+    x.to(bf16)) and fp32 in Gemma3RMSNorm (x * (1 + weight) in fp32); plus rsqrt's fp32 output,
+    one per head. Their output only feeds RoPE, whose multiplications save cos and sin, so it is
+    not saved. Sources: modeling_qwen3.py Qwen3RMSNorm / Qwen3Attention.forward and
+    modeling_gemma3.py Gemma3RMSNorm / Gemma3Attention.forward, transformers 5.17.0 (the GPU
+    bench's) and 4.57.1 (verl 0.6.1's), identical; counted with
+    torch.autograd.graph.saved_tensors_hooks on CPU: 6 (Qwen3) and 8 (Gemma 3) bytes per element
+    of q and k, + 4 per head."""
+    if not arch.qk_norm:
+        return 0
+    normalised = FP32 if arch.norms_per_layer == 4 else BF16
+    heads = arch.num_attention_heads + arch.num_key_value_heads
+    return (FP32 + normalised) * (arch.q_size + arch.kv_size) + FP32 * heads
 
 
 def _softcap_bytes(arch: ModelArch) -> int:
