@@ -15,6 +15,7 @@ from training.memory_fit import (
     VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryFitError,
+    MemoryFix,
     ModelArch,
     check_fit,
     estimate,
@@ -158,8 +159,8 @@ def test_official_32b_example_fits_two_h200_nodes_without_warning() -> None:
     assert check_fit(OFFICIAL_32B, "a3u") is None
 
 
-def fix_value(fixes: list[str], key: str) -> int | float:
-    [fix] = [f for f in fixes if f"{key}=" in f]
+def fix_value(fixes: list[MemoryFix], key: str) -> int | float:
+    [fix] = [f.text for f in fixes if f"{key}=" in f.text]
     text = fix.split(f"{key}=")[1].split()[0]
     return float(text) if "." in text else int(text)
 
@@ -175,8 +176,10 @@ def test_rollout_that_cannot_fit_names_phase_and_fixes() -> None:
     assert "vLLM reservation" in message
     assert caught.value.breakdown.phase("rollout").total_gib > 141
     fixes = suggest_fixes(inputs)
-    assert all(fix in message for fix in fixes)
-    assert any("param_offload=True and optimizer_offload=True" in fix for fix in fixes)
+    assert all(fix.text in message for fix in fixes)
+    assert any(
+        "param_offload=True and" in f.text and "optimizer_offload=True" in f.text for f in fixes
+    )
     utilization = fix_value(fixes, "gpu_memory_utilization")
     nodes = fix_value(fixes, "nodes")
     # Each suggested value fits, and the next step beyond it does not.
