@@ -673,8 +673,8 @@ _FLAG_FIXES: tuple[MemoryFix, ...] = (
         {"param_offload": True, "optimizer_offload": True},
     ),
     MemoryFix(
-        "actor_rollout_ref.actor.fsdp_config.offload_policy=True (FSDP2 CPU offload; slower "
-        "update, needs ~16 bytes/param of host RAM per node)",
+        "actor_rollout_ref.actor.fsdp_config.offload_policy=True (FSDP2 CPU offload, a slower "
+        "update that needs ~16 bytes/param of host RAM per node)",
         {"offload_policy": True},
     ),
 )
