@@ -68,11 +68,27 @@ def hf_config(arch: ModelArch) -> dict[str, object]:
     return config
 
 
-def build_model(arch: ModelArch, device: torch.device, checkpointing: bool) -> torch.nn.Module:
+# Model types whose layers alternate sliding-window and full attention (configuration_gemma2.py,
+# configuration_gemma3.py, transformers 5.17.0: sliding_window 4096 by default).
+_SLIDING_WINDOW_TYPES = frozenset({"gemma2", "gemma3_text"})
+
+
+def build_model(
+    arch: ModelArch, device: torch.device, checkpointing: bool, seq_len: int
+) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = hf_config(arch)
     model_type = str(config.pop("model_type"))
+    if model_type in _SLIDING_WINDOW_TYPES:
+        # verl loads the actor with attn_implementation="flash_attention_2" (fsdp_workers.py,
+        # v0.6.1), where the window is a kernel argument and no mask tensor exists. Under SDPA a
+        # sequence at least as long as the window gets a dense mask (masking_utils.py
+        # _ignore_causal_mask_sdpa, transformers 5.17.0), which torch converts to a bf16 bias that
+        # each sliding layer saves for backward: memory verl never holds. A window past the
+        # sequence keeps SDPA on its is_causal path, whose saved tensors are flash-attn's.
+        window = config.get("sliding_window")
+        config["sliding_window"] = max(seq_len + 1, window if isinstance(window, int) else 0)
     hf = AutoConfig.for_model(model_type, **config, max_position_embeddings=32768, use_cache=False)
     # fp32 master weights, as verl's FSDP actor (fsdp_config.model_dtype defaults to fp32).
     with device:
@@ -195,7 +211,7 @@ def run_case(
     steps: int,
 ) -> dict[str, object]:
     world = dist.get_world_size()
-    model = build_model(arch, device, checkpointing)
+    model = build_model(arch, device, checkpointing, seq_len)
     shard(model, arch, device.type)
     gc.collect()
     if device.type == "cuda":

@@ -128,7 +128,9 @@ class AcceleratorProfile:
     machine_type: str
     machine: MachineFacts
     gpus_per_node: int
-    gpu_memory_gib: int
+    # What CUDA reports as the device's total memory (torch.cuda.mem_get_info()[1]), in GiB: the
+    # ceiling every process on the GPU shares, below the marketed size (_CUDA_TOTAL_GIB).
+    gpu_memory_gib: float
     arch: str
     # Tolerations every pod on the GPU nodes needs (GKE taints GPU nodes with nvidia.com/gpu and
     # arm64 nodes with kubernetes.io/arch).
@@ -433,7 +435,7 @@ def _x86_profile(
     gpu_type: str,
     machine_type: str,
     machine: MachineFacts,
-    gpu_memory_gib: int,
+    gpu_memory_gib: float,
     modes: tuple[Mode, ...],
     ray_cluster_name: str,
 ) -> AcceleratorProfile:
@@ -492,6 +494,21 @@ def _x86_profile(
     )
 
 
+# CUDA's total per GPU, GiB. H200: torch.cuda.mem_get_info() total on an H200 of the project's GPU
+# machine, 139.80 GiB (nvidia-smi: 143,771 MiB; issue 25, docs/memory-and-fabric.md). B200:
+# cudaGetDeviceProperties totalGlobalMem 178.35 GiB (pytorch/ao pull request 4002, 2026-03-05;
+# torch.cuda.mem_get_info() 178.4 GiB on SM100 in sgl-project/sglang issue 25225; nvidia-smi
+# 183,359 MiB in NVIDIA/TensorRT-LLM issue 10278). GB200: no published CUDA figure was found;
+# derived from its marketed 186 GB per GPU (Google's A4X machine type) with the smaller of the
+# two measured CUDA/marketed ratios, B200 178.35 / 180 and H200 139.80 / 141, so 186 x 0.9908.
+_CUDA_TOTAL_GIB: Mapping[str, float] = MappingProxyType(
+    {
+        "nvidia-h200-141gb": 139.80,
+        "nvidia-b200": 178.35,
+        "nvidia-gb200": round(186 * min(178.35 / 180, 139.80 / 141), 2),
+    }
+)
+
 PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
     {
         "a4x": AcceleratorProfile(
@@ -505,7 +522,7 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             # boot disk.
             machine=MachineFacts(vcpus=140, memory_gib=884, local_ssd_count=4, local_ssd_gib=375),
             gpus_per_node=4,
-            gpu_memory_gib=186,
+            gpu_memory_gib=_CUDA_TOTAL_GIB["nvidia-gb200"],
             arch="arm64",
             gpu_tolerations=(_GPU_TAINT, _ARM64_TAINT),
             modes=(Mode.STANDARD,),
@@ -584,7 +601,7 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             # GKE autoscaler table: 224 vCPU, 3968 GiB, automatic local SSD count 32; Cluster
             # Toolkit gke-node-pool disk_definitions.tf: 32 local SSDs as ephemeral storage.
             machine=MachineFacts(vcpus=224, memory_gib=3968, local_ssd_count=32, local_ssd_gib=375),
-            gpu_memory_gib=180,
+            gpu_memory_gib=_CUDA_TOTAL_GIB["nvidia-b200"],
             modes=(Mode.AUTOPILOT, Mode.STANDARD),
             ray_cluster_name="b200-ray-cluster",
         ),
@@ -596,7 +613,7 @@ PROFILES: Mapping[str, AcceleratorProfile] = _frozen(
             # GKE autoscaler table: 224 vCPU, 2952 GiB, automatic local SSD count 32; Cluster
             # Toolkit gke-node-pool disk_definitions.tf: 32 local SSDs as ephemeral storage.
             machine=MachineFacts(vcpus=224, memory_gib=2952, local_ssd_count=32, local_ssd_gib=375),
-            gpu_memory_gib=141,
+            gpu_memory_gib=_CUDA_TOTAL_GIB["nvidia-h200-141gb"],
             modes=(Mode.STANDARD, Mode.AUTOPILOT),
             # The tutorial names the H200 cluster "b200-ray-cluster" too; named for its GPU here.
             ray_cluster_name="h200-ray-cluster",

@@ -365,6 +365,66 @@ def test_a_derived_job_key_names_the_stack_setting_to_use(key: str, setting: str
     assert f"and set verl-gke:{setting} instead" in message
 
 
+_MEMORY_FIXES = re.compile(r"Fixes, each enough on its own: (?P<fixes>.*?)\.\n")
+_JOB_VALUE = re.compile(r"verl-gke:job\.(?P<key>\w+)=(?P<value>[^\s;,)']+)")
+_GPU_NODES = re.compile(r"verl-gke:gpuNodes=(?P<nodes>\d+)")
+_IN_EXTRA = re.compile(r"'(?P<override>[\w.]+=True)' in verl-gke:job\.extraOverrides")
+
+
+def _applied(fix: str, job: dict[str, object]) -> tuple[dict[str, object], dict[str, str]]:
+    """The job and stack config a user ends with after following one memory fix's text."""
+    job = dict(job)
+    for found in _JOB_VALUE.finditer(fix):
+        value = found["value"]
+        job[found["key"]] = (
+            value == "True" if value in ("True", "False") else json.loads(value)
+            if re.fullmatch(r"[0-9.]+", value) else value
+        )  # fmt: skip
+    if extra := _IN_EXTRA.search(fix):
+        job["extraOverrides"] = [*job.get("extraOverrides", []), extra["override"]]  # type: ignore[list-item]
+    nodes = _GPU_NODES.search(fix)
+    return job, ({"verl-gke:gpuNodes": nodes["nodes"]} if nodes else {})
+
+
+# Models x response lengths the default jobs cannot hold (offline facts: the committed table),
+# and rollouts that overflow one node (fixed by offload, a lower reservation or more nodes).
+_TOO_BIG: list[tuple[str, dict[str, object], dict[str, str]]] = [
+    *(
+        (stack, {"maxResponseLength": length}, {"verl-gke:model": model})
+        for stack, model, length in (
+            ("a3u", "google/gemma-2-9b-it", 8192),
+            ("a3u", "Qwen/Qwen2.5-32B-Instruct", 16384),
+            ("a3u", "Qwen/Qwen3-14B", 16384),
+            ("a4", "Qwen/Qwen3-32B", 16384),
+            ("a4", "meta-llama/Llama-3.1-8B-Instruct", 32768),
+            ("a4x", "Qwen/Qwen2.5-32B-Instruct", 32768),
+        )
+    ),
+    ("a3u", {"gpuMemoryUtilization": 0.75}, {"verl-gke:gpuNodes": "1"}),
+    ("a4", {"gpuMemoryUtilization": 0.8}, {"verl-gke:gpuNodes": "1"}),
+]
+
+
+@pytest.mark.parametrize(("stack", "job", "config"), _TOO_BIG)
+def test_every_memory_fix_passes_the_whole_preflight(
+    stack: str, job: dict[str, object], config: dict[str, str]
+) -> None:
+    """Each fix the memory fit offers, applied as its text says, is accepted by every rule (the
+    stack rules, verl's batch split, the memory fit with its margin), as gpuNodes fixes are."""
+    message = job_error(stack, job, **config)
+    found = _MEMORY_FIXES.search(message)
+    assert found, message
+    fixes = found["fixes"].split("; ")
+    assert fixes and "no single knob" not in fixes[0], message
+    for fix in fixes:
+        fixed_job, fixed_config = _applied(fix, job)
+        assert fixed_job != job or fixed_config, fix
+        try:
+            job_accepted(stack, fixed_job, **{**config, **fixed_config})
+        except (GrpoPreflightError, SettingsError) as refused:
+            raise AssertionError(f"offered fix {fix!r} is refused: {refused}") from None
+
+
 @pytest.mark.parametrize(("stack", "length"), [("a4", 65536), ("a4x", 262144), ("a3u", 40000)])
 def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
     stack: str, length: int

@@ -15,6 +15,7 @@ from training.memory_fit import (
     VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
     MemoryFitError,
+    MemoryFix,
     ModelArch,
     check_fit,
     estimate,
@@ -84,9 +85,24 @@ def test_optimizer_step_adds_one_fp32_copy_for_foreach_adamw() -> None:
 
 def test_layer_activation_bytes_by_hand() -> None:
     # h=64, q=64, kv=32 (2 heads of 16), I=128, 4 heads:
-    # norms 2 x (4+2+2) x 64 = 1024; q,k,v and attention output 2 x (2x64 + 2x32) = 384;
-    # logsumexp 4 x 4 = 16; MLP 4 x 2 x 128 = 1024.
-    assert layer_activation_bytes_per_token(TINY) == 1024 + 384 + 16 + 1024
+    # norms 2 x (4+2+2) x 64 = 1024 and their fp32 rsqrt 2 x 4 = 8; q,k,v and attention output
+    # 2 x (2x64 + 2x32) = 384; logsumexp 4 x 4 = 16; MLP 4 x 2 x 128 = 1024.
+    assert layer_activation_bytes_per_token(TINY) == 1024 + 8 + 384 + 16 + 1024
+    # Qwen3-style q/k norms: fp32 upcast + bf16 normalised value (6 bytes) per element of q (64)
+    # and k (32), and a 4-byte rsqrt per head (4 + 2); Gemma-3-style keep the normalised value
+    # in fp32 (8 bytes).
+    qwen3_like = replace(TINY, qk_norm=True)
+    assert (
+        layer_activation_bytes_per_token(qwen3_like) - layer_activation_bytes_per_token(TINY)
+        == 6 * (64 + 32) + 4 * 6
+    )
+    gemma2_like = replace(TINY, norms_per_layer=4)
+    gemma3_like = replace(gemma2_like, qk_norm=True)
+    assert (
+        layer_activation_bytes_per_token(gemma3_like)
+        - layer_activation_bytes_per_token(gemma2_like)
+        == 8 * (64 + 32) + 4 * 6
+    )
 
 
 def test_checkpointing_keeps_only_layer_inputs_and_lowers_the_update_peak() -> None:
@@ -143,8 +159,8 @@ def test_official_32b_example_fits_two_h200_nodes_without_warning() -> None:
     assert check_fit(OFFICIAL_32B, "a3u") is None
 
 
-def fix_value(fixes: list[str], key: str) -> int | float:
-    [fix] = [f for f in fixes if f"{key}=" in f]
+def fix_value(fixes: list[MemoryFix], key: str) -> int | float:
+    [fix] = [f.text for f in fixes if f"{key}=" in f.text]
     text = fix.split(f"{key}=")[1].split()[0]
     return float(text) if "." in text else int(text)
 
@@ -160,8 +176,10 @@ def test_rollout_that_cannot_fit_names_phase_and_fixes() -> None:
     assert "vLLM reservation" in message
     assert caught.value.breakdown.phase("rollout").total_gib > 141
     fixes = suggest_fixes(inputs)
-    assert all(fix in message for fix in fixes)
-    assert any("param_offload=True and optimizer_offload=True" in fix for fix in fixes)
+    assert all(fix.text in message for fix in fixes)
+    assert any(
+        "param_offload=True and" in f.text and "optimizer_offload=True" in f.text for f in fixes
+    )
     utilization = fix_value(fixes, "gpu_memory_utilization")
     nodes = fix_value(fixes, "nodes")
     # Each suggested value fits, and the next step beyond it does not.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from training.memory_fit import GrpoMemoryInputs, estimate
+from training.memory_fit import ESTIMATE_MARGIN, GrpoMemoryInputs, estimate
 from training.model_facts import table_facts
 
 DATA = json.loads((Path(__file__).parent / "data" / "memory_measurements.json").read_text())
@@ -77,3 +77,18 @@ def test_the_measurements_cover_held_out_cases_and_both_checkpointing_modes() ->
     # Families beyond Qwen2.5: Llama (tied 128k vocabulary) and Gemma 2 (head_dim 256, 4 norms,
     # 256k vocabulary, softcapped logits).
     assert {c["model"].split("/")[0] for c in cases} == {"Qwen", "meta-llama", "google"}
+
+
+def test_the_fit_margin_covers_the_measured_error() -> None:
+    # The preflight adds ESTIMATE_MARGIN to every estimate before comparing it with the GPU; the
+    # measured cases must lie within it, or a phase the plan accepts could run out of memory.
+    worst = max(
+        abs(100.0 * (estimated - measured) / measured)
+        for case in DATA["cases"]
+        for estimated, measured in zip(
+            _estimate(case),
+            (case["measured_fwd_bwd_gib"], case["measured_optimizer_step_gib"]),
+            strict=True,
+        )
+    )
+    assert worst <= TOLERANCE_PCT <= 100.0 * ESTIMATE_MARGIN, (worst, TOLERANCE_PCT)

@@ -208,7 +208,7 @@ def test_memory_breakdown_is_reported_per_stack() -> None:
     # One run block: the model (size, layers, where its facts came from), then the memory fit.
     assert breakdown.startswith("Model: Qwen/Qwen2.5-32B-Instruct (qwen2), 32.76 B parameters")
     assert "  facts from: committed table" in breakdown
-    assert "2 x 8 GPUs of 141 GiB" in breakdown
+    assert "2 x 8 GPUs of 139.8 GiB" in breakdown
     for phase in ("rollout:", "log_prob:", "actor_update:", "optimizer_step:"):
         assert phase in breakdown
 
@@ -226,12 +226,12 @@ def test_memory_that_cannot_fit_fails_before_any_resource() -> None:
             },
         )
     message = str(caught.value)
-    assert "phase 'actor_update'" in message and "141 GiB" in message
+    assert "phase 'actor_update'" in message and "139.8 GiB" in message
     assert "verl-gke:job.enableGradientCheckpointing=True" in message
 
 
 def test_memory_within_ten_percent_warns() -> None:
-    # 0.72 x 141 GiB of vLLM reservation plus the trainer state kept during rollout lands the
+    # 0.72 x 139.8 GiB of vLLM reservation plus the trainer state kept during rollout lands the
     # rollout phase between 90 % and 100 % of an H200.
     result = plan("a3u", **{"verl-gke__job": '{"gpuMemoryUtilization": 0.72}'})
     assert any("GiB" in notice and "%" in notice for notice in result.notices), result.notices

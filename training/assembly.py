@@ -14,7 +14,7 @@ from config.bucket_layout import (
     bucket_url,
 )
 from config.profiles import AcceleratorProfile
-from config.settings import StackSettings
+from config.settings import StackSettings, config_key
 from payloads.fabric import fabric_check
 from training.grpo_preflight import preflight
 from training.grpo_spec import (
@@ -32,10 +32,13 @@ from training.grpo_spec import (
 )
 from training.job_secrets import job_settings_secret_problems, rendered_secret_problems
 from training.memory_fit import (
+    NODES_FIX,
     VLLM_MAX_NUM_SEQS_DEFAULT,
+    FixAcceptor,
     GrpoMemoryInputs,
     MemoryBreakdown,
     MemoryFitError,
+    MemoryFix,
     ModelArch,
     check_fit,
     estimate,
@@ -71,6 +74,12 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         model = model_facts(settings, hub=hub)
     except ModelFactsError as error:
         raise GrpoPreflightError([str(error)]) from None
+    return _job_for_model(settings, model, judge_fixes=True)
+
+
+def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: bool) -> TrainingJob:
+    """training_job with the model's facts read; judge_fixes: offer only the memory fixes that the
+    whole preflight takes once applied (off while judging one, so a fix never recurses)."""
     spec = default_grpo_spec(settings.profile, settings.mode, settings.gpu_nodes, model)
     spec = apply_overrides(with_run_inputs(spec, settings), settings.job)
     stack_problems = [
@@ -89,12 +98,15 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         model=model.arch,
     )
     memory_inputs = memory_fit_inputs(spec, settings.profile, model.arch)
+    accept = _fix_acceptor(settings, spec, model) if judge_fixes else None
     try:
-        warning = check_fit(memory_inputs, settings.profile.name)
+        warning = check_fit(memory_inputs, settings.profile.name, accept)
     except MemoryFitError as error:
         # A 32B job that runs out of memory after an hour of provisioning is the costliest
         # mistake there is: refuse it here, with the knob that fixes it.
-        raise GrpoPreflightError([in_config_terms(str(error))]) from None
+        message = in_config_terms(str(error))
+        message = message.replace(NODES_FIX, f"more GPU nodes: {config_key('gpu_nodes')}=")
+        raise GrpoPreflightError([message]) from None
     entrypoint, runtime_env = runner_job(
         [*training_argv(spec), *reward_overrides(settings)],
         job_runtime_env(spec, settings),
@@ -118,6 +130,64 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         memory=estimate(memory_inputs),
         memory_warning=warning,
     )
+
+
+# The GrpoSpec fields (verl-gke:job keys) behind each GrpoMemoryInputs field a memory fix changes
+# (memory_fit_inputs reads them the other way).
+_FIX_JOB_FIELDS: dict[str, tuple[str, ...]] = {
+    "micro_batch_size_per_gpu": ("ppo_micro_batch_size_per_gpu",),
+    "log_prob_micro_batch_size_per_gpu": (
+        "rollout_log_prob_micro_batch_size_per_gpu",
+        "ref_log_prob_micro_batch_size_per_gpu",
+    ),
+    "gpu_memory_utilization": ("gpu_memory_utilization",),
+    "rollout_tp": ("rollout_tensor_parallel_size",),
+    "max_response_length": ("max_response_length",),
+    "gradient_checkpointing": ("enable_gradient_checkpointing",),
+    "ref_param_offload": ("ref_param_offload",),
+    "param_offload": ("actor_param_offload",),
+    "optimizer_offload": ("actor_optimizer_offload",),
+}
+
+
+def _job_key(field_name: str) -> str:
+    return GrpoSpec.model_fields[field_name].alias or field_name
+
+
+def _settings_with_fix(settings: StackSettings, spec: GrpoSpec, fix: MemoryFix) -> StackSettings:
+    """The stack as the user would set it to apply `fix`, validated by every stack rule
+    (pydantic's ValidationError, a ValueError, when one refuses it)."""
+    job = dict(settings.job)
+    gpu_nodes = settings.gpu_nodes
+    for field_name, value in fix.change.items():
+        if field_name == "nodes":
+            gpu_nodes = int(str(value))
+        elif field_name == "offload_policy":
+            job[_job_key("actor_strategy")] = "fsdp2"
+            job[_job_key("extra_overrides")] = [
+                *spec.extra_overrides,
+                f"{OFFLOAD_POLICY_KEY}=True",
+            ]
+        elif field_name in _FIX_JOB_FIELDS:
+            job.update({_job_key(name): value for name in _FIX_JOB_FIELDS[field_name]})
+        else:
+            raise ValueError(f"no stack setting applies the memory fix {fix.text!r}")
+    raw = {**settings.model_dump(by_alias=True), "gpuNodes": gpu_nodes, "job": job}
+    return StackSettings.model_validate(raw)
+
+
+def _fix_acceptor(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) -> FixAcceptor:
+    """Whether the stack with a memory fix applied passes every rule: the stack rules (as the
+    gpuNodes fixes are judged, config/settings.py _gpu_nodes_acceptor) and this job's."""
+
+    def accept(fix: MemoryFix) -> bool:
+        try:
+            _job_for_model(_settings_with_fix(settings, spec, fix), model, judge_fixes=False)
+        except ValueError:
+            return False
+        return True
+
+    return accept
 
 
 def with_run_inputs(spec: GrpoSpec, settings: StackSettings) -> GrpoSpec:
