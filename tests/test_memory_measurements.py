@@ -71,11 +71,11 @@ def test_estimate_is_within_the_measured_accuracy(case: dict[str, Any]) -> None:
 
 def test_the_measurements_cover_held_out_cases_and_both_checkpointing_modes() -> None:
     cases = DATA["cases"]
-    assert {c["run"] for c in cases} == {"1", "2", "4"}
+    assert {c["run"] for c in cases} == {"1", "2", "4", "5"}
     assert {c["gradient_checkpointing"] for c in cases} == {True, False}
-    assert len(cases) == 26
-    # Families beyond Qwen2.5: Llama (tied 128k vocabulary) and Gemma 2 (head_dim 256, 4 norms,
-    # 256k vocabulary, softcapped logits).
+    assert len(cases) == 30
+    # Families beyond Qwen2.5: Llama (tied 128k vocabulary), Gemma 2 (head_dim 256, 4 norms,
+    # 256k vocabulary, softcapped logits), and the q/k-norm families Qwen3 and Gemma 3 (run 5).
     assert {c["model"].split("/")[0] for c in cases} == {"Qwen", "meta-llama", "google"}
 
 
