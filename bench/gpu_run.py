@@ -52,7 +52,9 @@ def prepare_data(settings: Any, sources: dict[str, Path], model_source: Path) ->
     hub = prepare_data.load_hub_dataset
 
     def local_hub(dataset: str, columns: dict[str, str], token: Any, source: Any = None) -> Any:
-        return hub(dataset, columns, token, str(sources[dataset]))
+        # A folder of JSON lines has no Hub configurations (openai/gsm8k's "main").
+        local = {k: v for k, v in columns.items() if k != "subset"}
+        return hub(dataset, local, token, str(sources[dataset]))
 
     prepare_data.load_hub_dataset = local_hub
     try:
