@@ -179,7 +179,9 @@ def refresh(host: Any, sid: str, outputs: Any) -> dict[str, Any]:
     return from_wire(host.read(grpo_job_urn(URN_STACK), sid, outputs).properties)
 
 
-def first_run(host: Any, client: Any, props: dict[str, Any], result: dict[str, Any]) -> Any:
+def first_run(
+    host: Any, client: Any, props: dict[str, Any], result: dict[str, Any], logs: Path
+) -> Any:
     """Create (wait_for first_step), let verl save, kill the trainer mid-run, refresh."""
     from tests.support.dynamic_host import from_wire
 
@@ -196,9 +198,10 @@ def first_run(host: Any, client: Any, props: dict[str, Any], result: dict[str, A
     result["stopped_at_step"] = max(seen or [0])
     say(f"killed main_ppo pid {pid} after step {result['stopped_at_step']} (steps seen {seen})")
     wait_until(lambda: client.get_job_status(created.id).is_terminal(), 120)
+    (logs / "driver-1.log").write_text(driver_log(client, created.id))
     state = refresh(host, created.id, created.properties)
-    say(f"refresh: status={state['status']} checkpoints={state['checkpoints']} "
-        f"latest={state['latest_step']}")  # fmt: skip
+    say(f"refresh: status={state.get('status')} checkpoints={state.get('checkpoints')} "
+        f"latest={state.get('latest_step')}")  # fmt: skip
     result["refresh_after_kill"] = {k: state.get(k) for k in ("status", "checkpoints",
                                                               "latest_step", "message")}  # fmt: skip
     return created, state, seen
@@ -241,6 +244,10 @@ def resume_facts(text: str, result: dict[str, Any]) -> None:
     steps = steps_in(text)
     result["steps_after_resume"] = steps
     result["final_step"] = max(steps) if steps else None
+    from jobs.verl_log import training_steps
+
+    verl_peaks = [m.values.get("perf/max_memory_allocated_gb") for m in training_steps(text)]
+    result["verl_perf_max_memory_allocated_gb"] = [v for v in verl_peaks if v is not None]
 
 
 def check_export(path: Path, result: dict[str, Any]) -> None:
@@ -351,9 +358,8 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
             host = start_dynamic_host(env={"STORAGE_EMULATOR_HOST": gcs})
             try:
                 props = job_props(job, head.dashboard_url, URN_STACK)
-                created, state, seen = first_run(host, client, props, result)
+                created, state, seen = first_run(host, client, props, result, logs)
                 texts.append(driver_log(client, created.id))
-                (logs / "driver-1.log").write_text(texts[-1])
                 sid, text = resubmit(host, client, created, state, props, result)
                 texts.append(text)
                 (logs / "driver-2.log").write_text(text)
