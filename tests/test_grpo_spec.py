@@ -252,6 +252,9 @@ def test_entrypoint_reproduces_the_tutorial(profile: str, mode: Mode) -> None:
     pairs, expected = _pairs(args[3:]), dict(EXPECTED_OVERRIDES[(profile, mode)])
     folder_pattern = expected.pop("trainer.default_local_dir")
     assert re.fullmatch(folder_pattern, pairs.pop("trainer.default_local_dir"))
+    # Departure: verl drops prompts over data.max_prompt_length instead of raising on the GPUs
+    # (grpo_spec.FIXED_OVERRIDES; verl's own filter runs in tests/test_prompt_lengths_verl.py).
+    assert pairs.pop("data.filter_overlong_prompts") == "True"
     assert pairs == expected
 
 
@@ -423,6 +426,8 @@ def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
         ),
         (["a.b=1", "a.b=2"], "overridden twice"),
         (["a.b=1\nc.d=2"], "not a Hydra override"),
+        (["data.filter_overlong_prompts=False"], "raise verl-gke:job.maxPromptLength"),
+        (["+data.filter_overlong_prompts=False"], "is set for every run"),
     ],
 )
 def test_extra_overrides_are_validated(extra: list[str], expected: str) -> None:

@@ -212,6 +212,13 @@ class GrpoSpec(BaseModel):
                     f"verl's config lacks"
                 )
             key = match["key"]
+            if key in FIXED_OVERRIDES:
+                raise ValueError(
+                    f"{where}: {key}={FIXED_OVERRIDES[key]} is set for every run: without it "
+                    f"one prompt longer than {_setting('maxPromptLength')} stops the run on the "
+                    f"GPUs (verl raises on it). Fix: remove it; to keep longer prompts raise "
+                    f"{_setting('maxPromptLength')}"
+                )
             owned = _owned_keys_under(key, modelled)
             if owned:
                 raise ValueError(
@@ -282,6 +289,17 @@ _HYDRA_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "use_remove_padding": ("actor_rollout_ref.model.use_remove_padding",),
     }
 )
+
+
+# Overrides every run passes, on every stack and verl ref; no setting changes them.
+# verl's defaults are data.filter_overlong_prompts False and data.truncation error
+# (verl/trainer/config/data/legacy_data.yaml at v0.6.1, v0.7.0 and v0.9.0): a prompt longer than
+# data.max_prompt_length then raises in RLHFDataset.__getitem__ (verl/utils/dataset/rl_dataset.py,
+# v0.6.1) after the GPUs are up, or is left-truncated by the agent loop (0.9.0,
+# verl/experimental/agent_loop/agent_loop.py). True makes RLHFDataset drop such rows when it
+# builds the datasets, measuring them as __getitem__ and the agent loop do; the data-prep Job
+# counts them first and refuses a dataset left smaller than one batch (payloads/prepare_data.py).
+FIXED_OVERRIDES: Mapping[str, str] = MappingProxyType({"data.filter_overlong_prompts": "True"})
 
 
 def _alias(field_name: str) -> str:
@@ -678,14 +696,16 @@ def rendered_loggers(spec: GrpoSpec) -> tuple[str, ...]:
 
 
 def hydra_overrides(spec: GrpoSpec) -> list[str]:
-    """The `key=value` arguments of main_ppo, unquoted, in the seed's order, then extraOverrides."""
+    """The `key=value` arguments of main_ppo, unquoted, in the seed's order, then FIXED_OVERRIDES,
+    then extraOverrides."""
     overrides = []
     for name, keys in _HYDRA_KEYS.items():
         value = rendered_loggers(spec) if name == "logger" else getattr(spec, name)
         if value is None:
             continue
         overrides.extend(f"{key}={_hydra_value(value)}" for key in keys)
-    return [*overrides, *spec.extra_overrides]
+    fixed = [f"{key}={value}" for key, value in FIXED_OVERRIDES.items()]
+    return [*overrides, *fixed, *spec.extra_overrides]
 
 
 def training_argv(spec: GrpoSpec) -> list[str]:
