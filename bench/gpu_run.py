@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,7 +102,9 @@ def start_head(work: Path) -> Any:
     from tests.support.ray_head import start_ray_head
 
     path = os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")])
-    env = {"PYTHONPATH": path, "VERL_GKE_STANDIN_ROLLOUT": "1", "VERL_GKE_GPU_RUN_MEMORY": "1"}
+    env = {"PYTHONPATH": path, "VERL_GKE_STANDIN_ROLLOUT": "1", "VERL_GKE_GPU_RUN_MEMORY": "1",
+           # Every worker line reaches the driver log as printed (no "[repeated Nx]" folding).
+           "RAY_DEDUP_LOGS": "0"}  # fmt: skip
     return start_ray_head(Path(tempfile.mkdtemp(prefix="rg", dir="/tmp")), num_cpus=8,
                           num_gpus=1, extra_env=env, ready_timeout_s=300)  # fmt: skip
 
@@ -139,7 +142,8 @@ def steps_in(text: str) -> list[int]:
 
 
 def kill_trainer() -> int:
-    """SIGKILL the `python3 -m verl.trainer.main_ppo` process (found by its command line)."""
+    """SIGKILL the `python3 -m verl.trainer.main_ppo` process, the Ray driver (found by its
+    command line; run_grpo.py, its parent, also names the module, after `--`)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -147,7 +151,7 @@ def kill_trainer() -> int:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"verl.trainer.main_ppo" in argv:
+        if argv[1:3] == [b"-m", b"verl.trainer.main_ppo"]:
             os.kill(int(entry.name), signal.SIGKILL)
             return int(entry.name)
     raise RuntimeError("no verl.trainer.main_ppo process to kill")
@@ -187,7 +191,8 @@ def first_run(
 
     created, seconds = create(host, props)
     outs = from_wire(created.properties)
-    result["first_step"] = {"step": (outs.get("first_step") or {}).get("step"),
+    step = (outs.get("first_step") or {}).get("step")
+    result["first_step"] = {"step": int(step) if step is not None else None,
                             "seconds_from_submit": round(seconds, 1),
                             "seen_by": "jobs.verl_log (RayJobProvider.create, wait_for first_step)"}  # fmt: skip
     say(f"create returned after {seconds:.1f}s: {created.id} first_step={outs.get('first_step')}")
@@ -271,18 +276,20 @@ def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
     """The stand-in's per-phase peaks (max over calls) beside memory_fit's estimate."""
     from verl_scripts.gpu_standin.standin_rollout import MEMORY_TAG
 
+    pattern = re.compile(re.escape(MEMORY_TAG) + r" phase=(\w+) peak_bytes=(\d+)")
     peaks: dict[str, int] = {}
     for text in texts:
-        for line in text.splitlines():
-            if MEMORY_TAG in line:
-                fields = dict(f.split("=", 1) for f in line.split(MEMORY_TAG)[1].split())
-                phase, value = fields["phase"], int(fields["peak_bytes"])
-                peaks[phase] = max(peaks.get(phase, 0), value)
+        for phase, value in pattern.findall(text):
+            peaks[phase] = max(peaks.get(phase, 0), int(value))
     gib = 1024**3
     result["memory"] = {
         phase: {"measured_gib": round(peak / gib, 4),
                 "estimated_gib": round(job.memory.phase(phase).total_gib, 4),
-                "estimate_items_gib": {i.name: round(i.gib, 4)
+                # What torch's allocator can see: the estimate less its CUDA context item.
+                "estimated_allocator_gib": round(sum(
+                    i.gib for i in job.memory.phase(phase).items
+                    if not i.label.startswith("overhead: CUDA context")), 4),
+                "estimate_items_gib": {i.label: round(i.gib, 4)
                                        for i in job.memory.phase(phase).items}}  # fmt: skip
         for phase, peak in sorted(peaks.items())
     }
@@ -313,6 +320,15 @@ def own_dataset_run(host: Any, client: Any, head_url: str, result: dict[str, Any
     filtered = [ln.strip()[:300] for ln in text.splitlines() if "filter" in ln.lower()]
     entry["verl_filter_lines"] = filtered[:4]
     say(f"own dataset: {entry}")
+
+
+def stage(name: str, action: Any, result: dict[str, Any]) -> None:
+    """Run one independent part; a failure is recorded and the next part still runs."""
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001 (recorded as a finding)
+        result.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"[:2000]
+        say(f"{name} failed: {error}")
 
 
 def facts(result: dict[str, Any]) -> None:
@@ -365,11 +381,12 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
                 (logs / "driver-2.log").write_text(text)
                 resume_facts(text, result)
                 result["steps"] = sorted(set(seen) | set(steps_in(text)))
-                memory_figures(texts, job, result)
-                export = job.model_export_url
-                result["export_url"] = export
-                check_export(Path(f"/data/models/{job.spec.experiment_name}"), result)
-                own_dataset_run(host, client, head.dashboard_url, result)
+                result["export_url"] = job.model_export_url
+                export = Path(f"/data/models/{job.spec.experiment_name}")
+                stage("memory", lambda: memory_figures(texts, job, result), result)
+                stage("export", lambda: check_export(export, result), result)
+                stage("own_dataset",
+                      lambda: own_dataset_run(host, client, head.dashboard_url, result), result)  # fmt: skip
             finally:
                 (logs / "host.log").write_text("".join(host.output))
                 host.stop()
