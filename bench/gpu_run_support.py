@@ -36,6 +36,7 @@ JOB = {
     "rolloutN": 2,
     "saveFreq": 1,
     "testFreq": 0,
+    "rolloutTensorParallelSize": 1,
 }
 # flash-attn is not on the machine (verl 0.6.1 fsdp_workers.py builds with flash_attention_2
 # unless override_config says otherwise).
