@@ -35,6 +35,7 @@ STANDIN = REPO / "verl_scripts" / "gpu_standin"
 TOTAL_STEPS = 5
 KILL_AFTER_STEP = 2
 URN_STACK = "gpu-run"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def say(text: str) -> None:
@@ -70,13 +71,15 @@ def build_inputs(work: Path) -> tuple[dict[str, Path], Path, list[str]]:
     """The rows (GSM8K format, and an own dataset) and the tiny model with its tokenizer."""
     from payloads.prepare_data import GSM8K_INSTRUCTION
 
-    gsm = support.write_jsonl(work / "src-gsm8k", {"train": support.gsm8k_rows(64),
-                                                   "test": support.gsm8k_rows(16, 64)})  # fmt: skip
+    gsm = support.write_jsonl(
+        work / "src-gsm8k", {"train": support.gsm8k_rows(64), "test": support.gsm8k_rows(16, 64)}
+    )
     own_train, own_test = support.own_rows(48, 6), support.own_rows(12, 6)
     own = support.write_jsonl(work / "src-own", {"train": own_train, "test": own_test})
     model = work / "model-src"
-    texts = [r["question"] + " " + GSM8K_INSTRUCTION + " " + r["answer"]
-             for r in support.gsm8k_rows(80)] + [r["problem"] for r in own_train]  # fmt: skip
+    texts = [
+        r["question"] + " " + GSM8K_INSTRUCTION + " " + r["answer"] for r in support.gsm8k_rows(80)
+    ] + [r["problem"] for r in own_train]
     support.build_tokenizer(texts, model)
     say(f"tiny Qwen2: {support.build_model(model):,} parameters in {model}")
     return {"openai/gsm8k": gsm, support.OWN_DATASET: own}, model, [r["problem"] for r in own_train]
@@ -89,10 +92,13 @@ def over_long(model: Path, prompts: list[str], limit: int) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     lengths = [
-        len(tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                          add_generation_prompt=True, tokenize=True))
+        len(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+            )
+        )
         for p in prompts
-    ]  # fmt: skip
+    ]
     return sum(n > limit for n in lengths)
 
 
@@ -102,11 +108,20 @@ def start_head(work: Path) -> Any:
     from tests.support.ray_head import start_ray_head
 
     path = os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")])
-    env = {"PYTHONPATH": path, "VERL_GKE_STANDIN_ROLLOUT": "1", "VERL_GKE_GPU_RUN_MEMORY": "1",
-           # Every worker line reaches the driver log as printed (no "[repeated Nx]" folding).
-           "RAY_DEDUP_LOGS": "0"}  # fmt: skip
-    return start_ray_head(Path(tempfile.mkdtemp(prefix="rg", dir="/tmp")), num_cpus=8,
-                          num_gpus=1, extra_env=env, ready_timeout_s=300)  # fmt: skip
+    env = {
+        "PYTHONPATH": path,
+        "VERL_GKE_STANDIN_ROLLOUT": "1",
+        "VERL_GKE_GPU_RUN_MEMORY": "1",
+        # Every worker line reaches the driver log as printed (no "[repeated Nx]" folding).
+        "RAY_DEDUP_LOGS": "0",
+    }
+    return start_ray_head(
+        Path(tempfile.mkdtemp(prefix="rg", dir="/tmp")),
+        num_cpus=8,
+        num_gpus=1,
+        extra_env=env,
+        ready_timeout_s=300,
+    )
 
 
 def job_props(job: Any, dashboard_url: str, prefix: str) -> dict[str, Any]:
@@ -192,12 +207,13 @@ def first_run(
     created, seconds = create(host, props)
     outs = from_wire(created.properties)
     step = (outs.get("first_step") or {}).get("step")
-    result["first_step"] = {"step": int(step) if step is not None else None,
-                            "seconds_from_submit": round(seconds, 1),
-                            "seen_by": "jobs.verl_log (RayJobProvider.create, wait_for first_step)"}  # fmt: skip
+    result["first_step"] = {
+        "step": int(step) if step is not None else None,
+        "seconds_from_submit": round(seconds, 1),
+        "seen_by": "jobs.verl_log (RayJobProvider.create, wait_for first_step)",
+    }
     say(f"create returned after {seconds:.1f}s: {created.id} first_step={outs.get('first_step')}")
-    wait_until(lambda: max(steps_in(driver_log(client, created.id)) or [0]) >= KILL_AFTER_STEP,
-               300)  # fmt: skip
+    wait_until(lambda: max(steps_in(driver_log(client, created.id)) or [0]) >= KILL_AFTER_STEP, 300)
     pid = kill_trainer()
     seen = steps_in(driver_log(client, created.id))
     result["stopped_at_step"] = max(seen or [0])
@@ -205,15 +221,24 @@ def first_run(
     wait_until(lambda: client.get_job_status(created.id).is_terminal(), 120)
     (logs / "driver-1.log").write_text(driver_log(client, created.id))
     state = refresh(host, created.id, created.properties)
-    say(f"refresh: status={state.get('status')} checkpoints={state.get('checkpoints')} "
-        f"latest={state.get('latest_step')}")  # fmt: skip
-    result["refresh_after_kill"] = {k: state.get(k) for k in ("status", "checkpoints",
-                                                              "latest_step", "message")}  # fmt: skip
+    say(
+        f"refresh: status={state.get('status')} checkpoints={state.get('checkpoints')} "
+        f"latest={state.get('latest_step')}"
+    )
+    result["refresh_after_kill"] = {
+        k: state.get(k) for k in ("status", "checkpoints", "latest_step", "message")
+    }
     return created, state, seen
 
 
-def resubmit(host: Any, client: Any, created: Any, state: dict[str, Any], props: dict[str, Any],
-             result: dict[str, Any]) -> tuple[str, str]:  # fmt: skip
+def resubmit(
+    host: Any,
+    client: Any,
+    created: Any,
+    state: dict[str, Any],
+    props: dict[str, Any],
+    result: dict[str, Any],
+) -> tuple[str, str]:
     """What the next `pulumi up` does with a FAILED job: diff says replace, delete, create."""
     from jobs.ray_job import RayJobProvider
     from tests.support.dynamic_host import engine_inputs, from_wire, grpo_job_urn, wire
@@ -221,8 +246,10 @@ def resubmit(host: Any, client: Any, created: Any, state: dict[str, Any], props:
     urn = grpo_job_urn(URN_STACK)
     news = host.check(urn, None, engine_inputs(props, RayJobProvider())).inputs
     diff = host.diff(urn, created.id, wire(state), news)
-    say(f"diff: changes={diff.changes} replaces={list(diff.replaces)} "
-        f"delete_before_replace={diff.deleteBeforeReplace}")  # fmt: skip
+    say(
+        f"diff: changes={diff.changes} replaces={list(diff.replaces)} "
+        f"delete_before_replace={diff.deleteBeforeReplace}"
+    )
     host.delete(urn, created.id, wire(state))
     second, seconds = create(host, props)
     say(f"resubmitted as {second.id}; create returned after {seconds:.1f}s")
@@ -232,14 +259,20 @@ def resubmit(host: Any, client: Any, created: Any, state: dict[str, Any], props:
     result["final_status"] = final["status"]
     result["checkpoints"] = final["checkpoints"]
     result["latest_checkpoint"] = final["latest_checkpoint"]
-    result["resubmission"] = {"submission_id": second.id, "diff_replaces": list(diff.replaces),
-                              "first_step": from_wire(second.properties).get("first_step")}  # fmt: skip
+    result["resubmission"] = {
+        "submission_id": second.id,
+        "diff_replaces": list(diff.replaces),
+        "first_step": from_wire(second.properties).get("first_step"),
+    }
     return second.id, text
 
 
 def resume_facts(text: str, result: dict[str, Any]) -> None:
-    lines = [ln for ln in text.splitlines() if "Resuming from" in ln or
-             "Load from checkpoint folder" in ln or "Found checkpoint" in ln]  # fmt: skip
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if "Resuming from" in ln or "Load from checkpoint folder" in ln or "Found checkpoint" in ln
+    ]
     result["resume_lines"] = [ln.strip()[:300] for ln in lines[:4]]
     resumed = [ln for ln in lines if "Resuming from" in ln]
     step = None
@@ -263,18 +296,21 @@ def check_export(path: Path, result: dict[str, Any]) -> None:
     entry: dict[str, Any] = {"path": str(path), "files": sorted(p.name for p in path.iterdir())}
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16).cuda()
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 3 + 4?"}],
-                                           add_generation_prompt=True, return_tensors="pt")  # fmt: skip
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 3 + 4?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+    )
     out = model.generate(prompt.cuda(), max_new_tokens=8, do_sample=False)
     entry["loaded"] = type(model).__name__
-    entry["generated"] = tokenizer.decode(out[0, prompt.shape[1]:])
+    entry["generated"] = tokenizer.decode(out[0, prompt.shape[1] :])
     entry["generated_tokens"] = int(out.shape[1] - prompt.shape[1])
     result["export"] = entry
 
 
 def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
     """The stand-in's per-phase peaks (max over calls) beside memory_fit's estimate."""
-    from verl_scripts.gpu_standin.standin_rollout import MEMORY_TAG
+    from verl_scripts.gpu_standin.standin_memory import MEMORY_TAG
 
     pattern = re.compile(re.escape(MEMORY_TAG) + r" phase=(\w+) peak_bytes=(\d+)")
     peaks: dict[str, int] = {}
@@ -283,14 +319,20 @@ def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
             peaks[phase] = max(peaks.get(phase, 0), int(value))
     gib = 1024**3
     result["memory"] = {
-        phase: {"measured_gib": round(peak / gib, 4),
-                "estimated_gib": round(job.memory.phase(phase).total_gib, 4),
-                # What torch's allocator can see: the estimate less its CUDA context item.
-                "estimated_allocator_gib": round(sum(
-                    i.gib for i in job.memory.phase(phase).items
-                    if not i.label.startswith("overhead: CUDA context")), 4),
-                "estimate_items_gib": {i.label: round(i.gib, 4)
-                                       for i in job.memory.phase(phase).items}}  # fmt: skip
+        phase: {
+            "measured_gib": round(peak / gib, 4),
+            "estimated_gib": round(job.memory.phase(phase).total_gib, 4),
+            # What torch's allocator can see: the estimate less its CUDA context item.
+            "estimated_allocator_gib": round(
+                sum(
+                    i.gib
+                    for i in job.memory.phase(phase).items
+                    if not i.label.startswith("overhead: CUDA context")
+                ),
+                4,
+            ),
+            "estimate_items_gib": {i.label: round(i.gib, 4) for i in job.memory.phase(phase).items},
+        }
         for phase, peak in sorted(peaks.items())
     }
     result["memory_how"] = (
@@ -300,24 +342,36 @@ def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
     )
 
 
-def own_dataset_run(host: Any, client: Any, head_url: str, result: dict[str, Any]) -> None:
+def own_dataset_run(
+    host: Any, client: Any, head_url: str, result: dict[str, Any], logs: Path
+) -> None:
     """The own dataset's job as the product renders it (one step), with its over-long prompts."""
     import grpc
 
-    job_settings = {**support.JOB, "experimentName": "grpo-own-dataset",
-                    "extraOverrides": [support.SDPA, "trainer.total_training_steps=1"]}  # fmt: skip
-    settings, job = support.plan(job_settings, own_dataset=True)
+    job_settings = {
+        **support.JOB,
+        "experimentName": "grpo-own-dataset",
+        "extraOverrides": [support.SDPA, "trainer.total_training_steps=1"],
+    }
+    _, job = support.plan(job_settings, own_dataset=True)
     props = job_props(job, head_url, f"{URN_STACK}-own")
     entry = result["own_dataset"]
     entry["job_overrides_filter"] = "data.filter_overlong_prompts=True" in job.entrypoint
     try:
         created, seconds = create(host, props)
+        wait_until(lambda: client.get_job_status(created.id).is_terminal(), 240, every_s=2)
         text = driver_log(client, created.id)
+        (logs / "driver-own.log").write_text(text)
+        entry["final_status"] = str(client.get_job_status(created.id))
         entry["outcome"] = f"first step after {seconds:.1f}s ({created.id})"
     except grpc.RpcError as error:
         entry["outcome"] = f"create failed: {(error.details() or '')[:1500]}"
         text = ""
-    filtered = [ln.strip()[:300] for ln in text.splitlines() if "filter" in ln.lower()]
+    filtered = [
+        ANSI.sub("", ln).strip()[:300]
+        for ln in text.splitlines()
+        if "dataset len" in ln or "Filtering prompts" in ln
+    ]
     entry["verl_filter_lines"] = filtered[:4]
     say(f"own dataset: {entry}")
 
@@ -326,7 +380,7 @@ def stage(name: str, action: Any, result: dict[str, Any]) -> None:
     """Run one independent part; a failure is recorded and the next part still runs."""
     try:
         action()
-    except Exception as error:  # noqa: BLE001 (recorded as a finding)
+    except Exception as error:
         result.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"[:2000]
         say(f"{name} failed: {error}")
 
@@ -335,12 +389,20 @@ def facts(result: dict[str, Any]) -> None:
     import ray
     import verl
 
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     # The device machine gets the working tree without .git: the caller names the commit.
     commit = os.environ.get("GPU_RUN_COMMIT")
-    result.update(device=smi.stdout.strip() or smi.stderr.strip(), commit=commit or None,
-                  verl=verl.__version__, ray=ray.__version__)  # fmt: skip
+    result.update(
+        device=smi.stdout.strip() or smi.stderr.strip(),
+        commit=commit or None,
+        verl=verl.__version__,
+        ray=ray.__version__,
+    )
 
 
 def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
@@ -352,19 +414,26 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
 
     facts(result)
     sources, model_src, own_prompts = build_inputs(work)
-    job_settings = {**support.JOB,
-                    "extraOverrides": [support.SDPA, f"trainer.total_training_steps={TOTAL_STEPS}"]}  # fmt: skip
+    job_settings = {
+        **support.JOB,
+        "extraOverrides": [support.SDPA, f"trainer.total_training_steps={TOTAL_STEPS}"],
+    }
     settings, job = support.plan(job_settings)
-    own_settings, own_job = support.plan({**support.JOB, "experimentName": "grpo-own-dataset"},
-                                         own_dataset=True)
+    own_settings, own_job = support.plan(
+        {**support.JOB, "experimentName": "grpo-own-dataset"}, own_dataset=True
+    )
     prepare_data(settings, sources, model_src)
     prepare_data(own_settings, sources, model_src)
-    result["own_dataset"] = {"rows": 48, "over_long": over_long(
-        model_src, own_prompts, own_job.spec.max_prompt_length), "max_prompt_length":
-        own_job.spec.max_prompt_length}  # fmt: skip
-    result["rollout"] = ("verl_scripts/gpu_standin HfStandInRollout: verl's HFRollout generating "
-                         "with the Hugging Face model (bf16, sdpa), registered as ('vllm', "
-                         "'sync'); weights from the actor before every generation")  # fmt: skip
+    result["own_dataset"] = {
+        "rows": 48,
+        "over_long": over_long(model_src, own_prompts, own_job.spec.max_prompt_length),
+        "max_prompt_length": own_job.spec.max_prompt_length,
+    }
+    result["rollout"] = (
+        "verl_scripts/gpu_standin HfStandInRollout: verl's HFRollout generating "
+        "with the Hugging Face model (bf16, sdpa), registered as ('vllm', "
+        "'sync'); weights from the actor before every generation"
+    )
     result["entrypoint"] = job.entrypoint
     head = start_head(work)
     client = JobSubmissionClient(head.dashboard_url)
@@ -376,7 +445,7 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
                 props = job_props(job, head.dashboard_url, URN_STACK)
                 created, state, seen = first_run(host, client, props, result, logs)
                 texts.append(driver_log(client, created.id))
-                sid, text = resubmit(host, client, created, state, props, result)
+                _, text = resubmit(host, client, created, state, props, result)
                 texts.append(text)
                 (logs / "driver-2.log").write_text(text)
                 resume_facts(text, result)
@@ -385,13 +454,36 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
                 export = Path(f"/data/models/{job.spec.experiment_name}")
                 stage("memory", lambda: memory_figures(texts, job, result), result)
                 stage("export", lambda: check_export(export, result), result)
-                stage("own_dataset",
-                      lambda: own_dataset_run(host, client, head.dashboard_url, result), result)  # fmt: skip
+                stage(
+                    "own_dataset",
+                    lambda: own_dataset_run(host, client, head.dashboard_url, result, logs),
+                    result,
+                )
             finally:
                 (logs / "host.log").write_text("".join(host.output))
                 host.stop()
     finally:
         head.stop()
+
+
+def evidence(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's fields first (figures seen in this run only), then the details."""
+    listed = [int(url.rsplit("global_step_", 1)[1]) for url in result.get("checkpoints") or []]
+    keys = ("device", "commit", "verl", "ray", "rollout", "steps", "first_step")
+    head: dict[str, Any] = {k: result.get(k) for k in keys}
+    head["checkpoints"] = listed
+    for key in ("stopped_at_step", "resumed_from_step", "final_step"):
+        head[key] = result.get(key)
+    export = result.get("export") or {}
+    head["export"] = {k: export.get(k) for k in ("path", "loaded", "generated")}
+    head["memory"] = {
+        phase: {k: v[k] for k in ("measured_gib", "estimated_gib")}
+        for phase, v in (result.get("memory") or {}).items()
+    }
+    own = result.get("own_dataset") or {}
+    head["own_dataset"] = {k: own.get(k) for k in ("rows", "over_long", "outcome")}
+    details = json.loads(ANSI.sub("", json.dumps(result, default=str)))
+    return {**head, "details": details}
 
 
 def main() -> None:
@@ -410,7 +502,7 @@ def main() -> None:
         raise
     finally:
         result["wall_s"] = round(time.monotonic() - started, 1)
-        args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        args.out.write_text(json.dumps(evidence(result), indent=1, default=str) + "\n")
         say(f"result: {json.dumps(result, default=str)[:4000]}")
 
 

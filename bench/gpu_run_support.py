@@ -71,8 +71,13 @@ def own_rows(count: int, long_every: int) -> list[dict[str, str]]:
         a, b = 2 + i % 13, 7 + i % 5
         problem = f"What is {a} times {b}?"
         if i % long_every == 0:
-            problem = " ".join([f"Step {k}: recall that {a} groups of {b} are counted." for k in
-                                range(60)]) + " " + problem  # fmt: skip
+            problem = (
+                " ".join(
+                    [f"Step {k}: recall that {a} groups of {b} are counted." for k in range(60)]
+                )
+                + " "
+                + problem
+            )
         rows.append({"problem": problem, "solution": str(a * b)})
     return rows
 
@@ -223,8 +228,14 @@ class _GcsHandler(BaseHTTPRequestHandler):
                 if entry.is_dir():
                     prefixes.append(name + "/")
                 else:
-                    items.append({"kind": "storage#object", "name": name, "bucket": self.bucket,
-                                  "size": str(entry.stat().st_size)})  # fmt: skip
+                    items.append(
+                        {
+                            "kind": "storage#object",
+                            "name": name,
+                            "bucket": self.bucket,
+                            "size": str(entry.stat().st_size),
+                        }
+                    )
         return {"kind": "storage#objects", "items": items, "prefixes": prefixes}
 
     def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
@@ -240,8 +251,9 @@ def gcs_stand_in(checkpoint_url: str, folder: Path) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 answering for gs://<bucket>/<prefix> from `folder` (what the
     GCS FUSE mount /checkpoints shows the pods); yields the STORAGE_EMULATOR_HOST value."""
     bucket, _, prefix = checkpoint_url.removeprefix("gs://").partition("/")
-    handler = type("Handler", (_GcsHandler,), {"bucket": bucket, "prefix": prefix,
-                                               "folder": folder})  # fmt: skip
+    handler = type(
+        "Handler", (_GcsHandler,), {"bucket": bucket, "prefix": prefix, "folder": folder}
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -17,17 +17,19 @@ import sys
 from types import ModuleType
 from typing import Any
 
+# get_rollout_class imports the class by this name when a worker builds its rollout.
+REGISTRY_KEY = ("vllm", "sync")
+STANDIN_CLASS = "standin_rollout.HfStandInRollout"
+
 
 def _patch_registry(module: ModuleType) -> None:
-    import standin_rollout
-
-    standin_rollout.register(module._ROLLOUT_REGISTRY)
+    module._ROLLOUT_REGISTRY[REGISTRY_KEY] = STANDIN_CLASS
 
 
 def _patch_actor(module: ModuleType) -> None:
-    import standin_rollout
+    import standin_memory
 
-    standin_rollout.measure_actor(module.DataParallelPPOActor)
+    standin_memory.measure_actor(module.DataParallelPPOActor)
 
 
 class _AfterLoad(importlib.abc.MetaPathFinder):
