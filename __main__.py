@@ -30,6 +30,8 @@ from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
 from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
+from training.live_prices import read_catalog
+from training.run_cost import price_book, spec_steps, stack_outputs, up_block
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
@@ -51,6 +53,13 @@ if not pulumi.runtime.is_dry_run():
     check_stack_access(settings, pulumi.log.warn)
 grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(run_block(grpo, settings))
+# Prices: the user's own rate, else the Cloud Billing catalog (read by `pulumi up` only, never by a
+# preview; any failure leaves the table's figures), else config/price_table.py. A preview (and so
+# the offline plan, which prints its own block) logs none.
+prices = price_book(settings)
+if not pulumi.runtime.is_dry_run():
+    prices = price_book(settings, read_catalog(settings))
+    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 
@@ -134,6 +143,8 @@ pulumi.export("clusterEndpoint", gke.cluster.endpoint)
 pulumi.export("clusterCaCertificate", gke.cluster.master_auth.cluster_ca_certificate)
 pulumi.export("bucketName", storage.bucket.name)
 pulumi.export("bucketUrl", storage.bucket_url)
+for output, value in stack_outputs(settings, prices).items():
+    pulumi.export(output, value)  # priced by `python -m tools.run`
 pulumi.export("namespace", namespace.name)
 pulumi.export("rayClusterName", ray_cluster.name)
 pulumi.export("rayHeadService", ray_cluster.head_service)

@@ -214,6 +214,14 @@ class StackSettings(BaseModel):
     fabric_min_busbw_gbps: float | None = Field(
         default=None, gt=0, description="Fabric check pass mark, GB/s bus bandwidth"
     )
+    # The user's own price of one GPU node-hour in USD (a committed-use or negotiated discount, a
+    # reservation's price): wins over Google's catalog and the price table (training/run_cost.py).
+    gpu_node_hourly_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=10000,
+        description="Your price of one GPU node-hour in USD (committed, negotiated or reserved)",
+    )
     # GKE Image streaming of the worker image through an Artifact Registry remote repository
     # (config/image_streaming.py); default: on where GKE documents it for the profile's nodes.
     image_streaming: bool | None = Field(

@@ -10,28 +10,25 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from config.bucket_layout import GSM8K_TRAIN
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
-from config.profiles import Capacity, Mode
-from config.settings import StackSettings
-from manifests.prepull import PREPULL_NAME
-from planning.offline_engine import PlanResult
-from planning.price_table import (
+from config.price_table import (
     CLUSTER_FEE,
     GCS_STANDARD,
     GKE_PRICING,
     LOGGING_FREE_GIB_PER_MONTH,
     LOGGING_INGEST,
     REGION,
-    Price,
-    cpu_machine_price,
-    gpu_machine_price,
 )
+from config.profiles import Capacity, Mode
+from config.settings import StackSettings
+from manifests.prepull import PREPULL_NAME
+from planning.offline_engine import PlanResult
 from planning.startup_links import job_facts, levers_in_graph
 from planning.startup_schedule import Schedule, schedule
 from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
+from training.run_cost import PriceBook, cost_lines, price_book, rate, training_steps, usd
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
@@ -156,9 +153,6 @@ def _compute_class(result: PlanResult) -> str:
 
 # --- money ----------------------------------------------------------------------------------
 
-# Rows of GSM8K's train split (openai/gsm8k dataset card: 7,473 train, 1,319 test), which verl's
-# examples/data_preprocess/gsm8k.py writes to train.parquet without filtering.
-GSM8K_TRAIN_ROWS = 7473
 # Bytes per parameter of one verl FSDP actor checkpoint (verl FSDPCheckpointManager with the
 # default checkpoint.save_contents [model, optimizer, extra]): model_world_size_*.pt holds the
 # actor's sharded weights, fp32 (fsdp_workers: the actor's model_dtype defaults to fp32), 4 B;
@@ -180,31 +174,26 @@ def job_overrides(result: PlanResult) -> dict[str, str]:
     return {}
 
 
-def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 0.1 else f"${value:.3f}"
-
-
-def _rate(price: Price) -> str:
-    if price.usd is None:
-        return f"price not in table (see {price.source})"
-    return f"{_usd(price.usd)} {price.unit}"
-
-
-def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str]) -> list[str]:
-    """Dollars from planning/price_table.py: the hourly rate of what runs, the modelled cost up to
-    the first step and the kept checkpoints' storage."""
+def money_lines(
+    settings: StackSettings,
+    minutes: float,
+    job: Mapping[str, str],
+    book: PriceBook | None = None,
+) -> list[str]:
+    """Dollars (training/run_cost.py, the prices of config/price_table.py unless a book is given):
+    the hourly rate of what runs, the modelled cost up to the first step, one more hour, the
+    whole run, and the kept checkpoints' storage."""
+    book = book or price_book(settings)
     region_note = (
         ""
         if settings.region == REGION
-        else f"; this stack is in {settings.region}: read its prices at the pages named"
+        else f"; this stack is in {settings.region}: its prices differ, `pulumi up` reads them"
     )
     return [
-        f"  prices: list prices for {REGION} read on {CLUSTER_FEE.read_on} "
-        f"(planning/price_table.py); prices vary by region{region_note}",
-        f"  GPU nodes ($/h): {_gpu_line(settings)}",
-        f"  GPU node rate by capacity mode ({config('capacity')}): {_modes_line(settings)}",
-        f"  CPU: {_cpu_line(settings)}",
-        f"  control plane ($/h): {_usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
+        f"  prices: list prices for {REGION} (config/price_table.py: sources and dates below); "
+        f"prices vary by region{region_note}",
+        *cost_lines(settings, book, training_steps(job), minutes),
+        f"  control plane ($/h): {usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
         f"management fee in both modes ({GKE_PRICING}); "
         + (
             "the free tier's credit covers zonal and Autopilot clusters, not this regional one"
@@ -212,100 +201,18 @@ def money_lines(settings: StackSettings, minutes: float, job: Mapping[str, str])
             else "the free tier's monthly credit may cover one Autopilot cluster per billing "
             "account"
         ),
-        f"  logging: Cloud Logging {_rate(LOGGING_INGEST)} after the first "
+        *([] if settings.mode is Mode.STANDARD else [f"  CPU: {AUTOPILOT_CPU}"]),
+        f"  logging: Cloud Logging {rate(LOGGING_INGEST)} after the first "
         f"{LOGGING_FREE_GIB_PER_MONTH} GiB per project per month; the run's logs are not modelled",
-        f"  modelled cost to the first training step: {_first_step_cost(settings, minutes)}",
         f"  checkpoints in the kept bucket: {_checkpoint_line(settings, job)}",
     ]
 
 
-def _hourly_parts(settings: StackSettings) -> list[tuple[str, float | None]]:
-    """(what, $/h or None where the table has no price) of everything billed by the hour."""
-    gpu = gpu_machine_price(settings.profile.machine_type, settings.capacity).usd
-    parts: list[tuple[str, float | None]] = [
-        (f"{settings.gpu_nodes} GPU nodes", None if gpu is None else gpu * settings.gpu_nodes),
-        ("control plane", CLUSTER_FEE.usd),
-    ]
-    if settings.mode is Mode.STANDARD:
-        cpu = cpu_machine_price(settings.cpu_machine_type).usd
-        cpu_total = None if cpu is None else cpu * settings.cpu_nodes
-        parts.append((f"{settings.cpu_nodes} CPU nodes", cpu_total))
-    return parts
-
-
-def _gpu_line(settings: StackSettings) -> str:
-    price = gpu_machine_price(settings.profile.machine_type, settings.capacity)
-    mode = settings.capacity.value
-    if price.usd is None:
-        head = (
-            f"{settings.profile.machine_type} {mode}: {_rate(price)}; x {settings.gpu_nodes} nodes"
-        )
-    else:
-        total = price.usd * settings.gpu_nodes
-        head = (
-            f"{settings.profile.machine_type} {mode}: {_usd(price.usd)} per node-hour x "
-            f"{settings.gpu_nodes} nodes = {_usd(total)}/h"
-        )
-    if settings.mode is Mode.AUTOPILOT:
-        head += (
-            f"; on Autopilot these nodes, chosen through the ComputeClass, are billed node-based "
-            f"with GKE's Autopilot premium on top (see {GKE_PRICING})"
-        )
-    if settings.capacity is Capacity.RESERVATION:
-        head += (
-            "; a reservation is billed from its own start to its end, whether VMs use it or "
-            "not, not from pulumi up"
-        )
-    return head
-
-
-def _modes_line(settings: StackSettings) -> str:
-    """The node-hour rate of the stack's GPU machine under every capacity mode this profile and
-    GKE mode accept, so the modes can be compared before choosing; the chosen one is marked."""
-    machine = settings.profile.machine_type
-    supported = settings.profile.capacity[settings.mode].supported
-    rates = []
-    for capacity in supported:
-        chosen = " (this stack)" if capacity is settings.capacity else ""
-        rates.append(f"{capacity.value}{chosen} {_rate(gpu_machine_price(machine, capacity))}")
-    return f"{machine}: " + "; ".join(rates)
-
-
-def _cpu_line(settings: StackSettings) -> str:
-    if settings.mode is Mode.AUTOPILOT:
-        return (
-            "Autopilot has no CPU node pool: it bills the CPU pods' resource requests (Ray head, "
-            f"operators, data prep) at its Pod rates while they run; not modelled "
-            f"(see {GKE_PRICING})"
-        )
-    price = cpu_machine_price(settings.cpu_machine_type)
-    count = f"x {settings.cpu_nodes} nodes (autoscaled up to {settings.cpu_max_nodes})"
-    if price.usd is None:
-        return f"{settings.cpu_machine_type}: {_rate(price)}; {count}"
-    return (
-        f"{settings.cpu_machine_type}: {_usd(price.usd)} per node-hour {count} = "
-        f"{_usd(price.usd * settings.cpu_nodes)}/h"
-    )
-
-
-def _first_step_cost(settings: StackSettings, minutes: float) -> str:
-    """minutes/60 x the hourly parts, as a total where every part has a price, else the priced
-    part as a lower bound with the unpriced parts named."""
-    parts = _hourly_parts(settings)
-    known = sum(usd for _, usd in parts if usd is not None)
-    missing = [what for what, usd in parts if usd is None]
-    cost = minutes / 60 * known
-    waiting = (
-        ""
-        if settings.capacity_plan.nodes_all_at_once or settings.capacity_plan.uses_reservation
-        else "; plus the nodes billed while the rest are awaited"
-    )
-    if not missing:
-        return f"{minutes:.0f} min x {_usd(known)}/h = {_usd(cost)}{waiting}"
-    return (
-        f"at least {_usd(cost)} ({minutes:.0f} min x {_usd(known)}/h priced); "
-        f"{', '.join(missing)}: price not in table{waiting}"
-    )
+# Autopilot has no CPU node pool; its Pod rates are not in the table.
+AUTOPILOT_CPU = (
+    "Autopilot has no CPU node pool: it bills the CPU pods' resource requests (Ray head, "
+    f"operators, data prep) at its Pod rates while they run; not modelled (see {GKE_PRICING})"
+)
 
 
 def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
@@ -317,12 +224,7 @@ def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
         return 0, "trainer.save_freq <= 0 saves none"
     keep = job.get("trainer.max_actor_ckpt_to_keep", "null")
     cap = None if keep in ("null", "None", "") else int(keep)
-    steps: int | None = None
-    if "trainer.total_training_steps" in job:
-        steps = int(job["trainer.total_training_steps"])
-    elif job.get("data.train_files") == GSM8K_TRAIN:
-        batches = GSM8K_TRAIN_ROWS // int(job["data.train_batch_size"])
-        steps = batches * int(job["trainer.total_epochs"])
+    steps = training_steps(job)
     kept_why = (
         "all kept (trainer.max_actor_ckpt_to_keep unset)" if cap is None else f"the last {cap} kept"
     )
@@ -341,11 +243,11 @@ def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
     count, why = checkpoints_kept(job)
     if not job:
         return "no GRPO job in this plan"
-    rate = f"GCS Standard {_rate(GCS_STANDARD)}"
+    storage = f"GCS Standard {rate(GCS_STANDARD)}"
     if arch is None:
         return (
             f"{CHECKPOINT_BYTES_PER_PARAM} B per model parameter each (fp32 weights + AdamW's "
-            f"two fp32 moments); model size not in the known table; {why}; {rate}"
+            f"two fp32 moments); model size not in the known table; {why}; {storage}"
         )
     gib = CHECKPOINT_BYTES_PER_PARAM * arch.num_params / GIB
     head = (
@@ -353,7 +255,7 @@ def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
         f"parameters: fp32 weights 4 B + AdamW's exp_avg and exp_avg_sq 8 B)"
     )
     if GCS_STANDARD.usd is None:
-        return f"{head}; {why}; {rate}"
+        return f"{head}; {why}; {storage}"
     each = gib * GCS_STANDARD.usd
-    kept = "" if count is None else f", {_usd(each * count)} per month for the {count} kept"
-    return f"{head}; {why}; at {rate}: {_usd(each)} per checkpoint-month{kept}"
+    kept = "" if count is None else f", {usd(each * count)} per month for the {count} kept"
+    return f"{head}; {why}; at {storage}: {usd(each)} per checkpoint-month{kept}"

@@ -7,12 +7,14 @@
     python -m tools.run resume a4                   # undo that; `pulumi up --refresh` resubmits
     python -m tools.run --dashboard-url http://127.0.0.1:8265 --submission-id ID [--json]
 
-Status prints the Ray job's status, the current step, the latest score, response length,
-throughput and step time from verl's console metric lines (parsed by jobs/verl_log.py, the parser
-the job provider uses), the start-up phase while no step has been logged yet, and for a FAILED
-run its cause: the end of the driver log (Ray's FAILED message carries the log's last 20,000
-characters after the line "last available logs (truncated to 20,000 chars):"; the cause is what
-follows it, not that line). The exit status says how the run stands (EXIT_CODES).
+Status prints the Ray job's status, its cost (the stack's $/h from the stack outputs `pulumi up`
+priced, the spend so far as the job's elapsed hours x that rate, a finished run's total), the
+current step, the latest score, response length, throughput and step time from verl's console
+metric lines (parsed by jobs/verl_log.py, the parser the job provider uses), the start-up phase
+while no step has been logged yet, and for a FAILED run its cause: the end of the driver log
+(Ray's FAILED message carries the log's last 20,000 characters after the line "last available
+logs (truncated to 20,000 chars):"; the cause is what follows it, not that line). The exit
+status says how the run stands (EXIT_CODES).
 
 The dashboard is reached with the job provider's client (jobs/dashboard_client.py): through the
 GKE API server's service proxy with a short-lived token from Application Default Credentials and
@@ -44,6 +46,7 @@ from jobs.provider_errors import ProviderRuntimeError
 from jobs.verl_log import StepMetrics
 from tools import run_control
 from tools.run_target import (
+    RunPrice,
     RunToolError,
     Target,
     add_target_arguments,
@@ -247,13 +250,15 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
 
 
-def render_text(view: RunView) -> str:
+def render_text(view: RunView, price: RunPrice | None = None) -> str:
     rows: list[tuple[str, str]] = [("run", view.submission_id)]
     status = view.status
     if view.elapsed_s is not None:
         verb = "after" if view.end_time_ms else "for"
         status += f" {verb} {format_duration(view.elapsed_s)}"
     rows.append(("status", status))
+    if (cost := cost_text(view, price)) is not None:
+        rows.append(("cost", cost))
     latest = view.latest
     if latest is None:
         rows.append(("step", f"no training step logged yet (phase: {view.phase})"))
@@ -278,6 +283,27 @@ def render_text(view: RunView) -> str:
         text += f"\ncause (the driver log's last {len(view.cause)} lines):\n"
         text += "\n".join(f"  {line}" for line in view.cause)
     return text
+
+
+def cost_text(view: RunView, price: RunPrice | None) -> str | None:
+    """The stack's rate and the run's spend: elapsed hours of the job x the stack's $/h while it
+    trains (the GPU nodes' time before the job starts and the idle minutes after it are not
+    counted); a finished run's total."""
+    if price is None:
+        return None
+    if price.stack_hourly_usd is None:
+        return f"no price for the GPU nodes ({price.source})"
+    head = f"${price.stack_hourly_usd:,.2f}/h for the stack"
+    if price.gpu_node_hourly_usd is not None:
+        head += (
+            f" ({price.gpu_nodes} GPU nodes x ${price.gpu_node_hourly_usd:,.2f}; {price.source})"
+        )
+    if view.elapsed_s is None:
+        return head
+    hours = view.elapsed_s / 3600
+    spent = hours * price.stack_hourly_usd
+    what = "total" if view.end_time_ms else "so far"
+    return f"{head}; {what}: {hours:.2f} h x ${price.stack_hourly_usd:,.2f}/h = ${spent:,.2f}"
 
 
 def _finite(value: float) -> float | None:
@@ -443,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(to_json(view), indent=2))
     else:
-        print(render_text(view))
+        print(render_text(view, target.price))
     if args.plot:
         if not view.steps:
             print(

@@ -34,6 +34,11 @@ OUT_CLUSTER_ENDPOINT = "clusterEndpoint"
 OUT_CLUSTER_CA = "clusterCaCertificate"
 OUT_CLUSTER_NAME = "clusterName"
 OUT_CLUSTER_LOCATION = "clusterLocation"
+# What the stack costs per hour (__main__.py exports training/run_cost.py stack_outputs).
+OUT_GPU_NODE_HOURLY = "gpuNodeHourlyUsd"
+OUT_GPU_NODES = "gpuNodes"
+OUT_STACK_HOURLY = "stackHourlyUsd"
+OUT_PRICE_SOURCE = "priceSource"
 SECRET_PLACEHOLDER = "[secret]"  # what `pulumi stack output` prints for a secret it does not show
 
 
@@ -42,10 +47,33 @@ class RunToolError(Exception):
 
 
 @dataclass(frozen=True)
+class RunPrice:
+    """The stack's hourly price as `pulumi up` priced it (None: no figure for the GPU nodes)."""
+
+    gpu_node_hourly_usd: float | None
+    gpu_nodes: int
+    stack_hourly_usd: float | None
+    source: str
+
+    @classmethod
+    def from_outputs(cls, outputs: dict[str, Any]) -> RunPrice | None:
+        if OUT_PRICE_SOURCE not in outputs:
+            return None  # a stack from before the cost outputs
+        gpu, total = outputs.get(OUT_GPU_NODE_HOURLY), outputs.get(OUT_STACK_HOURLY)
+        return cls(
+            gpu_node_hourly_usd=None if gpu is None else float(gpu),
+            gpu_nodes=int(outputs.get(OUT_GPU_NODES) or 0),
+            stack_hourly_usd=None if total is None else float(total),
+            source=str(outputs[OUT_PRICE_SOURCE]),
+        )
+
+
+@dataclass(frozen=True)
 class Target:
     dashboard: dashboard_access.DashboardSpec
     submission_id: str
     stack: str | None
+    price: RunPrice | None = None
 
 
 def stack_outputs(
@@ -160,7 +188,12 @@ def resolve_target(
         spec = dashboard_access.parse_dashboard(spec_input)
     except ValueError as exc:
         raise RunToolError(str(exc)) from exc
-    return Target(dashboard=spec, submission_id=str(submission_id), stack=args.stack)
+    return Target(
+        dashboard=spec,
+        submission_id=str(submission_id),
+        stack=args.stack,
+        price=RunPrice.from_outputs(outputs),
+    )
 
 
 def _output(outputs: dict[str, Any], key: str) -> Any:
