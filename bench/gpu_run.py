@@ -466,8 +466,34 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
         head.stop()
 
 
+def plain(value: Any) -> Any:
+    """value with Ray's colour codes removed from every string in it."""
+    if isinstance(value, str):
+        return ANSI.sub("", value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def own_outcome(own: dict[str, Any]) -> str | None:
+    """What happened to the own dataset's job, from the lines and status seen."""
+    kept = [ln.rsplit(":", 1)[1].strip() for ln in own.get("verl_filter_lines") or []
+            if "filter dataset len" in ln]  # fmt: skip
+    if not own.get("outcome"):
+        return None
+    parts = [own["outcome"]]
+    if kept:
+        parts.insert(0, f"verl's filter kept {kept[0]} of {own.get('rows')} rows")
+    if own.get("final_status"):
+        parts.append(f"job {own['final_status']}")
+    return "; ".join(parts)
+
+
 def evidence(result: dict[str, Any]) -> dict[str, Any]:
     """The issue's fields first (figures seen in this run only), then the details."""
+    result = plain(result)
     listed = [int(url.rsplit("global_step_", 1)[1]) for url in result.get("checkpoints") or []]
     keys = ("device", "commit", "verl", "ray", "rollout", "steps", "first_step")
     head: dict[str, Any] = {k: result.get(k) for k in keys}
@@ -476,14 +502,14 @@ def evidence(result: dict[str, Any]) -> dict[str, Any]:
         head[key] = result.get(key)
     export = result.get("export") or {}
     head["export"] = {k: export.get(k) for k in ("path", "loaded", "generated")}
+    shown = ("measured_gib", "estimated_gib", "estimated_allocator_gib")
     head["memory"] = {
-        phase: {k: v[k] for k in ("measured_gib", "estimated_gib")}
-        for phase, v in (result.get("memory") or {}).items()
+        phase: {k: v[k] for k in shown} for phase, v in (result.get("memory") or {}).items()
     }
     own = result.get("own_dataset") or {}
-    head["own_dataset"] = {k: own.get(k) for k in ("rows", "over_long", "outcome")}
-    details = json.loads(ANSI.sub("", json.dumps(result, default=str)))
-    return {**head, "details": details}
+    head["own_dataset"] = {k: own.get(k) for k in ("rows", "over_long")}
+    head["own_dataset"]["outcome"] = own_outcome(own)
+    return {**head, "details": result}
 
 
 def main() -> None:
