@@ -89,6 +89,7 @@ timeouts, so every wait here has its own deadline; progress goes to stdout with 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -426,7 +427,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
             try:
                 client.submit_job(
                     entrypoint=job.entrypoint,
-                    runtime_env=job.runtime_env or None,
+                    # A copy: Ray 2.47's submit_job writes the uploaded package's URI over
+                    # runtime_env["working_dir"] in the dict it gets (2.60 copies it first), and
+                    # this dict becomes the state's runtime_env, which the next diff compares.
+                    runtime_env=copy.deepcopy(job.runtime_env) or None,
                     submission_id=sid,
                     metadata={"managed-by": "pulumi verl-gke", "spec-id": base},
                 )

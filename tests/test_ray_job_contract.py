@@ -249,6 +249,36 @@ def test_engine_sequence_from_first_up_to_destroy(
     assert any(stopping in line for line in host.output_once(stopping)), host.output
 
 
+
+def test_a_job_with_a_working_dir_is_unchanged_on_the_next_preview(
+    host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient, tmp_path: Path
+) -> None:
+    """The GRPO job ships its runner as the runtime env's working_dir (training/assembly.py).
+    JobSubmissionClient.submit_job uploads it and writes the package URI over
+    runtime_env["working_dir"] (ray/_private/runtime_env/working_dir.py
+    upload_working_dir_if_needed); Ray 2.47's client does so in the caller's dict
+    (ray/dashboard/modules/job/sdk.py, no copy; 2.60 deep-copies first). The state must keep
+    the input as given, or every later `pulumi up` sees a changed spec and stops the run to
+    resubmit it: the GPU run, whose provider host had Ray 2.47, saw diff replace on
+    runtime_env (bench/results/gpu-run-1gpu-2026-12-04.json)."""
+    (tmp_path / "runner.txt").write_text("shipped with the job\n")
+    dashboard = dashboard_access.url_dashboard(head.dashboard_url)
+    first = job_props(dashboard, gcs.url, "run-wd")
+    first["runtime_env"] = {**first["runtime_env"], "working_dir": str(tmp_path)}
+    checked = host.check(URN, None, news(first))
+    created = host.create(URN, checked.inputs)
+    try:
+        assert from_wire(created.properties)["runtime_env"] == first["runtime_env"]
+        again = host.check(URN, checked.inputs, news(first))
+        unchanged = host.diff(URN, created.id, created.properties, again.inputs, checked.inputs)
+        assert unchanged.changes == provider_pb2.DiffResponse.DIFF_NONE, list(unchanged.diffs)
+        read = host.read(URN, created.id, created.properties, checked.inputs)
+        assert from_wire(read.properties)["runtime_env"] == first["runtime_env"]
+    finally:
+        host.delete(URN, created.id, created.properties)
+    assert jobs.get_job_status(created.id) == JobStatus.STOPPED
+
+
 def _unknown_paths(value: Any, path: str = "") -> list[str]:
     """Where in a value the unknowns are (the sentinel string or an Unknown object)."""
     if isinstance(value, Unknown) or value == UNKNOWN:

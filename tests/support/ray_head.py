@@ -159,6 +159,7 @@ def start_ray_head(
     extra_env: dict[str, str] | None = None,
     attempts: int = 5,
     ray_bin: Path | None = None,
+    num_gpus: int = 0,
 ) -> RayHead:
     """Start a head on 127.0.0.1 with free ports; return once its own dashboard answers.
 
@@ -175,7 +176,9 @@ def start_ray_head(
     failures: list[str] = []
     for _ in range(attempts):
         try:
-            return _start_ray_head_once(temp_dir, num_cpus, ready_timeout_s, extra_env, ray_bin)
+            return _start_ray_head_once(
+                temp_dir, num_cpus, ready_timeout_s, extra_env, ray_bin, num_gpus
+            )
         except (RayStartExitedError, RayHeadNotReadyError) as exc:
             failures.append(str(exc))
     raise RayHeadNotReadyError(
@@ -222,12 +225,20 @@ def wait_for_job_agent(head: RayHead, timeout_s: float = 180.0) -> None:
         time.sleep(0.2)
 
 
+def _own_ray_command() -> list[str]:
+    """The `ray` beside this interpreter, or its module where Ray was installed with
+    `pip install --target` (no script beside the interpreter; bench/gpu_run.py)."""
+    script = Path(sys.executable).with_name("ray")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
+
+
 def _start_ray_head_once(
     temp_dir: Path,
     num_cpus: int,
     ready_timeout_s: float,
     extra_env: dict[str, str] | None,
     ray_bin: Path | None,
+    num_gpus: int = 0,
 ) -> RayHead:
     """Long because it is one `ray start` command line with its eleven ports and flags, then the
     wait for its dashboard."""
@@ -245,7 +256,7 @@ def _start_ray_head_once(
     launcher = (
         [str(ray_bin.with_name("python")), "-I", str(_PATIENT_START)]
         if ray_bin is not None
-        else [str(Path(sys.executable).with_name("ray"))]
+        else _own_ray_command()
     )
     command = [
         *launcher, "start", "--head", "--block",
@@ -264,7 +275,7 @@ def _start_ray_head_once(
         # 0/0: workers take OS-assigned ports instead of the shared 10002-19999 default range.
         "--min-worker-port=0", "--max-worker-port=0",
         f"--num-cpus={num_cpus}",
-        "--num-gpus=0",
+        f"--num-gpus={num_gpus}",
         "--object-store-memory=100000000",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",

@@ -1,0 +1,49 @@
+"""Torch's peak allocated GPU memory of the actor's log-prob pass, its update and its optimizer
+step (verl/workers/actor/dp_actor.py DataParallelPPOActor.compute_log_prob, update_policy,
+_optimizer_step, v0.6.1), one line per call in the worker's output, which Ray forwards to the
+driver log. Installed by sitecustomize.py with VERL_GKE_GPU_RUN_MEMORY=1; imports only torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MEMORY_TAG = "verl-gke-gpu-run memory"
+
+
+class _Peaks:
+    """Nested phases (the optimizer step runs inside the update): each reports its own peak, and
+    an enclosing phase's peak includes what the inner one saw before resetting the counter."""
+
+    open: list[int] = []
+
+    @classmethod
+    def measure(cls, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def measured(*args: Any, **kwargs: Any) -> Any:
+            if cls.open:
+                cls.open[-1] = max(cls.open[-1], torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+            cls.open.append(0)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                peak = max(cls.open.pop(), torch.cuda.max_memory_allocated())
+                if cls.open:
+                    cls.open[-1] = max(cls.open[-1], peak)
+                print(f"{MEMORY_TAG} phase={phase} peak_bytes={peak}", flush=True)
+
+        return measured
+
+
+def measure_actor(actor_class: type) -> None:
+    for attribute, phase in (
+        ("compute_log_prob", "log_prob"),
+        ("update_policy", "actor_update"),
+        ("_optimizer_step", "optimizer_step"),
+    ):
+        setattr(actor_class, attribute, _Peaks.measure(phase, getattr(actor_class, attribute)))
