@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--only", default=",".join(SCENARIOS))
+    parser.add_argument("--keep", type=Path, help="keep the run folders here (logs, stacks)")
     args = parser.parse_args(argv)
     names = [name for name in args.only.split(",") if name]
     unknown = sorted(set(names) - set(SCENARIOS))
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="recovery-") as folder, cluster() as made:
         for name in names:
-            figures = SCENARIOS[name](made, Path(folder) / name)
+            figures = SCENARIOS[name](made, (args.keep or Path(folder)) / name)
             if args.json:
                 print(json.dumps(figures), flush=True)
             else:

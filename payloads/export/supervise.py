@@ -360,6 +360,7 @@ class Supervisor:
             self._save()
             self.say(self._start_line(attempt))
             code = self._attempt(attempt)
+            code = 128 - code if code < 0 else code  # killed by a signal: the shell's form
             self._save()
             if attempt.cause == SUCCEEDED:
                 return 0

@@ -162,12 +162,16 @@ def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
     run = start(made, run_dir, steps=10, step_seconds=1.0)
     run.wait_for("checkpoint 2", lambda: run.checkpoint() >= 2)
     made.lose_node()
-    made.whole()
     detected = run.wait_for(
         "the lost node's attempt to end",
         lambda: run.record()["attempts"][0].get("cause") is not None,
     )
-    return result("worker_node_lost", run, run.finish(), detected)
+    lost_at = time.monotonic() - detected
+    made.whole()  # the replacement node (the supervisor waits for it)
+    run.wait_for("a step of attempt 2", lambda: "step:" in run.log_text().split("attempt 2")[-1])
+    training_again_s = round(time.monotonic() - lost_at, 1)
+    figures = result("worker_node_lost", run, run.finish(), detected)
+    return {**figures, "training_again_s": training_again_s}
 
 
 def hang(made: Cluster, run_dir: Path, every_attempt: bool = False) -> dict[str, Any]:
