@@ -101,6 +101,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
+        recovery=settings.recovery_plan,
     )
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None

@@ -44,6 +44,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+# The record's summary is also printed to the driver log on this prefix, one JSON object per line
+# (jobs/recovery_log.py reads the last one for tools.run and the provider).
+LOG_PREFIX = "verl-gke-recovery: "
 RECOVERY_FILE = "recovery.json"  # config/bucket_layout.py names it too (a test checks)
 STACKS_DIR = "stacks"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker (fsdp checkpoint manager)
@@ -195,6 +198,9 @@ class Attempt:
     step_seconds: list[float] = field(default_factory=list, repr=False)
 
 
+_SUMMARY_KEYS = ("number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost")
+
+
 class Cluster:
     """What the supervisor asks of Ray. This one reads Ray's state through the head's dashboard
     (ray.util.state, imported lazily) and dumps stacks through it."""
@@ -257,6 +263,10 @@ def _py_spy(pid: int, path: Path) -> Path:
 
 def _intervals(steps: list[tuple[int, float]]) -> list[float]:
     return [later[1] - earlier[1] for earlier, later in pairwise(steps)]
+
+
+def _finite(value: float) -> float | None:
+    return value if value != float("inf") else None
 
 
 def _now() -> str:
@@ -481,12 +491,18 @@ class Supervisor:
         record = {
             "max_restarts": self.policy.max_restarts,
             "restarts_used": self.restarts_used(),
-            "first_step_bound_s": self.policy.first_step_bound_s,
-            "hang_floor_s": self.policy.hang_floor_s,
+            # None: no watchdog (JSON has no Infinity)
+            "first_step_bound_s": _finite(self.policy.first_step_bound_s),
+            "hang_floor_s": _finite(self.policy.hang_floor_s),
             "hang_factor": self.policy.hang_factor,
             "stacks_dir": str(self.run_dir / STACKS_DIR),
             "attempts": [asdict(attempt) for attempt in self.attempts],
         }
+        summary = {key: value for key, value in record.items() if key != "attempts"}
+        summary["attempts"] = [
+            {key: getattr(attempt, key) for key in _SUMMARY_KEYS} for attempt in self.attempts
+        ]
+        print(LOG_PREFIX + json.dumps(summary, separators=(",", ":")), flush=True)
         path = self.run_dir / RECOVERY_FILE
         partial = path.with_suffix(".json.partial")
         partial.write_text(json.dumps(record, indent=1) + "\n")
