@@ -177,7 +177,10 @@ def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
 def hang(made: Cluster, run_dir: Path, every_attempt: bool = False) -> dict[str, Any]:
     """The trainer stops printing steps at step 3 (once, or every attempt)."""
     made.whole()
-    options = {"hang_every_attempt": True} if every_attempt else {}
+    # Every attempt: no checkpoint before the hang (save_freq 10), so the second attempt logs
+    # steps again before it hangs and the step-based bound (the floor) applies, not the longer
+    # bound before an attempt's first step.
+    options = {"hang_every_attempt": True, "save_freq": 10} if every_attempt else {}
     run = start(made, run_dir, max_restarts=1, steps=5, step_seconds=0.5, hang_at_step=3, **options)
     code = run.finish()
     first = run.record()["attempts"][0]
