@@ -76,6 +76,10 @@ def test_a_hang_is_detected_within_its_bound_its_stacks_written_and_it_resumes(
     assert any(name.startswith("driver-") for name in names), names
     workers = [stacks / name for name in names if name.startswith("Worker-")]
     assert len(workers) == scenarios.WORLD_SIZE, names
+    for dump in [*workers, *stacks.glob("driver-*.txt")]:
+        # py-spy's dump: "Process <pid>: <command>", then each thread's frames.
+        text = dump.read_text()
+        assert text.startswith("Process ") and "Thread " in text, text
     record = supervise.read_record(tmp_path)
     assert record is not None and record["attempts"][0]["stacks"] == str(stacks)
 

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
@@ -232,6 +233,9 @@ class Cluster:
                 url = f"{self.dashboard_url}/worker/traceback?{query}"
                 with urllib.request.urlopen(url, timeout=60) as response:
                     path.write_bytes(response.read())
+            except urllib.error.HTTPError as exc:  # the dashboard's own words (py-spy's error)
+                body = exc.read().decode(errors="replace")
+                path.write_text(f"no stack from {url}: {exc}\n{body}\n")
             except Exception as exc:
                 path.write_text(f"no stack from {url}: {exc}\n")
             written.append(path)

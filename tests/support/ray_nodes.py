@@ -73,6 +73,8 @@ def start_gpu_node(
     # clusters are not supported", Ray 2.47-2.60); the node's address is given explicitly instead.
     env[next(iter(LOOPBACK_ENV))] = "1"
     env[KEEP_LOOPBACK_ENV] = "1"
+    if ray_bin is not None:  # the node's agent finds py-spy (stack dumps) on PATH
+        env["PATH"] = f"{ray_bin.parent}{os.pathsep}{env.get('PATH', '')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"node-{ports[0]}.log"
     with log_path.open("wb") as log:

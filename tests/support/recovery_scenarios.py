@@ -55,8 +55,10 @@ class Cluster:
 
 @contextmanager
 def cluster() -> Iterator[Cluster]:
+    # The Ray release's bin folder on PATH, as in an image: its agents find py-spy there.
+    path = f"{RAY_VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     with temporary_ray_head(
-        "rec", ray_bin=RAY_VENV / "bin" / "ray", extra_env=HEAD_ENV
+        "rec", ray_bin=RAY_VENV / "bin" / "ray", extra_env={**HEAD_ENV, "PATH": path}
     ) as head:
         made = Cluster(head=head, log_dir=head.temp_dir / "nodes")
         try:
