@@ -158,6 +158,12 @@ def result(scenario: str, run: Run, code: int, detected_s: float | None) -> dict
     }
 
 
+def _step_after(log: str, marker: str) -> bool:
+    """Whether a step line follows the runner's `marker` line in the log."""
+    _, found, after = log.partition(marker)
+    return bool(found) and "step:" in after
+
+
 def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
     """A GPU node SIGKILLed mid-run, a replacement started: resumed from the last checkpoint."""
     made.whole()
@@ -170,7 +176,7 @@ def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
     )
     lost_at = time.monotonic() - detected
     made.whole()  # the replacement node (the supervisor waits for it)
-    run.wait_for("a step of attempt 2", lambda: "step:" in run.log_text().split("attempt 2")[-1])
+    run.wait_for("a step of attempt 2", lambda: _step_after(run.log_text(), "attempt 2 ("))
     training_again_s = round(time.monotonic() - lost_at, 1)
     figures = result("worker_node_lost", run, run.finish(), detected)
     return {**figures, "training_again_s": training_again_s}
