@@ -531,7 +531,8 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--hang-factor", type=float, default=3.0)
     group.add_argument("--gpus-needed", type=float, default=0.0)
     group.add_argument("--capacity-wait-s", type=float, default=3600.0)
-    # The head's own dashboard: KubeRay's head serves it on 8265 (ray-operator common/pod.go).
+    # The head's own dashboard: the head pod serves it on 0.0.0.0:8265 (manifests/ray_cluster.py
+    # DASHBOARD_PORT, rayStartParams dashboard-host), and the runner runs in that pod.
     group.add_argument("--dashboard-url", default="http://127.0.0.1:8265")
 
 
