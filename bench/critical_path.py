@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from config.profiles import PROFILES
+from config.profiles import PROFILES, Mode
 from planning.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
@@ -171,6 +171,35 @@ def _print_critical_paths(cache_: Schedules, sources: dict[str, int]) -> None:
             print(f"    ({lever.value} not applied: {why})")
 
 
+def _print_recovery(sources: dict[str, int]) -> None:
+    """Node loss to training again per capacity mode; GPU-hours of a hang (planning/
+    recovery_links.py), for the program as recorded."""
+    from config.recovery import DEFAULT_HANG_MINUTES
+    from planning import recovery_links
+    from planning.startup_links import links, startup_facts
+
+    print("\nNode lost -> training again, minutes (E: minutes resting on estimates):")
+    print("GPU-hours of one hang: today (until a person notices) vs with the watchdog:")
+    for stack, mode in COMBINATIONS:
+        table = links(startup_facts(recorded(stack, mode), run_facts(stack, mode)))
+        profile = PROFILES[stack]
+        cells = []
+        support = profile.capacity.get(Mode(mode))
+        for capacity in support.supported if support is not None else ():
+            chain = recovery_links.node_loss_chain(capacity, mode, table)
+            shown = "never*" if chain.minutes == recovery_links.NEVER else f"{chain.minutes:.0f}"
+            cells.append(f"{capacity.value} {shown} (E {chain.estimated_minutes:.0f})")
+            for link in chain.links:
+                sources.setdefault(link.source, len(sources) + 1)
+        gpus = profile.gpus_per_node * profile.default_gpu_nodes
+        today, watched = recovery_links.hang_gpu_hours(
+            gpus, DEFAULT_HANG_MINUTES, recovery_links.restart_minutes(table)
+        )
+        print(f"  {stack}/{mode}: {'; '.join(cells)}")
+        print(f"    hang on {gpus} GPUs: {today:.0f} GPU-h today, {watched:.0f} GPU-h watched")
+    print(f"  * {recovery_links.PROVREQ_SOURCE}")
+
+
 def main() -> int:
     print("Modelled minutes to the first GRPO step (links: planning/startup_links.py)\n")
     cache_ = _print_minutes()
@@ -184,6 +213,7 @@ def main() -> int:
         )
     sources: dict[str, int] = {}
     _print_critical_paths(cache_, sources)
+    _print_recovery(sources)
     print("\nLevers:")
     for lever in LEVERS:
         print(f"  {lever.value}: {LEVER_SOURCES[lever]}")

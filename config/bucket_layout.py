@@ -81,6 +81,8 @@ TRAINING_DONE_FILE = "training.done"  # training exited 0: its step, identity an
 METRICS_FILE = "metrics.jsonl"  # verl's file logger, the attempt running now
 METRICS_ATTEMPTS_DIR = "metrics"  # earlier attempts' metrics.jsonl, moved here as attempt-<n>.jsonl
 TENSORBOARD_SUBDIR = "tensorboard"  # TENSORBOARD_DIR of the run
+RECOVERY_FILE = "recovery.json"  # the training attempts (payloads/export/supervise.py)
+STACKS_DIR = "stacks"  # stacks of a hung trainer, stacks/attempt-<n>/ (supervise.py)
 
 
 # Hugging Face model folders merged from a run's final checkpoint, one per experiment

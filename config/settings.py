@@ -33,6 +33,7 @@ from config import (
     input_rules,
     known_values,
     placement,
+    recovery,
     run_inputs,
 )
 from config import job_wait as job_wait_setting
@@ -198,6 +199,26 @@ class StackSettings(BaseModel):
         default=job_wait_setting.DEFAULT,
         description="When pulumi up returns for the GRPO job: running, firstStep, finished",
     )
+    # The runner's recovery (config/recovery.py, payloads/export/supervise.py): restarts of a run
+    # whose node was lost or that hung, and the hang watchdog's bounds.
+    max_restarts: int | None = Field(
+        default=None,
+        ge=0,
+        le=50,
+        description="Restarts after a lost node or a hang (default: spot 10, otherwise 3)",
+    )
+    hang_minutes: int = Field(
+        default=recovery.DEFAULT_HANG_MINUTES,
+        ge=5,
+        le=1440,
+        description="Least minutes without a new training step before a run is hung",
+    )
+    first_step_minutes: int = Field(
+        default=recovery.DEFAULT_FIRST_STEP_MINUTES,
+        ge=10,
+        le=1440,
+        description="Minutes to the first training step before a run is hung",
+    )
     # Merge the run's final checkpoint into a Hugging Face model folder in the bucket.
     export_model: bool = Field(
         default=True, description="Export the final checkpoint as a Hugging Face model folder"
@@ -318,6 +339,13 @@ class StackSettings(BaseModel):
     def networking(self) -> NetworkingPlan:
         """What the GPU-networking variant needs (config/networking.py, the one dispatch)."""
         return networking_plan(self.gpu_networking)
+
+    @property
+    def recovery_plan(self) -> recovery.RecoveryPlan:
+        """Restart budget and hang bounds of the job's runner (config/recovery.py)."""
+        return recovery.recovery_plan(
+            self.capacity, self.max_restarts, self.hang_minutes, self.first_step_minutes
+        )
 
     @property
     def capacity_plan(self) -> CapacityPlan:

@@ -255,6 +255,13 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
     if isinstance(root, str):
         yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
     settings = planned_settings(result.stack, overrides, strict)
+    recovery = settings.recovery_plan
+    stacks = f"{root}/{recovery.stacks_subdir}/" if isinstance(root, str) else "the run folder"
+    yield (
+        f"Recovery: a lost node or a hang restarts training from its last checkpoint, at most "
+        f"{recovery.max_restarts} times (verl-gke:maxRestarts); hang: "
+        f"{recovery.hang_bound_text()}; stacks of a hung run in {stacks}"
+    )
     yield from teardown_notes(settings)
     yield from what_you_pay_for(result, settings)
     yield "Outputs:"

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import dashboard_access, job_logs, verl_log
+from jobs import dashboard_access, job_logs, recovery_log, verl_log
 from jobs.dashboard_client import Dashboard, DashboardAuthError
 from jobs.provider_errors import ProviderRuntimeError
 from jobs.verl_log import StepMetrics
@@ -95,6 +95,8 @@ class RunView:
     total_steps: int | None
     log_source: str
     cause: tuple[str, ...] = ()  # a FAILED run's last log lines (failure_cause)
+    # The runner's recovery record (jobs/recovery_log.py): attempts, restarts, hang bound.
+    recovery: dict[str, Any] | None = None
     now_s: float = field(default_factory=time.time)
 
     @property
@@ -213,6 +215,7 @@ def summarize(
         total_steps=int(totals[-1]) if totals else None,
         log_source=log_source,
         cause=failure_cause(message or "", log) if status == "FAILED" else (),
+        recovery=recovery_log.latest_record(log),
     )
 
 
@@ -275,6 +278,8 @@ def render_text(view: RunView, price: RunPrice | None = None) -> str:
             rows.append(("validation", f"{_number(view.validation[key])}  ({key})"))
     if view.message and view.status in ("FAILED", "STOPPED"):
         rows.append(("message", short_message(view.message)))
+    if view.recovery is not None:
+        rows.extend(recovery_log.describe(view.recovery))
     rows.append(("dashboard", view.dashboard))
     rows.append(("log read", view.log_source))
     width = max(len(label) for label, _ in rows)
@@ -339,6 +344,7 @@ def to_json(view: RunView) -> dict[str, Any]:
         ],
         "log_source": view.log_source,
         "cause": list(view.cause),
+        "recovery": view.recovery,
     }
 
 

@@ -113,6 +113,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
+        recovery=settings.recovery_plan,
     )
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
-from payloads.export import export_model, run_grpo
+from config.recovery import RecoveryPlan
+from payloads.export import export_model, run_grpo, supervise
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
@@ -32,7 +33,7 @@ def export_url(bucket: str, experiment: str) -> str:
 
 def _payload_sha256() -> str:
     digest = hashlib.sha256()
-    for module in (run_grpo, export_model):
+    for module in (run_grpo, supervise, export_model):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
@@ -44,9 +45,11 @@ def runner_job(
     run_dir: str,
     identity: Mapping[str, Any],
     export_experiment: str | None,
+    recovery: RecoveryPlan | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
-    export_experiment is given), and the runtime env that ships the runner."""
+    export_experiment is given; restarts and hang watchdog per `recovery`, none without it), and
+    the runtime env that ships the runner."""
     command = [
         "python3",
         RUNNER,
@@ -57,6 +60,8 @@ def runner_job(
     ]
     if export_experiment is not None:
         command += ["--export-target", model_export_dir(export_experiment)]
+    if recovery is not None:
+        command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
     env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}
     shipped = {
         **runtime_env,

@@ -12,6 +12,9 @@
    resubmission after a failed export runs only the export (at verl v0.6.1 a run resumed at its
    last step would train one more step). The previous attempt's metrics.jsonl (verl's file
    logger opens it with "w") is moved to metrics/attempt-<n>.jsonl first.
+   Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
+   restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
+   attempts are recorded in recovery.json.
 3. When training exits 0, `training.done` is written (step, identity, command hash), then the
    export runs (export_model.py, next to this file). The exit status is the failed step's.
 
@@ -28,6 +31,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+try:
+    from . import supervise  # imported as payloads.export.run_grpo (the program, tests)
+except ImportError:
+    import supervise  # run as a script on the head: this folder is sys.path[0]
 
 # The names config/bucket_layout.py gives them (tests/test_run_grpo.py checks they agree).
 RUN_IDENTITY_FILE = "verl-gke-run.json"
@@ -129,7 +137,13 @@ def latest_step(run_dir: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def train(run_dir: Path, identity: dict[str, Any], command: list[str]) -> int:
+def train(
+    run_dir: Path,
+    identity: dict[str, Any],
+    command: list[str],
+    policy: supervise.Policy | None = None,
+    dashboard_url: str = "http://127.0.0.1:8265",
+) -> int:
     """Run training unless it already finished for this identity and command; 0 on success."""
     sha = command_sha256(command)
     done = finished_training(run_dir, identity, sha)
@@ -143,7 +157,8 @@ def train(run_dir: Path, identity: dict[str, Any], command: list[str]) -> int:
     if kept is not None:
         _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
-    returncode = subprocess.run(command, check=False).returncode
+    policy = policy or supervise.Policy(0, float("inf"), float("inf"))
+    returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
     if returncode != 0:
         _say(f"training exited {returncode}")
         return returncode
@@ -174,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-target", type=Path)
     # Tests only: options passed on to export_model.py (a stand-in merger).
     parser.add_argument("--export-option", action="append", default=[])
+    supervise.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -184,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(f"run_grpo: refused: {problem}", file=sys.stderr, flush=True)
         return IDENTITY_MISMATCH
-    returncode = train(args.run_dir, args.identity, command)
+    policy = supervise.policy_from(args)
+    returncode = train(args.run_dir, args.identity, command, policy, args.dashboard_url)
     if returncode != 0 or args.export_target is None:
         return returncode
     return export(args.run_dir, args.export_target, args.export_option)

@@ -66,21 +66,7 @@ class RayHead:
 
     def stop(self, grace_s: float = 3.0) -> None:
         """SIGTERM the head's process tree, then SIGKILL whatever is still alive after grace_s."""
-        tree = _identities([*self.pids, self._root.pid, *_descendants(self._root.pid)])
-        _signal_all(tree, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            self._root.poll()
-            tree |= _live_descendants(tree)
-            if not any(_same_process(proc) for proc in tree):
-                break
-            time.sleep(0.1)
-        tree |= _live_descendants(tree)
-        _signal_all(tree, signal.SIGKILL)
-        try:
-            self._root.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_tree(self._root, self.pids, grace_s)
 
     def __enter__(self) -> RayHead:
         return self
@@ -92,6 +78,27 @@ class RayHead:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def stop_tree(root: subprocess.Popen[bytes], pids: tuple[int, ...], grace_s: float) -> None:
+    """SIGTERM `root`, `pids` and their descendants, SIGKILL what is alive after grace_s
+    (grace_s=0: SIGKILL at once, as a lost machine)."""
+    tree = _identities([*pids, root.pid, *_descendants(root.pid)])
+    if grace_s > 0:
+        _signal_all(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        root.poll()
+        tree |= _live_descendants(tree)
+        if not any(_same_process(proc) for proc in tree):
+            break
+        time.sleep(0.1)
+    tree |= _live_descendants(tree)
+    _signal_all(tree, signal.SIGKILL)
+    try:
+        root.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def free_port() -> int:

@@ -35,8 +35,25 @@ def _stretch_dashboard_wait() -> None:
     services.time = patient  # type: ignore[attr-defined]
 
 
+# Set by tests/support/ray_nodes.py for a node joining a head on 127.0.0.1: Ray rewrites a
+# loopback --address to the host's first interface address (services.py,
+# resolve_ip_for_localhost, Ray 2.47-2.60) when multi-node clusters are enabled, which a joining
+# node needs (scripts.py refuses to start one otherwise). This keeps 127.0.0.1.
+KEEP_LOOPBACK_ENV = "VERL_GKE_TEST_KEEP_LOOPBACK"
+
+
+def _keep_loopback() -> None:
+    import os
+
+    from ray._private import services
+
+    if os.environ.get(KEEP_LOOPBACK_ENV) == "1":
+        services.resolve_ip_for_localhost = lambda host: host  # type: ignore[assignment]
+
+
 def main() -> int:
     _stretch_dashboard_wait()
+    _keep_loopback()
     from ray.scripts.scripts import main as ray_main
 
     sys.argv[0] = "ray"

@@ -1,0 +1,567 @@
+"""Run verl's trainer until it finishes, restarting it after a lost node, a dead Ray actor, an
+NCCL error or a hang; never after a failure a restart cannot fix.
+
+The runner (run_grpo.py) calls supervise() on the Ray head. Each attempt is verl's trainer as a
+child process whose output is passed through line by line (the job's driver log keeps verl's
+lines) and read on the way:
+
+* the step lines (verl's console logger, ``step:N - ... - timing_s/step:...``) drive the hang
+  watchdog: no new training step within ``hang_bound()`` of the last one (a multiple of the
+  slowest step seen, never below a floor), or within a separate bound before the first step,
+  is a hang. A hung trainer's stacks are written to the run folder (Ray dashboard's
+  /worker/traceback, py-spy on each node; py-spy on the driver), then it is stopped and
+  restarted like a lost node.
+* the exit is classified from the last lines of output (classify()): infrastructure causes are
+  retried, everything else fails the job with its cause, as without the supervisor.
+* before a restart the cluster must hold the GPUs of the whole worker group again
+  (``wait_for_gpus``), so a replacement node that is still being created is waited for.
+* every attempt is recorded in ``<run folder>/recovery.json`` (when, cause, resumed from which
+  step, steps lost), which tools.run and the provider show.
+
+verl resumes from ``latest_checkpointed_iteration.txt`` by itself (trainer.resume_mode=auto, its
+default), so a restart is the same command again.
+
+Stdlib only; Ray is imported lazily where the runner calls Ray's state API on the head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+# The record's summary is also printed to the driver log on this prefix, one JSON object per line
+# (jobs/recovery_log.py reads the last one for tools.run and the provider).
+LOG_PREFIX = "verl-gke-recovery: "
+RECOVERY_FILE = "recovery.json"  # config/bucket_layout.py names it too (a test checks)
+STACKS_DIR = "stacks"
+LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker (fsdp checkpoint manager)
+TAIL_LINES = 400
+
+# --- verl's step line: a copy of jobs/verl_log.py's pattern (payloads cannot import jobs/;
+# tests/test_supervise.py checks that both parse the same lines alike).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STEP_LINE = re.compile(r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s+)?step:(\d+)(?: - (.*))?$")
+_REPEATED_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_TRAINING_KEYS = ("timing_s/step", "training/global_step")
+
+
+def training_step(line: str) -> int | None:
+    """The step number of a verl training-step line (one with timing_s/step or
+    training/global_step); None for any other line, validation-only step lines included."""
+    if "step:" not in line:
+        return None
+    for segment in _ANSI.sub("", line).split("\r"):
+        match = _STEP_LINE.match(_REPEATED_SUFFIX.sub("", segment.rstrip("\n")))
+        if match is None:
+            continue
+        body = match.group(2) or ""
+        keys = {part.rpartition(":")[0].strip() for part in body.split(" - ") if ":" in part}
+        return int(match.group(1)) if keys.intersection(_TRAINING_KEYS) else None
+    return None
+
+
+# --- Causes of an attempt's end.
+SUCCEEDED = "succeeded"
+NODE_LOST = "node_lost"
+ACTOR_DIED = "ray_actor_died"
+NCCL_ERROR = "nccl_error"
+HANG = "hang"
+OUT_OF_MEMORY = "out_of_memory"
+CONFIG_ERROR = "config_error"
+VERL_REFUSED = "verl_refused_input"
+USER_STOP = "user_stop"
+UNKNOWN = "unknown"
+RETRIED = frozenset({NODE_LOST, ACTOR_DIED, NCCL_ERROR, HANG, OUT_OF_MEMORY})
+
+# Checked in this order on the last TAIL_LINES lines; the first cause with a match wins.
+# Configuration first: Hydra/OmegaConf refuse an override before any Ray actor exists. Memory
+# before the actor texts: Ray reports a worker killed for memory as a dead worker too.
+_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # hydra/_internal/config_loader_impl.py "Could not override '<key>'." and Hydra's
+    # ConfigCompositionException; omegaconf/dictconfig.py "Key '<key>' is not in struct";
+    # omegaconf.errors (verl 0.6.1 and ddbcdb7 pin hydra-core 1.3, omegaconf 2.3).
+    (
+        CONFIG_ERROR,
+        re.compile(
+            r"Could not override '|ConfigCompositionException|is not in struct"
+            r"|omegaconf\.errors\.\w+|MissingMandatoryValue|Error merging override"
+        ),
+    ),
+    # PyTorch c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate",
+    # torch.OutOfMemoryError; Ray 2.47/2.49 raylet "Task was killed due to the node running low
+    # on memory." (ray.exceptions.OutOfMemoryError).
+    (
+        OUT_OF_MEMORY,
+        re.compile(
+            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError"
+            r"|killed due to the node running low on memory|ray\.exceptions\.OutOfMemoryError"
+        ),
+    ),
+    # Ray 2.47/2.49 gcs_server (GcsActorManager): "The actor died because its node has died.
+    # Node Id: ..."; ray/exceptions.py NodeDiedError; "The task's local raylet died."
+    (
+        NODE_LOST,
+        re.compile(r"because its node has died|NodeDiedError|local raylet died"),
+    ),
+    # PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp "Watchdog caught collective
+    # operation timeout", NCCLUtils "NCCL error in:", torch.distributed.DistBackendError.
+    (
+        NCCL_ERROR,
+        re.compile(
+            r"NCCL error|Watchdog caught collective operation timeout|DistBackendError"
+            r"|ncclInternalError|ncclSystemError|ncclRemoteError|ncclUnhandledCudaError"
+        ),
+    ),
+    # Ray 2.47/2.49 ray/exceptions.py ActorDiedError.BASE_ERROR_MSG "The actor died
+    # unexpectedly before finishing this task."; gcs_server "The actor is dead because its
+    # worker process has died." / "... its owner has died."; WorkerCrashedError "The worker died
+    # unexpectedly while executing this task."; ActorUnavailableError "is unavailable".
+    (
+        ACTOR_DIED,
+        re.compile(
+            r"The actor died unexpectedly before finishing this task"
+            r"|The actor is dead because its (?:worker process|owner) has died"
+            r"|The worker died unexpectedly while executing this task"
+            r"|ray\.exceptions\.(?:ActorDiedError|RayActorError|ActorUnavailableError)"
+        ),
+    ),
+    # verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
+    # verl/utils/config.py, trainer/ppo/ray_trainer.py: ValueError; many asserts): a Python
+    # error as the traceback's last line.
+    (
+        VERL_REFUSED,
+        re.compile(
+            r"^(?:[\w.]+\.)?(?:ValueError|AssertionError|KeyError|TypeError|FileNotFoundError"
+            r"|NotImplementedError)\b"
+        ),
+    ),
+)
+
+
+def classify(tail: Iterable[str]) -> str:
+    """The cause named by a failed attempt's last lines of output (UNKNOWN when none is)."""
+    lines = [_ANSI.sub("", line).strip() for line in tail]
+    for cause, pattern in _MARKERS:
+        if any(pattern.search(line) for line in lines):
+            return cause
+    return UNKNOWN
+
+
+def hang_bound(step_seconds: Iterable[float], floor_s: float, factor: float) -> float:
+    """How long without a new training step is a hang once steps have been seen:
+    factor x the slowest step of this attempt (checkpoint and validation steps included), at
+    least floor_s."""
+    slowest = max(step_seconds, default=0.0)
+    return max(floor_s, factor * slowest)
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_restarts: int
+    first_step_bound_s: float  # no training step this long after the start: a hang
+    hang_floor_s: float  # the least hang bound once steps have been seen
+    hang_factor: float = 3.0
+    gpus_needed: float = 0.0  # GPUs the worker group holds (world size)
+    capacity_wait_s: float = 3600.0  # at most this long for them before a restart
+    stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
+    poll_s: float = 1.0
+
+
+@dataclass
+class Attempt:
+    number: int
+    started_at: str
+    resumed_from_step: int | None
+    ended_at: str | None = None
+    cause: str | None = None
+    exit_code: int | None = None
+    last_step: int | None = None
+    steps_lost: int = 0
+    detected_s: float | None = None  # from the last step (or start) to the decision
+    stacks: str | None = None
+    waited_for_gpus_s: float = 0.0
+    step_seconds: list[float] = field(default_factory=list, repr=False)
+
+
+_SUMMARY_KEYS = ("number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost")
+
+
+class Cluster:
+    """What the supervisor asks of Ray. This one reads Ray's state through the head's dashboard
+    (ray.util.state, imported lazily) and dumps stacks through it."""
+
+    def __init__(self, dashboard_url: str) -> None:
+        self.dashboard_url = dashboard_url.rstrip("/")
+
+    def alive_gpus(self) -> float:
+        from ray.util.state import list_nodes
+
+        nodes = list_nodes(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
+        return sum(float(node.resources_total.get("GPU", 0)) for node in nodes)
+
+    def dump_stacks(self, folder: Path, driver_pid: int) -> list[Path]:
+        """Stacks of every alive actor (dashboard /worker/traceback: py-spy on its node) and of
+        the trainer's driver (py-spy here). A dump that fails writes its error instead."""
+        folder.mkdir(parents=True, exist_ok=True)
+        written = [_py_spy(driver_pid, folder / f"driver-{driver_pid}.txt")]
+        try:
+            targets = self._actor_targets()
+        except Exception as exc:  # a stack dump never blocks the restart
+            note = folder / "actors-unlisted.txt"
+            note.write_text(f"could not list Ray's actors: {exc}\n")
+            return [*written, note]
+        for name, ip, pid in targets:
+            query = urllib.parse.urlencode({"ip": ip, "pid": pid, "native": "0"})
+            path = folder / f"{name}-{ip}-{pid}.txt"
+            try:
+                url = f"{self.dashboard_url}/worker/traceback?{query}"
+                with urllib.request.urlopen(url, timeout=60) as response:
+                    path.write_bytes(response.read())
+            except urllib.error.HTTPError as exc:  # the dashboard's own words (py-spy's error)
+                body = exc.read().decode(errors="replace")
+                path.write_text(f"no stack from {url}: {exc}\n{body}\n")
+            except Exception as exc:
+                path.write_text(f"no stack from {url}: {exc}\n")
+            written.append(path)
+        return written
+
+    def _actor_targets(self) -> list[tuple[str, str, int]]:
+        from ray.util.state import list_actors, list_nodes
+
+        ips = {node.node_id: node.node_ip for node in list_nodes(address=self.dashboard_url)}
+        actors = list_actors(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
+        return [
+            (re.sub(r"[^\w.-]", "_", actor.class_name or "actor"), ips[actor.node_id], actor.pid)
+            for actor in actors
+            if actor.pid and actor.node_id in ips
+        ]
+
+
+def _py_spy(pid: int, path: Path) -> Path:
+    binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        done = subprocess.run(
+            [binary, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=120
+        )
+        path.write_text(done.stdout + done.stderr)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        path.write_text(f"py-spy dump --pid {pid} failed: {exc}\n")
+    return path
+
+
+def _intervals(steps: list[tuple[int, float]]) -> list[float]:
+    return [later[1] - earlier[1] for earlier, later in pairwise(steps)]
+
+
+def _finite(value: float) -> float | None:
+    return value if value != float("inf") else None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def latest_checkpoint(run_dir: Path) -> int | None:
+    try:
+        text = (run_dir / LATEST_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class _Trainer:
+    """One attempt: verl's trainer in its own process group, its output passed through to ours
+    and read for step lines and the failure's last lines."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.started = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.steps: list[tuple[int, float]] = []  # (step, time.monotonic() it was printed)
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            line = raw.decode("utf-8", errors="replace")
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            step = training_step(line)
+            with self._lock:
+                self.tail.append(line.rstrip("\n"))
+                if step is not None:
+                    self.steps.append((step, time.monotonic()))
+
+    def progress(self) -> tuple[list[tuple[int, float]], list[str]]:
+        with self._lock:
+            return list(self.steps), list(self.tail)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to the trainer's process group, SIGKILL after grace_s."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=grace_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def finish(self) -> int:
+        code = self.process.wait()
+        self._reader.join(timeout=30)
+        return code
+
+
+class Supervisor:
+    """Runs the attempts of one training command; see the module's docstring."""
+
+    def __init__(
+        self,
+        command: list[str],
+        run_dir: Path,
+        policy: Policy,
+        cluster: Cluster,
+        say: Callable[[str], None],
+    ) -> None:
+        self.command = command
+        self.run_dir = run_dir
+        self.policy = policy
+        self.cluster = cluster
+        self.say = say
+        self.attempts: list[Attempt] = []
+        self.stopping = threading.Event()
+        self._current: _Trainer | None = None
+
+    def request_stop(self) -> None:
+        """The job is being stopped (Ray sends the entrypoint SIGTERM: ray job stop,
+        python -m tools.run stop): stop the trainer and start no other attempt."""
+        self.stopping.set()
+        if self._current is not None:
+            self._current.stop(self.policy.stop_grace_s)
+
+    def run(self) -> int:
+        """0 when training finished; otherwise the last attempt's exit status (1 if none)."""
+        while True:
+            attempt = Attempt(
+                number=len(self.attempts) + 1,
+                started_at=_now(),
+                resumed_from_step=latest_checkpoint(self.run_dir),
+            )
+            self.attempts.append(attempt)
+            self._save()
+            self.say(self._start_line(attempt))
+            code = self._attempt(attempt)
+            code = 128 - code if code < 0 else code  # killed by a signal: the shell's form
+            self._save()
+            if attempt.cause == SUCCEEDED:
+                return 0
+            refusal = self._refusal(attempt)
+            if refusal is not None:
+                self.say(f"attempt {attempt.number} ended ({attempt.cause}): {refusal}")
+                return code if code != 0 else 1
+            self.say(f"attempt {attempt.number} ended ({attempt.cause}): restarting")
+            if not self._wait_for_gpus(attempt):
+                return code if code != 0 else 1
+
+    def _start_line(self, attempt: Attempt) -> str:
+        resumed = attempt.resumed_from_step
+        where = f"resuming from step {resumed}" if resumed is not None else "from the start"
+        return (
+            f"attempt {attempt.number} ({self.restarts_used()} of "
+            f"{self.policy.max_restarts} restarts used), {where}"
+        )
+
+    def restarts_used(self) -> int:
+        return max(0, len(self.attempts) - 1)
+
+    def _attempt(self, attempt: Attempt) -> int:
+        trainer = _Trainer(self.command)
+        self._current = trainer
+        if self.stopping.is_set():
+            trainer.stop(self.policy.stop_grace_s)
+        hang_after = self._watch(trainer)
+        if hang_after is not None:
+            folder = self.run_dir / STACKS_DIR / f"attempt-{attempt.number:03d}"
+            self.say(f"no training step for {hang_after:.0f} s: hung; stacks -> {folder}")
+            self.cluster.dump_stacks(folder, trainer.process.pid)
+            attempt.stacks = str(folder)
+            trainer.stop(self.policy.stop_grace_s)
+        code = trainer.finish()
+        self._current = None
+        steps, tail = trainer.progress()
+        attempt.exit_code = code
+        attempt.ended_at = _now()
+        attempt.step_seconds = [round(s, 1) for s in _intervals(steps)]
+        attempt.last_step = steps[-1][0] if steps else attempt.resumed_from_step
+        checkpoint = latest_checkpoint(self.run_dir)
+        attempt.steps_lost = max(0, (attempt.last_step or 0) - (checkpoint or 0))
+        since = steps[-1][1] if steps else trainer.started
+        attempt.detected_s = round(hang_after or (time.monotonic() - since), 1)
+        if self.stopping.is_set():
+            attempt.cause = USER_STOP
+        elif hang_after is not None:
+            attempt.cause = HANG
+        elif code == 0:
+            attempt.cause = SUCCEEDED
+        else:
+            attempt.cause = classify(tail)
+        return code
+
+    def _watch(self, trainer: _Trainer) -> float | None:
+        """Until the trainer exits (None) or hangs (seconds since its last step)."""
+        while True:
+            try:
+                trainer.process.wait(timeout=self.policy.poll_s)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            if self.stopping.is_set():
+                return None
+            steps, _ = trainer.progress()
+            if steps:
+                bound = hang_bound(
+                    _intervals(steps), self.policy.hang_floor_s, self.policy.hang_factor
+                )
+                since = steps[-1][1]
+            else:
+                bound, since = self.policy.first_step_bound_s, trainer.started
+            silent = time.monotonic() - since
+            if silent > bound:
+                return silent
+
+    def _refusal(self, attempt: Attempt) -> str | None:
+        """Why this end is not retried; None when a restart follows."""
+        if attempt.cause not in RETRIED:
+            return "not retried: a restart cannot fix it"
+        if attempt.cause == OUT_OF_MEMORY:
+            failed_at = (attempt.last_step or 0) + 1
+            earlier = [
+                (a.last_step or 0) + 1 for a in self.attempts[:-1] if a.cause == OUT_OF_MEMORY
+            ]
+            if failed_at in earlier:
+                return f"not retried: out of memory at step {failed_at} twice"
+        if self.restarts_used() >= self.policy.max_restarts:
+            return f"not retried: all {self.policy.max_restarts} restarts used"
+        return None
+
+    def _wait_for_gpus(self, attempt: Attempt) -> bool:
+        """Until the cluster's alive nodes hold the worker group's GPUs again."""
+        started = time.monotonic()
+        need = self.policy.gpus_needed
+        while not self.stopping.is_set():
+            try:
+                have = self.cluster.alive_gpus() if need > 0 else need
+            except Exception as exc:  # the head's dashboard restarting: ask again
+                self.say(f"could not read the cluster's GPUs ({exc}); asking again")
+                have = -1.0
+            if have >= need:
+                attempt.waited_for_gpus_s = round(time.monotonic() - started, 1)
+                self._save()
+                return True
+            if time.monotonic() - started > self.policy.capacity_wait_s:
+                self.say(
+                    f"the cluster holds {have:g} of the {need:g} GPUs the worker group needs "
+                    f"after {self.policy.capacity_wait_s:.0f} s: giving up; check the GPU node "
+                    "pool (kubectl get nodes, the RayCluster's worker pods)"
+                )
+                return False
+            time.sleep(max(self.policy.poll_s, 2.0))
+        return False
+
+    def _save(self) -> None:
+        record = {
+            "max_restarts": self.policy.max_restarts,
+            "restarts_used": self.restarts_used(),
+            # None: no watchdog (JSON has no Infinity)
+            "first_step_bound_s": _finite(self.policy.first_step_bound_s),
+            "hang_floor_s": _finite(self.policy.hang_floor_s),
+            "hang_factor": self.policy.hang_factor,
+            "stacks_dir": str(self.run_dir / STACKS_DIR),
+            "attempts": [asdict(attempt) for attempt in self.attempts],
+        }
+        summary = {key: value for key, value in record.items() if key != "attempts"}
+        summary["attempts"] = [
+            {key: getattr(attempt, key) for key in _SUMMARY_KEYS} for attempt in self.attempts
+        ]
+        print(LOG_PREFIX + json.dumps(summary, separators=(",", ":")), flush=True)
+        path = self.run_dir / RECOVERY_FILE
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(partial, path)
+
+
+def read_record(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads((run_dir / RECOVERY_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def add_arguments(parser: Any) -> None:
+    """The runner's recovery options (training/ renders them from config/settings.py)."""
+    group = parser.add_argument_group("recovery (payloads/export/supervise.py)")
+    group.add_argument("--max-restarts", type=int, default=0)
+    # 0: no hang watchdog.
+    group.add_argument("--first-step-bound-s", type=float, default=0.0)
+    group.add_argument("--hang-floor-s", type=float, default=0.0)
+    group.add_argument("--hang-factor", type=float, default=3.0)
+    group.add_argument("--gpus-needed", type=float, default=0.0)
+    group.add_argument("--capacity-wait-s", type=float, default=3600.0)
+    # The head's own dashboard: the head pod serves it on 0.0.0.0:8265 (manifests/ray_cluster.py
+    # DASHBOARD_PORT, rayStartParams dashboard-host), and the runner runs in that pod.
+    group.add_argument("--dashboard-url", default="http://127.0.0.1:8265")
+
+
+def policy_from(args: Any) -> Policy:
+    never = float("inf")
+    return Policy(
+        max_restarts=args.max_restarts,
+        first_step_bound_s=args.first_step_bound_s or never,
+        hang_floor_s=args.hang_floor_s or never,
+        hang_factor=args.hang_factor,
+        gpus_needed=args.gpus_needed,
+        capacity_wait_s=args.capacity_wait_s,
+    )
+
+
+def supervise(
+    command: list[str],
+    run_dir: Path,
+    policy: Policy,
+    dashboard_url: str,
+    say: Callable[[str], None],
+) -> int:
+    """Run the attempts; SIGTERM (how Ray stops a job's entrypoint and its children,
+    dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends them without a restart."""
+    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say)
+    if threading.current_thread() is not threading.main_thread():
+        return supervisor.run()  # only the main thread may set a signal handler
+    previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())
+    try:
+        return supervisor.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

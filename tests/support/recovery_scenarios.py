@@ -1,0 +1,223 @@
+"""The recovery scenarios, run through the real runner (payloads/export/run_grpo.py and its
+supervisor) against a real Ray head and "GPU nodes" (tests/support/ray_nodes.py) of the pinned
+Ray 2.49, with the stand-in trainer tests/job_fixtures/gpu_trainer.py. Shared by
+tests/test_recovery.py (which asserts) and bench/recovery.py (which prints).
+
+Every wait polls a condition with a generous bound; every process is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from payloads.export import supervise
+from tests.support.ray_head import LOOPBACK_ENV, RayHead, _descendants, temporary_ray_head
+from tests.support.ray_nodes import RayNode, start_gpu_node, wait_for_gpus
+
+REPO = Path(__file__).resolve().parents[2]
+RAY_VENV = Path(os.environ.get("VERL_GKE_RAY_VENVS", "/work/main/.venv-ray")) / "2.49.0"
+VERL_VENV = Path(os.environ.get("VERL_GKE_VERL_VENVS", "/work/main/.venv-verl")) / "0.6.1"
+RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
+TRAINER = REPO / "tests" / "job_fixtures" / "gpu_trainer.py"
+CONFIG_ERROR = REPO / "tests" / "job_fixtures" / "verl_config_error.py"
+WORLD_SIZE = 2
+HANG_FLOOR_S = 8.0
+WAIT_S = 420.0
+# GCS declares a silent raylet dead after failure_threshold x period (Ray's defaults 5 x 3 s,
+# ray_config_def.h, Ray 2.47/2.49); shortened here so a lost node is noticed sooner.
+HEAD_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+
+
+@dataclass
+class Cluster:
+    head: RayHead
+    log_dir: Path
+    nodes: list[RayNode] = field(default_factory=list)
+
+    def whole(self) -> None:
+        """Until WORLD_SIZE GPU nodes of ours are alive (starting replacements as needed)."""
+        while len(self.nodes) < WORLD_SIZE:
+            self.nodes.append(start_gpu_node(self.head, RAY_VENV / "bin" / "ray", self.log_dir))
+        wait_for_gpus(self.head, WORLD_SIZE)
+
+    def lose_node(self) -> None:
+        self.nodes.pop().kill()
+
+
+@contextmanager
+def cluster() -> Iterator[Cluster]:
+    # The Ray release's bin folder on PATH, as in an image: its agents find py-spy there.
+    path = f"{RAY_VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    with temporary_ray_head(
+        "rec", ray_bin=RAY_VENV / "bin" / "ray", extra_env={**HEAD_ENV, "PATH": path}
+    ) as head:
+        made = Cluster(head=head, log_dir=head.temp_dir / "nodes")
+        try:
+            made.whole()
+            yield made
+        finally:
+            for node in made.nodes:
+                node.stop()
+
+
+@dataclass
+class Run:
+    run_dir: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def record(self) -> dict[str, Any]:
+        return supervise.read_record(self.run_dir) or {"attempts": []}
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, what: str, condition: Callable[[], bool]) -> float:
+        """Seconds until condition() holds; raises with the runner's log after WAIT_S."""
+        started = time.monotonic()
+        while not condition():
+            if time.monotonic() - started > WAIT_S:
+                self.terminate()
+                raise TimeoutError(f"{what}: not within {WAIT_S} s; runner log:\n{self.log_text()}")
+            time.sleep(0.2)
+        return time.monotonic() - started
+
+    def finish(self) -> int:
+        self.wait_for("runner exit", lambda: self.process.poll() is not None)
+        return self.process.returncode
+
+    def terminate(self) -> None:
+        """SIGTERM to the runner and its descendants, as Ray's job stop does
+        (dashboard/modules/job/job_supervisor.py: the entrypoint and children, recursively)."""
+        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def checkpoint(self) -> int:
+        return supervise.latest_checkpoint(self.run_dir) or 0
+
+
+def start(
+    made: Cluster,
+    run_dir: Path,
+    trainer: list[str] | None = None,
+    max_restarts: int = 2,
+    **trainer_options: Any,
+) -> Run:
+    """The runner, as the job's entrypoint runs it on the head, supervising `trainer` (by
+    default the stand-in GPU trainer with `trainer_options` as its flags)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    python = str(RAY_VENV / "bin" / "python")
+    if trainer is None:
+        flags = [
+            f"--{key.replace('_', '-')}" + ("" if value is True else f"={value}")
+            for key, value in trainer_options.items()
+        ]
+        trainer = [python, str(TRAINER), f"--run-dir={run_dir}", *flags]
+    command = [
+        python, str(RUNNER), "--run-dir", str(run_dir),
+        "--identity", json.dumps({"world_size": WORLD_SIZE}),
+        "--max-restarts", str(max_restarts), "--first-step-bound-s", "240",
+        "--hang-floor-s", str(HANG_FLOOR_S), "--gpus-needed", str(WORLD_SIZE),
+        "--capacity-wait-s", str(WAIT_S), "--dashboard-url", made.head.dashboard_url,
+        "--", *trainer,
+    ]  # fmt: skip
+    env = {**os.environ, **LOOPBACK_ENV, "RAY_ADDRESS": made.head.gcs_address}
+    log = run_dir / "runner.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return Run(run_dir=run_dir, process=process, log=log)
+
+
+def result(scenario: str, run: Run, code: int, detected_s: float | None) -> dict[str, Any]:
+    attempts = run.record()["attempts"]
+    resumed = attempts[-1]["resumed_from_step"] if len(attempts) > 1 else None
+    retried = len(attempts) > 1
+    outcome = "resumed" if code == 0 and retried else "not_retried" if len(attempts) == 1 else None
+    return {
+        "scenario": scenario,
+        "outcome": outcome or ("resumed" if code == 0 else "failed"),
+        "exit_code": code,
+        "detected_s": None if detected_s is None else round(detected_s, 1),
+        "resumed_from_step": resumed,
+        "last_checkpoint_step": run.checkpoint(),
+        "attempts": len(attempts),
+        "causes": [attempt["cause"] for attempt in attempts],
+        "person_needed": code != 0 and scenario not in ("config_error", "user_stop"),
+    }
+
+
+def _step_after(log: str, marker: str) -> bool:
+    """Whether a step line follows the runner's `marker` line in the log."""
+    _, found, after = log.partition(marker)
+    return bool(found) and "step:" in after
+
+
+def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
+    """A GPU node SIGKILLed mid-run, a replacement started: resumed from the last checkpoint."""
+    made.whole()
+    run = start(made, run_dir, steps=10, step_seconds=1.0)
+    run.wait_for("checkpoint 2", lambda: run.checkpoint() >= 2)
+    made.lose_node()
+    detected = run.wait_for(
+        "the lost node's attempt to end",
+        lambda: run.record()["attempts"][0].get("cause") is not None,
+    )
+    lost_at = time.monotonic() - detected
+    made.whole()  # the replacement node (the supervisor waits for it)
+    run.wait_for("a step of attempt 2", lambda: _step_after(run.log_text(), "attempt 2 ("))
+    training_again_s = round(time.monotonic() - lost_at, 1)
+    figures = result("worker_node_lost", run, run.finish(), detected)
+    return {**figures, "training_again_s": training_again_s}
+
+
+def hang(made: Cluster, run_dir: Path, every_attempt: bool = False) -> dict[str, Any]:
+    """The trainer stops printing steps at step 3 (once, or every attempt)."""
+    made.whole()
+    # Every attempt: no checkpoint before the hang (save_freq 10), so the second attempt logs
+    # steps again before it hangs and the step-based bound (the floor) applies, not the longer
+    # bound before an attempt's first step.
+    options = {"hang_every_attempt": True, "save_freq": 10} if every_attempt else {}
+    run = start(made, run_dir, max_restarts=1, steps=5, step_seconds=0.5, hang_at_step=3, **options)
+    code = run.finish()
+    first = run.record()["attempts"][0]
+    name = "restart_budget" if every_attempt else "hang"
+    return result(name, run, code, first.get("detected_s"))
+
+
+def config_error(made: Cluster, run_dir: Path) -> dict[str, Any]:
+    """verl (Hydra composing verl 0.6.1's ppo_trainer) refuses an override: not retried."""
+    trainer = [str(VERL_VENV / "bin" / "python"), str(CONFIG_ERROR), "trainer.no_such_key=1"]
+    run = start(made, run_dir, trainer=trainer)
+    return result("config_error", run, run.finish(), None)
+
+
+def user_stop(made: Cluster, run_dir: Path) -> dict[str, Any]:
+    """The job is stopped (SIGTERM, as `ray job stop` / tools.run stop) after its first step."""
+    made.whole()
+    run = start(made, run_dir, steps=30, step_seconds=1.0)
+    run.wait_for("checkpoint 1", lambda: run.checkpoint() >= 1)
+    stopped = time.monotonic()
+    run.terminate()
+    code = run.finish()
+    return result("user_stop", run, code, time.monotonic() - stopped)
+
+
+SCENARIOS: dict[str, Callable[[Cluster, Path], dict[str, Any]]] = {
+    "worker_node_lost": worker_node_lost,
+    "hang": hang,
+    "config_error": config_error,
+    "user_stop": user_stop,
+    "restart_budget": lambda made, run_dir: hang(made, run_dir, every_attempt=True),
+}

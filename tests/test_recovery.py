@@ -1,0 +1,128 @@
+"""A run that needs no person, through the real runner (payloads/export/run_grpo.py and
+supervise.py) against real Ray 2.49 processes on 127.0.0.1: a head and two "GPU nodes"
+(`ray start --num-gpus=1`), and a stand-in trainer that places its workers on them with
+placement groups as verl 0.6.1 does (tests/support/recovery_scenarios.py).
+
+Rules encoded, with their source:
+- A worker node lost mid-step fails the driver's ray.get with ray.exceptions.ActorUnavailableError
+  ("... is unavailable ... Socket closed") or ActorDiedError ("The actor died because its node has
+  died", gcs_server), Ray 2.49: the run is restarted and resumes from the tracker
+  latest_checkpointed_iteration.txt (verl's trainer.resume_mode=auto).
+- Hydra (verl 0.6.1's config) refusing an override is final; so is the job's SIGTERM, which
+  Ray's job stop sends to the entrypoint and its children (job_supervisor.py, Ray 2.47/2.49).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from payloads.export import supervise
+from tests.support import recovery_scenarios as scenarios
+from tests.support.require import require
+
+pytestmark = pytest.mark.integration
+
+RUNNER = scenarios.RUNNER
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[scenarios.Cluster]:
+    require(
+        (scenarios.RAY_VENV / "bin" / "ray").exists(),
+        f"Ray 2.49 virtualenv at {scenarios.RAY_VENV} (VERL_GKE_RAY_VENVS)",
+    )
+    with scenarios.cluster() as made:
+        yield made
+
+
+def _causes(run_dir: Path) -> list[str]:
+    record = supervise.read_record(run_dir) or {"attempts": []}
+    return [attempt["cause"] for attempt in record["attempts"]]
+
+
+def test_a_lost_gpu_node_is_replaced_and_training_resumes_from_the_checkpoint(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.worker_node_lost(cluster, tmp_path)
+    assert figures["outcome"] == "resumed", figures
+    assert figures["causes"][0] in (supervise.NODE_LOST, supervise.ACTOR_DIED)
+    assert figures["causes"][-1] == supervise.SUCCEEDED
+    resumed = figures["resumed_from_step"]
+    assert resumed is not None and resumed >= 2
+    log = (tmp_path / "runner.log").read_text()
+    second = log.split("run_grpo: attempt 2", 1)[1]
+    assert f"Load from checkpoint folder: {tmp_path / f'global_step_{resumed}'}" in second
+    assert f"step:{resumed + 1} -" in second and f"step:{resumed} -" not in second
+    assert (tmp_path / "training.done").is_file()
+
+
+def test_a_hang_is_detected_within_its_bound_its_stacks_written_and_it_resumes(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.hang(cluster, tmp_path)
+    assert figures["outcome"] == "resumed", figures
+    assert figures["causes"] == [supervise.HANG, supervise.SUCCEEDED]
+    # Steps of about 0.5 s: the bound is the floor. Detected after it, and not much later
+    # (the watchdog polls every second; generous for a loaded machine).
+    assert scenarios.HANG_FLOOR_S <= figures["detected_s"] <= scenarios.HANG_FLOOR_S + 60
+    stacks = tmp_path / "stacks" / "attempt-001"
+    names = sorted(path.name for path in stacks.iterdir())
+    assert any(name.startswith("driver-") for name in names), names
+    workers = [stacks / name for name in names if name.startswith("Worker-")]
+    assert len(workers) == scenarios.WORLD_SIZE, names
+    for dump in [*workers, *stacks.glob("driver-*.txt")]:
+        # py-spy's dump: "Process <pid>: <command>", then each thread's frames.
+        text = dump.read_text()
+        assert text.startswith("Process ") and "Thread " in text, text
+    record = supervise.read_record(tmp_path)
+    assert record is not None and record["attempts"][0]["stacks"] == str(stacks)
+
+
+def test_the_restart_budget_is_honoured(cluster: scenarios.Cluster, tmp_path: Path) -> None:
+    figures = scenarios.hang(cluster, tmp_path, every_attempt=True)
+    assert figures["outcome"] == "failed" and figures["person_needed"], figures
+    assert figures["causes"] == [supervise.HANG, supervise.HANG]
+    assert "all 1 restarts used" in (tmp_path / "runner.log").read_text()
+
+
+def test_verl_refusing_its_config_is_not_retried(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    require(
+        (scenarios.VERL_VENV / "bin" / "python").exists(),
+        f"verl 0.6.1 virtualenv at {scenarios.VERL_VENV} (VERL_GKE_VERL_VENVS)",
+    )
+    figures = scenarios.config_error(cluster, tmp_path)
+    assert figures["outcome"] == "not_retried" and figures["exit_code"] != 0, figures
+    assert figures["causes"] == [supervise.CONFIG_ERROR]
+    assert "Could not override 'trainer.no_such_key'" in (tmp_path / "runner.log").read_text()
+
+
+def test_a_stopped_job_is_not_restarted(cluster: scenarios.Cluster, tmp_path: Path) -> None:
+    figures = scenarios.user_stop(cluster, tmp_path)
+    assert figures["outcome"] == "not_retried", figures
+    assert figures["causes"] == [supervise.USER_STOP]
+    assert not (tmp_path / "training.done").exists()
+
+
+def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Path) -> None:
+    # Each attempt logs step 1 and then fails at step 2 with PyTorch's CUDA OOM text.
+    script = (
+        "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n"
+        "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB')"
+    )
+    command = [
+        sys.executable, str(RUNNER), "--run-dir", str(tmp_path),
+        "--identity", json.dumps({"world_size": 2}), "--max-restarts", "5",
+        "--", sys.executable, "-c", script,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert _causes(tmp_path) == [supervise.OUT_OF_MEMORY, supervise.OUT_OF_MEMORY]
+    assert "out of memory at step 2 twice" in done.stdout

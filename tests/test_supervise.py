@@ -1,0 +1,148 @@
+"""The supervisor's pure rules: its copy of verl's step-line pattern agrees with jobs/verl_log.py,
+the exit causes it names from the real error texts of the pinned Ray releases, Hydra and PyTorch,
+and the hang bound.
+
+Rules encoded, with their source:
+- Ray 2.47/2.49 gcs_server (ray/core/src/ray/gcs/gcs_server, GcsActorManager) writes "The actor
+  died because its node has died. Node Id: ..." for an actor whose node is lost, and "The actor is
+  dead because its worker process has died. Worker exit type: ..." for a dead worker;
+  ray/exceptions.py ActorDiedError.BASE_ERROR_MSG is "The actor died unexpectedly before
+  finishing this task."; the raylet's memory monitor "Task was killed due to the node running
+  low on memory." (read from the installed releases below, not copied).
+- Hydra 1.3 (verl 0.6.1's pin) refuses an unknown override with "Could not override '<key>'."
+  (hydra/_internal/config_loader_impl.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from config import bucket_layout
+from jobs import verl_log
+from payloads.export import supervise
+from tests.support.require import require
+
+RAY_VENVS = Path(os.environ.get("VERL_GKE_RAY_VENVS", "/work/main/.venv-ray"))
+VERL_VENVS = Path(os.environ.get("VERL_GKE_VERL_VENVS", "/work/main/.venv-verl"))
+PINNED_RAY = ("2.47.0", "2.49.0")
+GCS_SERVER = "core/src/ray/gcs/gcs_server"
+RAYLET = "core/src/ray/raylet/raylet"
+NCCL = "nccl_error"
+
+STEP_LINES = (
+    "step:3 - actor/pg_loss:-0.0123 - critic/score/mean:0.41 - timing_s/step:93.2",
+    "(TaskRunner pid=1234) step:4 - timing_s/step:90.1",
+    "\x1b[36m(TaskRunnerV1 pid=1, ip=10.0.0.2)\x1b[0m step:5 - training/global_step:5",
+    "(TaskRunner pid=7) step:6 - timing_s/step:np.float64(9.5) [repeated 2x across cluster]",
+    "Training Progress: 10%|#\rstep:7 - timing_s/step:1.0",
+    "step:0 - val-core/openai/gsm8k/reward/mean@1:0.2",
+    "(TaskRunner pid=1234) step:2 - val-core/x:0.3",
+    "step:8",
+    "nostep:9 - timing_s/step:1",
+    "vLLM INFO step: 3 tokens",
+    "",
+)
+
+
+@pytest.mark.parametrize("line", STEP_LINES)
+def test_the_step_pattern_copy_agrees_with_jobs_verl_log(line: str) -> None:
+    parsed = verl_log.parse_step_line(line)
+    expected = parsed.step if parsed is not None and parsed.is_training_step else None
+    assert supervise.training_step(line) == expected
+
+
+def test_the_step_lines_above_cover_both_answers() -> None:
+    found = [supervise.training_step(line) for line in STEP_LINES]
+    assert {3, 4, 5, 6, 7} <= set(found) and None in found
+
+
+@pytest.mark.parametrize("name", ["RECOVERY_FILE", "STACKS_DIR"])
+def test_supervisor_names_agree_with_the_bucket_layout(name: str) -> None:
+    assert getattr(supervise, name) == getattr(bucket_layout, name)
+
+
+def _binary_text(path: Path, start: bytes) -> str:
+    """The NUL-terminated string of the binary that starts with `start`."""
+    data = path.read_bytes()
+    at = data.find(start)
+    assert at >= 0, f"{start!r} not in {path}"
+    return data[at : data.index(b"\0", at)].decode()
+
+
+def _ray_site(version: str) -> Path:
+    found = sorted((RAY_VENVS / version / "lib").glob("python3*/site-packages/ray"))
+    require(found, f"Ray {version} virtualenv under {RAY_VENVS} (VERL_GKE_RAY_VENVS)")
+    return found[0]
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+@pytest.mark.parametrize(
+    ("binary", "start", "cause"),
+    [
+        (GCS_SERVER, b"The actor died because its node", supervise.NODE_LOST),
+        (GCS_SERVER, b"The actor is dead because its worker", supervise.ACTOR_DIED),
+        (RAYLET, b"Task was killed due to the node", supervise.OUT_OF_MEMORY),
+    ],
+)
+def test_rays_own_texts_name_their_cause(
+    version: str, binary: str, start: bytes, cause: str
+) -> None:
+    text = _binary_text(_ray_site(version) / binary, start)
+    tail = ["Traceback (most recent call last):", f"ray.exceptions.RayTaskError: {text}abc123"]
+    assert supervise.classify(tail) == cause
+    # All three are retried (memory: once per step; the second time at one step is final).
+    assert cause in supervise.RETRIED
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_rays_actor_died_message_is_retried(version: str) -> None:
+    source = (_ray_site(version) / "exceptions.py").read_text()
+    message = re.search(r'BASE_ERROR_MSG = "(The actor died[^"]*)"', source)
+    assert message is not None
+    assert supervise.classify(["ray.exceptions.ActorDiedError: " + message.group(1)]) == (
+        supervise.ACTOR_DIED
+    )
+    assert supervise.ACTOR_DIED in supervise.RETRIED
+
+
+def test_hydras_refusal_of_an_override_is_a_config_error_and_not_retried() -> None:
+    found = sorted((VERL_VENVS / "0.6.1" / "lib").glob("python3*/site-packages/hydra"))
+    require(found, f"verl 0.6.1 virtualenv under {VERL_VENVS} (VERL_GKE_VERL_VENVS)")
+    source = (found[0] / "_internal" / "config_loader_impl.py").read_text()
+    assert "Could not override '{override.key_or_group}'." in source
+    tail = ["hydra.errors.ConfigCompositionException: Could not override 'trainer.x'."]
+    assert supervise.classify(tail) == supervise.CONFIG_ERROR
+    assert supervise.CONFIG_ERROR not in supervise.RETRIED
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=64)", NCCL),
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970", NCCL),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out_of_memory"),
+        ("ValueError: train_batch_size (7) must be divisible by ...", "verl_refused_input"),
+        ("AssertionError: ppo_mini_batch_size must be >= n_gpus", "verl_refused_input"),
+        ("Segmentation fault (core dumped)", "unknown"),
+    ],
+)
+def test_other_texts(line: str, cause: str) -> None:
+    assert supervise.classify(["some output", line]) == cause
+
+
+def test_memory_wins_over_the_dead_worker_it_caused() -> None:
+    tail = [
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB",
+    ]
+    assert supervise.classify(tail) == supervise.OUT_OF_MEMORY
+
+
+def test_hang_bound_is_a_multiple_of_the_slowest_step_with_a_floor() -> None:
+    assert supervise.hang_bound([], floor_s=600, factor=3) == 600
+    assert supervise.hang_bound([100, 250, 120], floor_s=600, factor=3) == 750
+    assert supervise.hang_bound([10, 20], floor_s=600, factor=3) == 600
