@@ -16,6 +16,10 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
     or dataset --dataset-dir/{train,test}.parquet  a Hub dataset through --dataset-columns
     or dataset --check-dataset                     parquet already in verl's format, checked
     model   <data-root>/<model-folder>             the model, staged in <model-folder>.partial
+    lengths <data-root>/.prep/prompt-lengths.json  prompts longer than --max-prompt-length
+                                                   counted with the model's chat template (as
+                                                   verl measures them); refused when verl would
+                                                   keep less than one train batch
 
 Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-folder>}.done, a JSON
 object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
@@ -24,8 +28,9 @@ ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder
 an optimisation here: /data is GCS FUSE, where they are atomic only with hierarchical namespace,
 and the markers (not the presence of a folder) decide what is complete.
 
-Standard library only; huggingface_hub (present in the verl image) is imported when the hub is
-used. Python 3.10+. On failure the last line names the step and the reason, exit status 1.
+Standard library only; huggingface_hub, datasets, pyarrow and transformers (present in the verl
+image) are imported by the steps that use them. Python 3.10+. On failure the last line names the
+step and the reason, exit status 1.
 """
 
 from __future__ import annotations
@@ -648,6 +653,107 @@ def prepare_model(
     log(step, f"done in {time.monotonic() - started:.1f}s: {final}; marker {marker}")
 
 
+# --- step 4: prompt lengths ---------------------------------------------------------------------
+
+LENGTHS_SUMMARY = "prompt-lengths.json"
+JOB_SETTING = "verl-gke:job"
+
+
+def prompt_tokens(tokenizer: object, messages: object) -> int:
+    """One prompt's length as verl measures it: the model's chat template with the generation
+    prompt, tokenized (RLHFDataset.maybe_filter_out_long_prompts, verl/utils/dataset/rl_dataset.py
+    v0.6.1 and v0.9.0; __getitem__ at v0.6.1 and the agent loop at 0.9.0 measure the same text).
+    transformers 5 returns a dict by default, 4.x a list; a batch of one is unwrapped as verl's
+    normalize_token_ids does (verl/utils/tokenizer/tokenizer.py, 0.9.0)."""
+    ids = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    ids = list(ids)
+    if len(ids) == 1 and isinstance(ids[0], (list, tuple)):
+        ids = list(ids[0])
+    return len(ids)
+
+
+def measure_prompts(tokenizer: object, path: Path, limit: int) -> dict[str, int]:
+    """rows, over (longer than limit), kept and longest of one parquet file's prompts."""
+    import pyarrow.parquet as pq  # in the verl image (datasets depends on it)
+
+    prompts = pq.read_table(str(path), columns=["prompt"]).column("prompt").to_pylist()
+    lengths = [prompt_tokens(tokenizer, messages) for messages in prompts]
+    over = sum(1 for n in lengths if n > limit)
+    rows = len(lengths)
+    return {"rows": rows, "over": over, "kept": rows - over, "longest": max(lengths, default=0)}
+
+
+def smaller_batch(kept: int, step: int, smallest: int) -> int | None:
+    """The largest train batch <= kept that is a multiple of step and >= smallest, if any."""
+    batch = kept // step * step
+    return batch if batch >= max(smallest, 1) else None
+
+
+def length_problem(counts: dict[str, dict[str, int]], limits: argparse.Namespace) -> str | None:
+    """Why verl could not build its dataloaders from the rows its filter keeps, with a fix."""
+    train, test, limit = counts["train"], counts["test"], limits.max_prompt_length
+    raise_limit = (
+        f"pulumi config set --path {JOB_SETTING}.maxPromptLength "
+        f"{max(train['longest'], test['longest'])} (keeps every row; the preview checks the "
+        "memory fit again)"
+    )
+    if train["kept"] < limits.train_batch_size:
+        batch = smaller_batch(train["kept"], limits.train_batch_step, limits.min_train_batch)
+        lower = (
+            f", or pulumi config set --path {JOB_SETTING}.trainBatchSize {batch}"
+            if batch is not None
+            else ""
+        )
+        return (
+            f"train.parquet: {train['kept']} of {train['rows']} rows have prompts of at most "
+            f"{JOB_SETTING}.maxPromptLength = {limit} tokens ({train['over']} longer, the longest "
+            f"{train['longest']}), fewer than one batch of {JOB_SETTING}.trainBatchSize = "
+            f"{limits.train_batch_size}: verl drops the longer ones (data.filter_overlong_prompts)"
+            f" and its trainer refuses an empty train dataloader. Fix: {raise_limit}{lower}"
+        )
+    if test["kept"] == 0:
+        return (
+            f"test.parquet: none of its {test['rows']} rows has a prompt of at most "
+            f"{JOB_SETTING}.maxPromptLength = {limit} tokens (the longest {test['longest']}): "
+            f"verl drops them and its trainer refuses an empty validation dataloader. "
+            f"Fix: {raise_limit}"
+        )
+    return None
+
+
+def check_prompt_lengths(
+    root: Path, data: Path, model_dir: Path, limits: argparse.Namespace
+) -> dict[str, dict[str, int]]:
+    """Count the prompts verl will drop as longer than data.max_prompt_length, with the model's
+    own tokenizer and chat template; write the counts to <root>/.prep/prompt-lengths.json and
+    refuse a dataset verl could not train on."""
+    step = "lengths"
+    from transformers import AutoTokenizer  # in the verl image
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = limits.max_prompt_length
+    roles = ("train", "test")
+    counts = {r: measure_prompts(tokenizer, data / f"{r}.parquet", limit) for r in roles}
+    for role, c in counts.items():
+        log(
+            step,
+            f"{data / role}.parquet: {c['rows']} rows, {c['over']} prompts longer than "
+            f"{limit} tokens (verl drops them), longest {c['longest']}",
+        )
+    summary = {"data": str(data), "model": str(model_dir), "max_prompt_length": limit, **counts}
+    path = root / PREP_DIR / LENGTHS_SUMMARY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    problem = length_problem(counts, limits)
+    if problem is not None:
+        raise StepError(problem)
+    return counts
+
+
 # --- command line -------------------------------------------------------------------------------
 
 
@@ -698,6 +804,31 @@ def add_run_input_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
 
 
+def add_length_args(parser: argparse.ArgumentParser) -> None:
+    """The job's prompt limit and train batch (verl-gke:job), for the prompt-length step."""
+    parser.add_argument(
+        "--max-prompt-length",
+        type=int,
+        help="data.max_prompt_length: prompts longer than this (tokens, chat template applied) "
+        "are counted; verl drops them",
+    )
+    parser.add_argument(
+        "--train-batch-size", type=int, help="data.train_batch_size (with --max-prompt-length)"
+    )
+    parser.add_argument(
+        "--train-batch-step",
+        type=int,
+        default=1,
+        help="an accepted trainBatchSize is a multiple of this (offered as a fix)",
+    )
+    parser.add_argument(
+        "--min-train-batch",
+        type=int,
+        default=1,
+        help="an accepted trainBatchSize is at least this (ppoMiniBatchSize)",
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Prepare verl source, GSM8K and the model on the training volume. Each step "
@@ -718,6 +849,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(full or abbreviated) commit sha (required unless --verl-from-image)",
     )
     add_run_input_args(parser)
+    add_length_args(parser)
     parser.add_argument(
         "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
     )
@@ -750,6 +882,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--dataset, --dataset-columns and --dataset-dir go together")
     if (args.reward_file is None) != (args.reward_dest is None):
         parser.error("--reward-file and --reward-dest go together")
+    if (args.max_prompt_length is None) != (args.train_batch_size is None):
+        parser.error("--max-prompt-length and --train-batch-size go together")
     return args
 
 
@@ -766,6 +900,15 @@ def data_step(args: argparse.Namespace, root: Path, token: str | None) -> Callab
     return lambda: prepare_gsm8k(root)
 
 
+def data_folder(args: argparse.Namespace, root: Path) -> Path:
+    """Where the data step leaves train.parquet and test.parquet."""
+    if args.dataset is not None:
+        return Path(args.dataset_dir)
+    if args.check_dataset is not None:
+        return Path(args.check_dataset)
+    return root / GSM8K_DIR
+
+
 def run_steps(
     args: argparse.Namespace, root: Path, source: str, token: str | None
 ) -> list[tuple[str, Callable[[], None]]]:
@@ -779,6 +922,9 @@ def run_steps(
     steps.append(
         ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token))
     )
+    if args.max_prompt_length is not None:  # needs the dataset and the model's tokenizer
+        data, model_dir = data_folder(args, root), root / args.model_folder
+        steps.append(("lengths", lambda: check_prompt_lengths(root, data, model_dir, args)))
     return steps
 
 
