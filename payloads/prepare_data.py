@@ -344,10 +344,13 @@ def hub_rows(
     }
     if gsm8k:
         row["ability"] = "math"
-    if isinstance(answer, float) and answer.is_integer():
-        # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0.
-        answer = int(answer)
-    truth = gsm8k_solution(str(answer)) if gsm8k else str(answer)
+    # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0, so the ground truth
+    # (a string) says 5. extra_info keeps the value as loaded: turning it into an int would
+    # change the column's type from row to row, and the parquet writer fixes a column's type from
+    # its first batch of rows (1,000 by default), so a later 4.5 fails with ArrowInvalid
+    # (datasets 5.2.0 Dataset.map, arrow_writer.py).
+    shown = int(answer) if isinstance(answer, float) and answer.is_integer() else answer
+    truth = gsm8k_solution(str(shown)) if gsm8k else str(shown)
     row["reward_model"] = {"style": "rule", "ground_truth": truth}
     row["extra_info"] = {"split": split, "index": idx, "answer": answer, "question": question}
     return row
