@@ -42,6 +42,11 @@ from training.memory_fit import (
 )
 from training.model_export import export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
+from training.sequence_limits import (
+    batched_tokens_overrides,
+    rollout_batched_tokens,
+    sequence_problems,
+)
 from training.trackers import tracker_problems
 from training.verl_keys import extra_override_problems
 
@@ -79,6 +84,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
+        *sequence_problems(spec, model),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -96,7 +102,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         # mistake there is: refuse it here, with the knob that fixes it.
         raise GrpoPreflightError([in_config_terms(str(error))]) from None
     entrypoint, runtime_env = runner_job(
-        [*training_argv(spec), *reward_overrides(settings)],
+        [*training_argv(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)],
         job_runtime_env(spec, settings),
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
@@ -217,6 +223,7 @@ def memory_fit_inputs(
         use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
         ref_param_offload=bool(spec.ref_param_offload),
         rollout_max_num_seqs=_max_num_seqs(spec, profile),
+        rollout_max_num_batched_tokens=rollout_batched_tokens(spec),
     )
 
 
