@@ -5,6 +5,8 @@ filter in tests/test_prompt_lengths_verl.py."""
 from __future__ import annotations
 
 import argparse
+import json
+import re
 
 import pytest
 
@@ -83,3 +85,19 @@ def test_the_offered_smaller_batch_passes_the_jobs_batch_rules(stack: str) -> No
             )
         except GrpoPreflightError as error:
             pytest.fail(f"trainBatchSize {batch} offered for {kept} rows is refused: {error}")
+
+
+@pytest.mark.parametrize("stack", ["a3u", "a4x"])
+def test_a_train_batch_larger_than_gsm8k_is_refused_with_a_batch_that_runs(stack: str) -> None:
+    """openai/gsm8k main has 7,473 training rows (its dataset card); verl's train dataloader drops
+    the last partial batch and asserts it is not empty (verl/trainer/ppo/ray_trainer.py,
+    drop_last=True and "Train dataloader is empty!", v0.6.1 and 0.9.0)."""
+    config = {**REAL, "verl-gke:job": json.dumps({"trainBatchSize": 10000})}
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(load_settings(stack, config, offline=False).settings)
+    (problem,) = caught.value.problems
+    assert problem.startswith("verl-gke:job.trainBatchSize = 10000: openai/gsm8k has 7,473")
+    fit = int(re.search(r"Fix: set it to (\d+)", problem)[1])  # type: ignore[index]
+    assert fit <= 7473
+    accepted = {**REAL, "verl-gke:job": json.dumps({"trainBatchSize": fit})}
+    assert training_job(load_settings(stack, accepted, offline=False).settings).spec

@@ -16,7 +16,7 @@ from config.bucket_layout import (
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
 from payloads.fabric import fabric_check
-from training.grpo_preflight import preflight
+from training.grpo_preflight import preflight, train_batch_step
 from training.grpo_spec import (
     CONFIG_KEY,
     OFFLOAD_POLICY_KEY,
@@ -85,6 +85,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
         *sequence_problems(spec, model),
+        *_dataset_size_problems(spec, settings),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -167,6 +168,30 @@ def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
                 f"pulumi config set {run_inputs.REWARD_KEY} FILE.py:FUNCTION -s {settings.stack}"
             )
     return problems
+
+
+def _dataset_size_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+    """A train batch larger than a dataset of known size: verl's train dataloader drops the last
+    partial batch (drop_last=True, verl/trainer/ppo/ray_trainer.py v0.6.1 and 0.9.0) and its
+    trainer asserts the loader is not empty. Own datasets: the data-prep Job checks, once it
+    knows their size (payloads/prepare_data.py check_prompt_lengths)."""
+    if run_inputs.dataset_of(settings).kind != "gsm8k":
+        return []
+    rows, batch = run_inputs.GSM8K_ROWS["train"], spec.train_batch_size
+    if batch <= rows:
+        return []
+    step = train_batch_step(spec, spec.nnodes * spec.n_gpus_per_node)
+    fit = rows // step * step
+    fix = (
+        f"set it to {fit} (at most the rows, a multiple of {step})"
+        if fit >= spec.ppo_mini_batch_size
+        else f"set it and {CONFIG_KEY}.ppoMiniBatchSize to {fit}"
+    )
+    return [
+        f"{CONFIG_KEY}.trainBatchSize = {batch}: openai/gsm8k has {rows:,} training rows, fewer "
+        f"than one batch; verl drops the last partial batch, so not one step would run. "
+        f"Fix: {fix}"
+    ]
 
 
 def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[str, str]]:
