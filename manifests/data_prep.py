@@ -167,6 +167,10 @@ def run_input_args(settings: StackSettings) -> list[str]:
     if reward is not None:
         args += ["--reward-file", f"{SCRIPT_DIR}/{REWARD_KEY}"]
         args += ["--reward-dest", reward.mounted_path]
+        # Where the Job runs the Ray pods' image, a reward importing a package it lacks fails
+        # here, before the GPUs are asked for; another image would prove nothing about theirs.
+        if settings.data_prep_image == settings.verl_image:
+            args += ["--reward-import"]
     return args
 
 
