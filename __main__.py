@@ -109,7 +109,8 @@ dra_driver = (
 kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
 storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
 data_prep = DataPreparation(
-    "data-prep", DataPreparationArgs(settings, gke, namespace, storage, image_registry=images)
+    "data-prep",
+    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
 )
 telemetry = RunTelemetry("run-telemetry", RunTelemetryArgs(settings, gke, namespace))
 ray_cluster = RayCluster(

@@ -13,6 +13,7 @@ from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from manifests import data_prep as manifests
+from training.grpo_spec import GrpoSpec
 
 # Pulumi waits for the Job to complete: a 66 GB model download through GCS FUSE, plus image pull
 # and, on a fresh CPU node, node start-up.
@@ -25,6 +26,8 @@ class DataPreparationArgs:
     cluster: GkeCluster
     namespace: WorkloadNamespace
     storage: TrainingStorage
+    # The GRPO job: its prompt limit and train batch decide which datasets the Job refuses.
+    spec: GrpoSpec
     # The script's text; read from payloads/prepare_data.py when not given.
     script: str | None = None
     # The image repository and its reader role, where the pod pulls through it (image streaming).
@@ -60,7 +63,9 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
-        job_body = manifests.data_prep_job(s, script, args.cluster.cpu_pool_name)
+        job_body = manifests.data_prep_job(
+            s, args.spec, script, args.cluster.cpu_pool_name
+        )
         # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
         # first. The fixed name means a changed Job is deleted before its replacement starts.
         self.job = k8s.batch.v1.Job(

@@ -31,6 +31,8 @@ from manifests.common import (
     labels,
     metadata,
 )
+from training.grpo_preflight import train_batch_step
+from training.grpo_spec import GrpoSpec
 
 JOB_NAME = "data-prep-job"
 SCRIPT_KEY = "prepare_data.py"
@@ -110,7 +112,7 @@ def script_configmap(settings: StackSettings, script: str) -> Manifest:
     }
 
 
-def command(settings: StackSettings) -> list[str]:
+def command(settings: StackSettings, spec: GrpoSpec) -> list[str]:
     verl = ["--verl-repo", VERL_REPO, "--verl-ref", settings.verl_ref]
     if settings.verl_source == "image":
         verl = ["--verl-from-image"]  # the image's own verl runs: no checkout
@@ -126,6 +128,25 @@ def command(settings: StackSettings) -> list[str]:
         "--model-folder",
         model_folder_name(settings.model),
         *run_input_args(settings),
+        *length_args(spec),
+    ]
+
+
+def length_args(spec: GrpoSpec) -> list[str]:
+    """The job's prompt limit and train batch: the script counts the prompts verl's filter will
+    drop (data.filter_overlong_prompts, training/grpo_spec.FIXED_OVERRIDES) and refuses a dataset
+    left smaller than one batch; a smaller batch it offers passes the batch rules' step and
+    minimum (training/grpo_preflight.py)."""
+    step = train_batch_step(spec, spec.nnodes * spec.n_gpus_per_node)
+    return [
+        "--max-prompt-length",
+        str(spec.max_prompt_length),
+        "--train-batch-size",
+        str(spec.train_batch_size),
+        "--train-batch-step",
+        str(step),
+        "--min-train-batch",
+        str(spec.ppo_mini_batch_size),
     ]
 
 
@@ -146,10 +167,16 @@ def run_input_args(settings: StackSettings) -> list[str]:
     if reward is not None:
         args += ["--reward-file", f"{SCRIPT_DIR}/{REWARD_KEY}"]
         args += ["--reward-dest", reward.mounted_path]
+        # Where the Job runs the Ray pods' image, a reward importing a package it lacks fails
+        # here, before the GPUs are asked for; another image would prove nothing about theirs.
+        if settings.data_prep_image == settings.verl_image:
+            args += ["--reward-import"]
     return args
 
 
-def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | None) -> Manifest:
+def data_prep_job(
+    settings: StackSettings, spec: GrpoSpec, script: str, cpu_pool_name: str | None
+) -> Manifest:
     """The data-prep Job's body.
 
     Long because it is one declarative Kubernetes object; its parts are named constants above."""
@@ -163,7 +190,7 @@ def data_prep_job(settings: StackSettings, script: str, cpu_pool_name: str | Non
     container = {
         "name": "prep-data",
         "image": settings.data_prep_image,
-        "command": command(settings),
+        "command": command(settings, spec),
         "env": [
             {
                 "name": "HF_TOKEN",

@@ -9,13 +9,18 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
 
     verl    <data-root>/verl                       verl checked out at --verl-ref (none with
                                                    --verl-from-image: the image's verl runs)
-    reward  --reward-dest                          a copy of --reward-file (only when given)
+    reward  --reward-dest                          a copy of --reward-file (only when given),
+                                                   imported here with --reward-import
     gsm8k   <data-root>/gsm8k/{train,test}.parquet by verl's examples/data_preprocess/gsm8k.py
                                                    (with --verl-from-image: the same rows,
                                                    written by hub_rows below)
     or dataset --dataset-dir/{train,test}.parquet  a Hub dataset through --dataset-columns
     or dataset --check-dataset                     parquet already in verl's format, checked
     model   <data-root>/<model-folder>             the model, staged in <model-folder>.partial
+    lengths <data-root>/.prep/prompt-lengths.json  prompts longer than --max-prompt-length
+                                                   counted with the model's chat template (as
+                                                   verl measures them); refused when verl would
+                                                   keep less than one train batch
 
 Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-folder>}.done, a JSON
 object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
@@ -24,8 +29,9 @@ ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder
 an optimisation here: /data is GCS FUSE, where they are atomic only with hierarchical namespace,
 and the markers (not the presence of a folder) decide what is complete.
 
-Standard library only; huggingface_hub (present in the verl image) is imported when the hub is
-used. Python 3.10+. On failure the last line names the step and the reason, exit status 1.
+Standard library only; huggingface_hub, datasets, pyarrow and transformers (present in the verl
+image) are imported by the steps that use them. Python 3.10+. On failure the last line names the
+step and the reason, exit status 1.
 """
 
 from __future__ import annotations
@@ -339,10 +345,13 @@ def hub_rows(
     }
     if gsm8k:
         row["ability"] = "math"
-    if isinstance(answer, float) and answer.is_integer():
-        # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0.
-        answer = int(answer)
-    truth = gsm8k_solution(str(answer)) if gsm8k else str(answer)
+    # A column mixing 5 and 4.5 loads as floats; the source said 5, not 5.0, so the ground truth
+    # (a string) says 5. extra_info keeps the value as loaded: turning it into an int would
+    # change the column's type from row to row, and the parquet writer fixes a column's type from
+    # its first batch of rows (1,000 by default), so a later 4.5 fails with ArrowInvalid
+    # (datasets 5.2.0 Dataset.map, arrow_writer.py).
+    shown = int(answer) if isinstance(answer, float) and answer.is_integer() else answer
+    truth = gsm8k_solution(str(shown)) if gsm8k else str(shown)
     row["reward_model"] = {"style": "rule", "ground_truth": truth}
     row["extra_info"] = {"split": split, "index": idx, "answer": answer, "question": question}
     return row
@@ -494,6 +503,42 @@ def copy_reward(source: Path, dest: Path) -> None:
     partial.write_bytes(data)
     os.replace(partial, dest)
     log(step, f"copied {source} ({len(data)} bytes) to {dest}")
+
+
+# Imports the reward file as verl's get_custom_reward_fn does (spec_from_file_location, then
+# exec_module; verl/trainer/ppo/reward.py v0.6.1), in a child process so the import cannot
+# touch this one.
+REWARD_IMPORT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('custom_module', sys.argv[1])\n"
+    "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+)
+
+
+def check_reward_imports(path: Path, verl: Path | None) -> None:
+    """Refuse a reward file whose module-level imports fail in this image, which the Ray pods
+    also run: verl would fail at the first reward, on the GPUs."""
+    step = "reward"
+    env = dict(os.environ)
+    if verl is not None:  # the job imports verl from the checkout, as prepare_gsm8k does
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(verl), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", REWARD_IMPORT, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else f"exit code {done.returncode}"
+        raise StepError(
+            f"the reward file ({path}) fails to import in this image, which the Ray pods also "
+            f"run: {last}. verl would fail at the first reward, on the GPUs. Fix: import only the "
+            "standard library and packages the image has (verl-gke:verlImage), or set "
+            "verl-gke:verlImage and verl-gke:dataPrepImage to an image that has them"
+        )
+    log(step, f"{path} imports in this image")
 
 
 # --- step 3: model ------------------------------------------------------------------------------
@@ -648,6 +693,107 @@ def prepare_model(
     log(step, f"done in {time.monotonic() - started:.1f}s: {final}; marker {marker}")
 
 
+# --- step 4: prompt lengths ---------------------------------------------------------------------
+
+LENGTHS_SUMMARY = "prompt-lengths.json"
+JOB_SETTING = "verl-gke:job"
+
+
+def prompt_tokens(tokenizer: object, messages: object) -> int:
+    """One prompt's length as verl measures it: the model's chat template with the generation
+    prompt, tokenized (RLHFDataset.maybe_filter_out_long_prompts, verl/utils/dataset/rl_dataset.py
+    v0.6.1 and v0.9.0; __getitem__ at v0.6.1 and the agent loop at 0.9.0 measure the same text).
+    transformers 5 returns a dict by default, 4.x a list; a batch of one is unwrapped as verl's
+    normalize_token_ids does (verl/utils/tokenizer/tokenizer.py, 0.9.0)."""
+    ids = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    ids = list(ids)
+    if len(ids) == 1 and isinstance(ids[0], (list, tuple)):
+        ids = list(ids[0])
+    return len(ids)
+
+
+def measure_prompts(tokenizer: object, path: Path, limit: int) -> dict[str, int]:
+    """rows, over (longer than limit), kept and longest of one parquet file's prompts."""
+    import pyarrow.parquet as pq  # in the verl image (datasets depends on it)
+
+    prompts = pq.read_table(str(path), columns=["prompt"]).column("prompt").to_pylist()
+    lengths = [prompt_tokens(tokenizer, messages) for messages in prompts]
+    over = sum(1 for n in lengths if n > limit)
+    rows = len(lengths)
+    return {"rows": rows, "over": over, "kept": rows - over, "longest": max(lengths, default=0)}
+
+
+def smaller_batch(kept: int, step: int, smallest: int) -> int | None:
+    """The largest train batch <= kept that is a multiple of step and >= smallest, if any."""
+    batch = kept // step * step
+    return batch if batch >= max(smallest, 1) else None
+
+
+def length_problem(counts: dict[str, dict[str, int]], limits: argparse.Namespace) -> str | None:
+    """Why verl could not build its dataloaders from the rows its filter keeps, with a fix."""
+    train, test, limit = counts["train"], counts["test"], limits.max_prompt_length
+    raise_limit = (
+        f"pulumi config set --path {JOB_SETTING}.maxPromptLength "
+        f"{max(train['longest'], test['longest'])} (keeps every row; the preview checks the "
+        "memory fit again)"
+    )
+    if train["kept"] < limits.train_batch_size:
+        batch = smaller_batch(train["kept"], limits.train_batch_step, limits.min_train_batch)
+        lower = (
+            f", or pulumi config set --path {JOB_SETTING}.trainBatchSize {batch}"
+            if batch is not None
+            else ""
+        )
+        return (
+            f"train.parquet: {train['kept']} of {train['rows']} rows have prompts of at most "
+            f"{JOB_SETTING}.maxPromptLength = {limit} tokens ({train['over']} longer, the longest "
+            f"{train['longest']}), fewer than one batch of {JOB_SETTING}.trainBatchSize = "
+            f"{limits.train_batch_size}: verl drops the longer ones (data.filter_overlong_prompts)"
+            f" and its trainer refuses an empty train dataloader. Fix: {raise_limit}{lower}"
+        )
+    if test["kept"] == 0:
+        return (
+            f"test.parquet: none of its {test['rows']} rows has a prompt of at most "
+            f"{JOB_SETTING}.maxPromptLength = {limit} tokens (the longest {test['longest']}): "
+            f"verl drops them and its trainer refuses an empty validation dataloader. "
+            f"Fix: {raise_limit}"
+        )
+    return None
+
+
+def check_prompt_lengths(
+    root: Path, data: Path, model_dir: Path, limits: argparse.Namespace
+) -> dict[str, dict[str, int]]:
+    """Count the prompts verl will drop as longer than data.max_prompt_length, with the model's
+    own tokenizer and chat template; write the counts to <root>/.prep/prompt-lengths.json and
+    refuse a dataset verl could not train on."""
+    step = "lengths"
+    from transformers import AutoTokenizer  # in the verl image
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = limits.max_prompt_length
+    roles = ("train", "test")
+    counts = {r: measure_prompts(tokenizer, data / f"{r}.parquet", limit) for r in roles}
+    for role, c in counts.items():
+        log(
+            step,
+            f"{data / role}.parquet: {c['rows']} rows, {c['over']} prompts longer than "
+            f"{limit} tokens (verl drops them), longest {c['longest']}",
+        )
+    summary = {"data": str(data), "model": str(model_dir), "max_prompt_length": limit, **counts}
+    path = root / PREP_DIR / LENGTHS_SUMMARY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    problem = length_problem(counts, limits)
+    if problem is not None:
+        raise StepError(problem)
+    return counts
+
+
 # --- command line -------------------------------------------------------------------------------
 
 
@@ -696,6 +842,36 @@ def add_run_input_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
     parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
+    parser.add_argument(
+        "--reward-import",
+        action="store_true",
+        help="import the reward file here: this image is the Ray pods' image",
+    )
+
+
+def add_length_args(parser: argparse.ArgumentParser) -> None:
+    """The job's prompt limit and train batch (verl-gke:job), for the prompt-length step."""
+    parser.add_argument(
+        "--max-prompt-length",
+        type=int,
+        help="data.max_prompt_length: prompts longer than this (tokens, chat template applied) "
+        "are counted; verl drops them",
+    )
+    parser.add_argument(
+        "--train-batch-size", type=int, help="data.train_batch_size (with --max-prompt-length)"
+    )
+    parser.add_argument(
+        "--train-batch-step",
+        type=int,
+        default=1,
+        help="an accepted trainBatchSize is a multiple of this (offered as a fix)",
+    )
+    parser.add_argument(
+        "--min-train-batch",
+        type=int,
+        default=1,
+        help="an accepted trainBatchSize is at least this (ppoMiniBatchSize)",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -718,6 +894,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(full or abbreviated) commit sha (required unless --verl-from-image)",
     )
     add_run_input_args(parser)
+    add_length_args(parser)
     parser.add_argument(
         "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
     )
@@ -750,6 +927,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--dataset, --dataset-columns and --dataset-dir go together")
     if (args.reward_file is None) != (args.reward_dest is None):
         parser.error("--reward-file and --reward-dest go together")
+    if (args.max_prompt_length is None) != (args.train_batch_size is None):
+        parser.error("--max-prompt-length and --train-batch-size go together")
     return args
 
 
@@ -766,6 +945,15 @@ def data_step(args: argparse.Namespace, root: Path, token: str | None) -> Callab
     return lambda: prepare_gsm8k(root)
 
 
+def data_folder(args: argparse.Namespace, root: Path) -> Path:
+    """Where the data step leaves train.parquet and test.parquet."""
+    if args.dataset is not None:
+        return Path(args.dataset_dir)
+    if args.check_dataset is not None:
+        return Path(args.check_dataset)
+    return root / GSM8K_DIR
+
+
 def run_steps(
     args: argparse.Namespace, root: Path, source: str, token: str | None
 ) -> list[tuple[str, Callable[[], None]]]:
@@ -774,11 +962,17 @@ def run_steps(
         steps.append(("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)))
     if args.reward_file is not None:
         steps.append(("reward", lambda: copy_reward(args.reward_file, args.reward_dest)))
+    if args.reward_file is not None and args.reward_import:
+        verl = None if args.verl_from_image else root / VERL_DIR
+        steps.append(("reward", lambda: check_reward_imports(args.reward_dest, verl)))
     default = args.dataset is None and args.check_dataset is None and not args.verl_from_image
     steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))
     steps.append(
         ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token))
     )
+    if args.max_prompt_length is not None:  # needs the dataset and the model's tokenizer
+        data, model_dir = data_folder(args, root), root / args.model_folder
+        steps.append(("lengths", lambda: check_prompt_lengths(root, data, model_dir, args)))
     return steps
 
 

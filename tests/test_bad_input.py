@@ -386,18 +386,19 @@ def _applied(fix: str, job: dict[str, object]) -> tuple[dict[str, object], dict[
     return job, ({"verl-gke:gpuNodes": nodes["nodes"]} if nodes else {})
 
 
-# Models x response lengths the default jobs cannot hold (offline facts: the committed table),
+# Models x response lengths the default jobs cannot hold, each within the model's context
+# (max_position_embeddings less the 512-token prompt; offline facts: the committed table),
 # and rollouts that overflow one node (fixed by offload, a lower reservation or more nodes).
 _TOO_BIG: list[tuple[str, dict[str, object], dict[str, str]]] = [
     *(
         (stack, {"maxResponseLength": length}, {"verl-gke:model": model})
         for stack, model, length in (
-            ("a3u", "google/gemma-2-9b-it", 8192),
+            ("a3u", "google/gemma-2-9b-it", 7680),
             ("a3u", "Qwen/Qwen2.5-32B-Instruct", 16384),
             ("a3u", "Qwen/Qwen3-14B", 16384),
             ("a4", "Qwen/Qwen3-32B", 16384),
             ("a4", "meta-llama/Llama-3.1-8B-Instruct", 32768),
-            ("a4x", "Qwen/Qwen2.5-32B-Instruct", 32768),
+            ("a4x", "Qwen/Qwen2.5-32B-Instruct", 32256),
         )
     ),
     ("a3u", {"gpuMemoryUtilization": 0.75}, {"verl-gke:gpuNodes": "1"}),
@@ -425,7 +426,9 @@ def test_every_memory_fix_passes_the_whole_preflight(
             raise AssertionError(f"offered fix {fix!r} is refused: {refused}") from None
 
 
-@pytest.mark.parametrize(("stack", "length"), [("a4", 65536), ("a4x", 262144), ("a3u", 40000)])
+# Lengths within the default model's context (Qwen2.5-32B-Instruct: max_position_embeddings 32768,
+# 512 of them for the prompt; tests/test_sequence_limits.py has the context rule).
+@pytest.mark.parametrize(("stack", "length"), [("a4", 32256), ("a4x", 32000), ("a3u", 30000)])
 def test_memory_error_for_a_long_response_names_the_key_and_a_length_that_fits(
     stack: str, length: int
 ) -> None:

@@ -597,6 +597,16 @@ def test_data_prep_job(stack: str, mode: str) -> None:
         "Qwen/Qwen2.5-32B-Instruct",
         "--model-folder",
         "Qwen2.5-32B-Instruct",
+        # The job's prompt limit and batch (training/grpo_spec.py): the script counts prompts
+        # verl's filter drops. 16 GPUs, rolloutN 8: a train batch is a multiple of 2.
+        "--max-prompt-length",
+        "512",
+        "--train-batch-size",
+        "256",
+        "--train-batch-step",
+        "2",
+        "--min-train-batch",
+        "64" if stack == "a4x" else "256",
     ]
     assert container["env"] == [
         {
@@ -641,7 +651,8 @@ def test_data_prep_job(stack: str, mode: str) -> None:
 def test_model_setting_drives_download_and_folder() -> None:
     result = plan("a4", "standard", **{"verl-gke__model": "Qwen/Qwen2.5-14B-Instruct"})
     command = pod_spec(result, "Job", "data-prep-job")["containers"][0]["command"]
-    assert command[-4:] == [
+    at = command.index("--model")
+    assert command[at : at + 4] == [
         "--model",
         "Qwen/Qwen2.5-14B-Instruct",
         "--model-folder",

@@ -205,11 +205,11 @@ def test_the_offered_reward_scores_a_raw_gsm8k_or_math_answer_column(
 
 def test_a_parquet_folder_without_a_reward_sends_verls_scored_sources_to_data_prep() -> None:
     folder = f"gs://{settings().bucket_name}/mine"
-    command = data_prep.command(settings(**{"verl-gke:dataset": folder}))
+    command = _data_prep_command(settings(**{"verl-gke:dataset": folder}))
     flag = dict(zip(command, [*command[1:], ""], strict=True))
     assert flag["--scored-sources"].split(",") == list(run_inputs.VERL_SCORED_SOURCES)
     assert flag["--scored-prefixes"].split(",") == list(run_inputs.VERL_SCORED_PREFIXES)
-    with_reward = data_prep.command(
+    with_reward = _data_prep_command(
         settings(**{"verl-gke:dataset": folder, "verl-gke:reward": run_inputs.REWARD_EXAMPLE})
     )
     assert "--scored-sources" not in with_reward and "--check-dataset" in with_reward
@@ -247,6 +247,10 @@ def test_image_verl_and_a_verl_ref_are_refused_together() -> None:
 # --- what reaches the data-prep Job and the Ray job ---------------------------------------------
 
 
+def _data_prep_command(s: StackSettings) -> list[str]:
+    return data_prep.command(s, training_job(s).spec)
+
+
 def _argv(s: StackSettings) -> dict[str, str]:
     args = shlex.split(training_job(s).entrypoint.split(" -- ", 1)[1])
     return dict(a.split("=", 1) for a in args if "=" in a)
@@ -262,7 +266,7 @@ def test_an_own_run_reaches_the_job_and_the_data_prep_job(stack: str) -> None:
     assert args["data.val_files"] == f"{dataset.folder}/test.parquet"
     key = run_inputs.REWARD_CONFIG_KEY[s.profile.verl_ref]
     assert args[f"{key}.path"] == reward.mounted_path and args[f"{key}.name"] == "exact"
-    command = data_prep.command(s)
+    command = _data_prep_command(s)
     flag = dict(zip(command, [*command[1:], ""], strict=True))
     assert flag["--dataset"] == "example-org/arith"
     assert json.loads(flag["--dataset-columns"])["prompt"] == "q"
@@ -270,7 +274,7 @@ def test_an_own_run_reaches_the_job_and_the_data_prep_job(stack: str) -> None:
     assert flag["--reward-dest"] == reward.mounted_path
     configmap = data_prep.script_configmap(s, "script")
     assert configmap["data"][data_prep.REWARD_KEY] == (ROOT / REWARDS).read_text()
-    job = data_prep.data_prep_job(s, "script", "cpu-pool")
+    job = data_prep.data_prep_job(s, training_job(s).spec, "script", "cpu-pool")
     volumes = job["spec"]["template"]["spec"]["volumes"]
     assert {"name": configmap["metadata"]["name"]} in [v.get("configMap") for v in volumes]
 
@@ -298,7 +302,7 @@ def test_a_parquet_folder_is_read_in_place_and_checked_by_data_prep() -> None:
     bucket = settings().bucket_name
     s = settings(**{"verl-gke:dataset": f"gs://{bucket}/my/set"})
     assert _argv(s)["data.train_files"] == "/data/my/set/train.parquet"
-    command = data_prep.command(s)
+    command = _data_prep_command(s)
     assert command[command.index("--check-dataset") + 1] == "/data/my/set"
 
 
@@ -307,7 +311,7 @@ def test_image_verl_drops_the_checkout_everywhere() -> None:
     job = training_job(s)
     assert "PYTHONPATH" not in job.runtime_env["env_vars"]
     assert fuse_mounts.verl_copy_containers(s) == []
-    command = data_prep.command(s)
+    command = _data_prep_command(s)
     assert "--verl-from-image" in command and "--verl-ref" not in command
     assert any("verlRef is not used" in line for line in run_inputs.plan_lines(s))
 
@@ -445,7 +449,7 @@ def test_the_reward_file_reaches_the_path_the_command_names(tmp_path: Path) -> N
     from payloads import prepare_data
 
     s = settings(**HUB)
-    job = data_prep.data_prep_job(s, "script", "cpu-pool")
+    job = data_prep.data_prep_job(s, training_job(s).spec, "script", "cpu-pool")
     container = job["spec"]["template"]["spec"]["containers"][0]
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "script"]
     configmap = data_prep.script_configmap(s, "script")

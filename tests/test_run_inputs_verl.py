@@ -241,7 +241,8 @@ def _bucket_scored_flags() -> tuple[list[str], list[str]]:
     """--scored-sources and --scored-prefixes of a parquet folder's data-prep Job, no reward."""
     s = load_settings("a3u", dict(REAL), offline=False).settings
     dataset = {"verl-gke:dataset": f"gs://{s.bucket_name}/mine"}
-    command = data_prep.command(load_settings("a3u", {**REAL, **dataset}, offline=False).settings)
+    own = load_settings("a3u", {**REAL, **dataset}, offline=False).settings
+    command = data_prep.command(own, training_job(own).spec)
     sources = command[command.index("--scored-sources") + 1].split(",")
     return sources, command[command.index("--scored-prefixes") + 1].split(",")
 

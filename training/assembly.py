@@ -16,7 +16,7 @@ from config.bucket_layout import (
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
 from payloads.fabric import fabric_check
-from training.grpo_preflight import preflight
+from training.grpo_preflight import preflight, train_batch_step
 from training.grpo_spec import (
     CONFIG_KEY,
     OFFLOAD_POLICY_KEY,
@@ -45,6 +45,11 @@ from training.memory_fit import (
 )
 from training.model_export import export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
+from training.sequence_limits import (
+    batched_tokens_overrides,
+    rollout_batched_tokens,
+    sequence_problems,
+)
 from training.trackers import tracker_problems
 from training.verl_keys import extra_override_problems
 
@@ -88,6 +93,8 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
+        *sequence_problems(spec, model),
+        *_dataset_size_problems(spec, settings),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -108,7 +115,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         message = message.replace(NODES_FIX, f"more GPU nodes: {config_key('gpu_nodes')}=")
         raise GrpoPreflightError([message]) from None
     entrypoint, runtime_env = runner_job(
-        [*training_argv(spec), *reward_overrides(settings)],
+        [*training_argv(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)],
         job_runtime_env(spec, settings),
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
@@ -234,6 +241,30 @@ def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     return problems
 
 
+def _dataset_size_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+    """A train batch larger than a dataset of known size: verl's train dataloader drops the last
+    partial batch (drop_last=True, verl/trainer/ppo/ray_trainer.py v0.6.1 and 0.9.0) and its
+    trainer asserts the loader is not empty. Own datasets: the data-prep Job checks, once it
+    knows their size (payloads/prepare_data.py check_prompt_lengths)."""
+    if run_inputs.dataset_of(settings).kind != "gsm8k":
+        return []
+    rows, batch = run_inputs.GSM8K_ROWS["train"], spec.train_batch_size
+    if batch <= rows:
+        return []
+    step = train_batch_step(spec, spec.nnodes * spec.n_gpus_per_node)
+    fit = rows // step * step
+    fix = (
+        f"set it to {fit} (at most the rows, a multiple of {step})"
+        if fit >= spec.ppo_mini_batch_size
+        else f"set it and {CONFIG_KEY}.ppoMiniBatchSize to {fit}"
+    )
+    return [
+        f"{CONFIG_KEY}.trainBatchSize = {batch}: openai/gsm8k has {rows:,} training rows, fewer "
+        f"than one batch; verl drops the last partial batch, so not one step would run. "
+        f"Fix: {fix}"
+    ]
+
+
 def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[str, str]]:
     """render_runtime_env; with verl-gke:verlSource=image without PYTHONPATH, so the image's
     own installed verl is imported instead of the node-local checkout."""
@@ -288,6 +319,7 @@ def memory_fit_inputs(
         use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
         ref_param_offload=bool(spec.ref_param_offload),
         rollout_max_num_seqs=_max_num_seqs(spec, profile),
+        rollout_max_num_batched_tokens=rollout_batched_tokens(spec),
     )
 
 

@@ -111,7 +111,7 @@ def _batch_rules(spec: GrpoSpec, n_gpus: int, gpus: str) -> list[str | None]:
     ]
 
 
-def _train_batch_step(spec: GrpoSpec, n_gpus: int) -> int:
+def train_batch_step(spec: GrpoSpec, n_gpus: int) -> int:
     """trainBatchSize must be a multiple of this for trainBatchSize x rolloutN to split evenly."""
     return n_gpus // math.gcd(spec.rollout_n, n_gpus)
 
@@ -121,7 +121,7 @@ def _train_batch_rule(spec: GrpoSpec, n_gpus: int, gpus: str) -> str | None:
     n, train = spec.rollout_n, spec.train_batch_size
     if not train * n % n_gpus:
         return None
-    step = _train_batch_step(spec, n_gpus)
+    step = train_batch_step(spec, n_gpus)
     return _problem(
         "train_batch_size",
         train,
@@ -145,7 +145,7 @@ def _mini_batch_fix(spec: GrpoSpec, n_gpus: int) -> tuple[int | None, str]:
     if largest_valid_mini >= mini_step:
         good_mini = min(_nearest_multiple(mini, mini_step), largest_valid_mini)
         return good_mini, f"set it to {good_mini}"
-    train_step = _train_batch_step(spec, n_gpus)
+    train_step = train_batch_step(spec, n_gpus)
     return None, (
         f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}; set "
         f"{_setting('trainBatchSize')} to {math.lcm(train_step, mini_step)} and this to "

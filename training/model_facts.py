@@ -44,6 +44,9 @@ class ModelFacts:
     model_type: str
     # Where the facts were read: the Hub, the committed table or verl-gke:modelConfig.
     source: str
+    # config.json max_position_embeddings: the longest prompt + response the rollout serves
+    # (training/sequence_limits.py); None when config.json has none.
+    max_position_embeddings: int | None = None
 
 
 def _facts(hub_id: str, config: Mapping[str, Any], source: str) -> ModelFacts:
@@ -52,7 +55,12 @@ def _facts(hub_id: str, config: Mapping[str, Any], source: str) -> ModelFacts:
         arch=arch_from_config(config, hub_id),
         model_type=str(config.get("model_type", "")),
         source=source,
+        max_position_embeddings=_positive_int(config.get("max_position_embeddings")),
     )
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:

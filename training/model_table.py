@@ -2,10 +2,11 @@
 when it cannot read the model's own config.json (the offline plan, CI, tests).
 
 Each entry copies the keys of the model's public config.json at
-https://huggingface.co/<id>/blob/main/config.json that the memory fit and the tensor-parallel rules
-read, and the parameter count its model card publishes (tests/test_model_facts.py checks that the
-architecture arithmetic reproduces it). The values were not re-read from the Hub at a pinned
-revision when this table was written (no network): `pulumi up` reads the live config.json with
+https://huggingface.co/<id>/blob/main/config.json that the memory fit, the tensor-parallel rules
+and the context rule (max_position_embeddings, training/sequence_limits.py) read, and the
+parameter count its model card publishes (tests/test_model_facts.py checks that the architecture
+arithmetic reproduces it). The values were not re-read from the Hub at a pinned revision when
+this table was written (no network): `pulumi up` reads the live config.json with
 the stack's token, so a drift here changes only the offline plan. The one model table of the
 program: everything that needs a model's architecture imports it from here.
 """
@@ -43,6 +44,7 @@ def _qwen2(
         "num_key_value_heads": kv,
         "vocab_size": vocab,
         "tie_word_embeddings": tie,
+        "max_position_embeddings": 32768,
     }
 
 
@@ -59,6 +61,7 @@ def _qwen3(hidden: int, inter: int, layers: int, heads: int, tie: bool) -> dict:
         "vocab_size": 151936,
         "tie_word_embeddings": tie,
         "attention_bias": False,
+        "max_position_embeddings": 40960,
     }
 
 
@@ -75,6 +78,8 @@ def _llama(hidden: int, inter: int, layers: int, heads: int, head_dim: int, tie:
         "vocab_size": 128256,
         "tie_word_embeddings": tie,
         "attention_bias": False,
+        # With rope_scaling rope_type llama3, factor 8 (3.1) or 32 (3.2), not credited.
+        "max_position_embeddings": 131072,
     }
 
 
@@ -94,7 +99,12 @@ def _gemma(kind: str, hidden: int, inter: int, layers: int, heads: int, kv: int,
     }
 
 
-_GEMMA2 = {"head_dim": 256, "vocab_size": 256000, "final_logit_softcapping": 30.0}
+_GEMMA2 = {
+    "head_dim": 256,
+    "vocab_size": 256000,
+    "final_logit_softcapping": 30.0,
+    "max_position_embeddings": 8192,
+}
 _MISTRAL_7B_V03 = {
     "model_type": "mistral",
     "architectures": ["MistralForCausalLM"],
@@ -106,6 +116,7 @@ _MISTRAL_7B_V03 = {
     "head_dim": 128,
     "vocab_size": 32768,
     "tie_word_embeddings": False,
+    "max_position_embeddings": 32768,
 }
 
 _ENTRIES: dict[str, TableEntry] = {
@@ -141,7 +152,17 @@ _ENTRIES: dict[str, TableEntry] = {
         _gemma("gemma2", 4608, 36864, 46, 32, 16, **{**_GEMMA2, "head_dim": 128}), 27.2
     ),
     "google/gemma-3-1b-it": TableEntry(
-        _gemma("gemma3_text", 1152, 6912, 26, 4, 1, head_dim=256, vocab_size=262144), 1.0
+        _gemma(
+            "gemma3_text",
+            1152,
+            6912,
+            26,
+            4,
+            1,
+            head_dim=256,
+            vocab_size=262144,
+            max_position_embeddings=32768,
+        ), 1.0
     ),
 }
 
