@@ -44,6 +44,8 @@ def runner_job(
     run_dir: str,
     identity: Mapping[str, Any],
     export_experiment: str | None,
+    length: Mapping[str, Any],
+    keep_checkpoints: int | None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
     export_experiment is given), and the runtime env that ships the runner."""
@@ -54,7 +56,11 @@ def runner_job(
         run_dir,
         "--identity",
         json.dumps(dict(identity), sort_keys=True, separators=(",", ":")),
+        "--length",
+        json.dumps(dict(length), sort_keys=True, separators=(",", ":")),
     ]
+    if keep_checkpoints is not None:
+        command += ["--keep-checkpoints", str(keep_checkpoints)]
     if export_experiment is not None:
         command += ["--export-target", model_export_dir(export_experiment)]
     env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}
