@@ -6,9 +6,12 @@
 Runs as the last command of the GRPO job's entrypoint, after verl's trainer exited 0, on the Ray
 head (the job driver). The merge itself (`python -m verl.model_merger merge --backend fsdp
 --local_dir <ckpt>/global_step_N/actor --target_dir <target>`, verl's own merger) runs as a Ray
-task pinned to a GPU worker node: it holds every fp32 shard in host RAM at once (about 200-256
-GiB for a 32B model), more than the x86 head's CPU node has, and the worker nodes have TBs. No
-second GPU job: the task asks for one CPU of a node the finished run just released.
+task on a GPU worker node: it holds every fp32 shard in host RAM at once (about 200-256 GiB for a
+32B model), more than the x86 head's CPU node has, and the worker nodes have TBs. No second GPU
+job: the task asks Ray for one CPU and one GPU, resources only a GPU worker offers. A request by
+resources is demand the autoscaler acts on (a worker group scaled to zero gets a node back);
+a task pinned to a node by NodeAffinitySchedulingStrategy is not (Ray's autoscaler counts
+resource demands, and a node that is gone can satisfy no affinity).
 
 Idempotent: a marker file written last in the target folder names the step it was merged from;
 a rerun for the same step does nothing. Stdlib and ray only: this file is all the head gets.
@@ -33,6 +36,8 @@ MARKER = ".verl-gke-export.json"
 DEFAULT_MERGER = "verl.model_merger"
 # Lines of the merger's output kept for an error message.
 TAIL_LINES = 40
+# How often a merge waiting for its node says so.
+WAIT_REPORT_S = float(os.environ.get("VERL_GKE_EXPORT_WAIT_REPORT_S", "60"))
 
 
 class ExportError(RuntimeError):
@@ -75,7 +80,10 @@ def merge_argv(merger: str, actor_dir: Path, target_dir: Path) -> list[str]:
 
 
 def run_merger(argv: list[str]) -> dict[str, Any]:
-    """Run the merger here; its output goes to this process's log, its tail comes back."""
+    """Run the merger here (a Ray task); its output goes to this process's log, its tail
+    comes back."""
+    import ray
+
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     output = (proc.stdout + proc.stderr).splitlines()
@@ -85,32 +93,37 @@ def run_merger(argv: list[str]) -> dict[str, Any]:
         "tail": output[-TAIL_LINES:],
         "seconds": round(time.monotonic() - started, 1),
         "node": os.uname().nodename,
+        "ray_node_id": ray.get_runtime_context().get_node_id(),
     }
 
 
-def pick_node(resource: str) -> dict[str, Any]:
-    """The alive Ray node with `resource` (GPU on the cluster) and the most memory."""
-    import ray
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(resource, 0) > 0]
-    if not nodes:
-        raise ExportError(f"no alive Ray node offers resource {resource!r} to run the merge on")
-    return max(nodes, key=lambda n: n["Resources"].get("memory", 0))
+def task_options(resource: str) -> dict[str, Any]:
+    """What the merge task asks Ray for: one CPU, and one unit of `resource` (GPU on the cluster;
+    Ray takes CPU and GPU only as num_cpus / num_gpus, never in `resources`)."""
+    if resource == "CPU":
+        return {"num_cpus": 1}
+    if resource == "GPU":
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": 1, "resources": {resource: 1}}
 
 
 def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
+    """Run the merger as a Ray task on a node that offers `resource`; while none does (the
+    workers scaled to zero), wait and say so: the request is what brings one back."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
-    node = pick_node(resource)
-    print(
-        f"export: merging on node {node['NodeManagerAddress']} ({node['NodeID'][:12]})", flush=True
-    )
-    task = ray.remote(num_cpus=1)(run_merger).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-    )
-    return ray.get(task.remote(argv))
+    task = ray.remote(run_merger).options(**task_options(resource))
+    ref = task.remote(argv)
+    started = time.monotonic()
+    while not ray.wait([ref], timeout=WAIT_REPORT_S)[0]:
+        print(
+            f"export: waiting {time.monotonic() - started:.0f} s for a Ray node with one free "
+            f"{resource} and CPU (a worker group scaled to zero is brought back by this "
+            "request; `kubectl get pods` shows the new worker)",
+            flush=True,
+        )
+    return ray.get(ref)
 
 
 def export(
@@ -137,6 +150,7 @@ def export(
         "source": str(actor),
         "merger": merger,
         "node": result["node"],
+        "ray_node_id": result["ray_node_id"],
         "seconds": result["seconds"],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
