@@ -15,6 +15,7 @@ from config.bucket_layout import (
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings
+from config.verl_source import VERL_SOURCE_ENV, verl_source_label
 from payloads.fabric import fabric_check
 from training.grpo_preflight import preflight
 from training.grpo_spec import (
@@ -170,10 +171,14 @@ def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
 def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[str, str]]:
     """render_runtime_env; with verl-gke:verlSource=image without PYTHONPATH, so the image's
     own installed verl is imported instead of the node-local checkout."""
-    env = render_runtime_env(spec, settings.profile, settings.mode)
+    env = render_runtime_env(spec, settings.profile, settings.mode, settings.verl_ref)
+    # What runs verl is part of the job: a new ref or image is a new submission, which the
+    # pods KubeRay recreated for it (manifests/ray_cluster.py upgradeStrategy) then run.
+    source = {VERL_SOURCE_ENV: verl_source_label(settings)}
     if settings.verl_source != "image":
-        return env
-    return {"env_vars": {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}}
+        return {"env_vars": {**env["env_vars"], **source}}
+    kept = {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}
+    return {"env_vars": {**kept, **source}}
 
 
 def _data_layout_problems(spec: GrpoSpec) -> list[str]:
