@@ -127,7 +127,6 @@ def node_roles(image_streaming: bool) -> tuple[str, ...]:
     """The project roles of the nodes' service account."""
     return (NODE_ROLE, STREAMING_NODE_ROLE) if image_streaming else (NODE_ROLE,)
 
-
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # IAM service account ids: RFC 1035, 6-30 characters (terraform-provider-google-beta
 # resource_google_service_account.go: verify.ValidateRFC1035Name(6, 30)).

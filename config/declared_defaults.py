@@ -75,5 +75,9 @@ def without_unset(values: Mapping[str, str], namespace: str, model: Any) -> dict
     return {
         key: value
         for key, value in values.items()
-        if not (key.startswith(prefix) and key[len(prefix) :] in marked and value == UNSET)
+        if not (
+            key.startswith(prefix)
+            and key[len(prefix) :] in marked
+            and value == UNSET
+        )
     }

@@ -111,10 +111,8 @@ def location_notice(region: str, zone: str) -> str | None:
             f"(config/known_values.py; nearest: {near}). If it is a typo, GKE fails when it "
             "creates the cluster; check it with `gcloud compute regions list`."
         )
-    if (
-        match
-        and match["suffix"] not in REGION_ZONES[region]
-        and not match["suffix"].startswith("ai")
+    if match and match["suffix"] not in REGION_ZONES[region] and not match["suffix"].startswith(
+        "ai"
     ):
         zones = ", ".join(f"{region}-{z}" for z in REGION_ZONES[region])
         return (

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from config import verl_source
+from config import run_inputs, verl_source
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
 from tests.program import plan
@@ -162,3 +162,19 @@ def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
     assert done is None  # still waiting when the test gave up on it
     assert "waiting for data prep" in out and "at v0.9.0" in out
     assert not any(local.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("ref", "key"),
+    [
+        # 0.9.0's main_ppo reads reward.custom_reward_function (reward/reward.yaml, 0.9.0 wheel);
+        # a later release tag reads it there too.
+        ("v0.9.0", "reward.custom_reward_function"),
+        ("v0.9.1", "reward.custom_reward_function"),
+        ("v0.10.0", "reward.custom_reward_function"),
+        # v0.7.0 still reads the top-level key (verl/trainer/ppo/reward.py get_custom_reward_fn).
+        ("v0.7.0", "custom_reward_function"),
+    ],
+)
+def test_the_reward_goes_where_the_refs_main_ppo_reads_it(ref: str, key: str) -> None:
+    assert run_inputs.reward_config_key(ref, "v0.6.1") == key
