@@ -110,6 +110,15 @@ def chart_problem(settings: StackSettings) -> str | None:
     )
 
 
+_RELEASE_TAG = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
+
+
+def release_at_least(ref: str, release: tuple[int, int, int]) -> bool:
+    """Whether `ref` is a release tag vX.Y.Z at or after `release` (a commit: False)."""
+    tag = _RELEASE_TAG.fullmatch(ref)
+    return bool(tag) and tuple(int(n) for n in tag.groups()) >= release
+
+
 def problems(settings: StackSettings) -> list[str]:
     found = [image_fit_problem(settings), chart_problem(settings)]
     return [p for p in found if p]

@@ -265,3 +265,37 @@ def test_checkpoints_are_pruned_each_time_the_tracker_moves(
                 assert time.monotonic() < deadline, _step_folders(run_dir)
                 time.sleep(0.05)
     assert _step_folders(run_dir) == ["global_step_3"]
+
+
+def test_the_previous_identitys_export_is_labelled_until_this_run_exports(tmp_path: Path) -> None:
+    old_run, run_dir = tmp_path / "w8-old", tmp_path / "w16-new"
+    target = tmp_path / "models"
+    mark_exported(target, old_run, 9)
+    run(run_dir, target, code=1)  # the new identity's first attempt fails before its export
+    marker = json.loads((target / export_model.MARKER).read_text())
+    assert marker["source"] == str(old_run / "global_step_9" / "actor")
+    assert marker["superseded_by"] == str(run_dir)
+    assert f"the run in {run_dir} replaces it" in marker["note"]
+
+
+def test_the_runner_and_export_agree_on_the_export_marker() -> None:
+    assert run_grpo.EXPORT_MARKER == export_model.MARKER
+
+
+def test_a_lora_export_says_what_it_holds_and_gets_the_runs_alpha(tmp_path: Path) -> None:
+    # The layout verl's merger writes for a LoRA checkpoint (base_model_merger.py
+    # save_lora_adapter, v0.6.1): the base weights as the model, the adapter in lora_adapter/
+    # with lora_alpha 0.
+    adapter = tmp_path / export_model.LORA_DIR
+    adapter.mkdir()
+    written = {"r": 32, "lora_alpha": 0, "target_modules": ["q_proj", "v_proj"]}
+    (adapter / "adapter_config.json").write_text(json.dumps(written))
+    contents = export_model.lora_contents(tmp_path, 64)
+    assert json.loads((adapter / "adapter_config.json").read_text())["lora_alpha"] == 64
+    assert contents["contents"].startswith("the untrained base model + the trained LoRA adapter")
+    assert f"--lora-modules trained={adapter}" in contents["serve"]
+    assert "--max-lora-rank 32" in contents["serve"]
+    with pytest.raises(export_model.ExportError, match="scaled by 0"):
+        (adapter / "adapter_config.json").write_text(json.dumps(written))
+        export_model.lora_contents(tmp_path, None)
+    assert export_model.lora_contents(tmp_path / "plain", None)["contents"] == "model"

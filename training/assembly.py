@@ -43,7 +43,12 @@ from training.memory_fit import (
 )
 from training.model_export import export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
-from training.run_life import checkpoint_keep_problems, checkpoints_to_keep, run_length
+from training.run_life import (
+    checkpoint_keep_problems,
+    checkpoints_to_keep,
+    lora_alpha,
+    run_length,
+)
 from training.trackers import tracker_problems
 from training.verl_keys import extra_override_problems
 
@@ -81,7 +86,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
-        *checkpoint_keep_problems(spec),
+        *checkpoint_keep_problems(spec, settings.verl_ref),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -106,6 +111,7 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
         export_experiment=spec.experiment_name if settings.export_model else None,
         length=run_length(spec),
         keep_checkpoints=checkpoints_to_keep(spec),
+        lora_alpha=lora_alpha(spec),
     )
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None

@@ -46,6 +46,7 @@ def runner_job(
     export_experiment: str | None,
     length: Mapping[str, Any],
     keep_checkpoints: int | None,
+    lora_alpha: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
     export_experiment is given), and the runtime env that ships the runner."""
@@ -63,6 +64,8 @@ def runner_job(
         command += ["--keep-checkpoints", str(keep_checkpoints)]
     if export_experiment is not None:
         command += ["--export-target", model_export_dir(export_experiment)]
+        if lora_alpha is not None:
+            command += ["--lora-alpha", str(lora_alpha)]
     env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}
     shipped = {
         **runtime_env,

@@ -33,6 +33,8 @@ from typing import Any
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 # Written last in the target folder: a folder without it is an export that did not finish.
 MARKER = ".verl-gke-export.json"
+# Where verl's merger puts a LoRA run's adapter (base_model_merger.py save_lora_adapter).
+LORA_DIR = "lora_adapter"
 DEFAULT_MERGER = "verl.model_merger"
 # Lines of the merger's output kept for an error message.
 TAIL_LINES = 40
@@ -126,8 +128,45 @@ def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
     return ray.get(ref)
 
 
+def lora_contents(target_dir: Path, lora_alpha: int | None) -> dict[str, Any]:
+    """What the folder holds and how to serve it. For a LoRA run verl's merger writes the frozen
+    base weights as the model and the trained adapter to lora_adapter/ with lora_alpha 0
+    (save_lora_adapter in verl/model_merger/base_model_merger.py v0.6.1; 0.9.0 takes the alpha
+    from lora_train_meta.json when the checkpoint has one): the adapter is what was trained, so
+    its alpha is set to the run's (PEFT scales the adapter by lora_alpha / r)."""
+    config_path = target_dir / LORA_DIR / "adapter_config.json"
+    if not config_path.is_file():
+        return {"contents": "model", "serve": f"vllm serve {target_dir}"}
+    config = json.loads(config_path.read_text())
+    if lora_alpha is not None:
+        config["lora_alpha"] = lora_alpha
+        config_path.write_text(json.dumps(config, indent=4) + "\n")
+    if not config.get("lora_alpha"):
+        raise ExportError(
+            f"{config_path} has lora_alpha {config.get('lora_alpha')!r} and this run passed "
+            "none: the adapter would be scaled by 0. Set lora_alpha in it to the run's "
+            "actor_rollout_ref.model.lora_alpha"
+        )
+    adapter = target_dir / LORA_DIR
+    return {
+        "contents": "the untrained base model + the trained LoRA adapter (lora_adapter/)",
+        "lora_alpha": config["lora_alpha"],
+        "lora_rank": config.get("r"),
+        # vLLM's LoRA serving: --enable-lora, --lora-modules name=path, --max-lora-rank >= r.
+        "serve": (
+            f"vllm serve {target_dir} --enable-lora --lora-modules trained={adapter} "
+            f"--max-lora-rank {config.get('r')}"
+        ),
+    }
+
+
 def export(
-    checkpoint_dir: Path, target_dir: Path, *, merger: str, node_resource: str
+    checkpoint_dir: Path,
+    target_dir: Path,
+    *,
+    merger: str,
+    node_resource: str,
+    lora_alpha: int | None = None,
 ) -> dict[str, Any]:
     step, actor = latest_step(checkpoint_dir)
     marker = read_marker(target_dir)
@@ -153,9 +192,14 @@ def export(
         "ray_node_id": result["ray_node_id"],
         "seconds": result["seconds"],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **lora_contents(target_dir, lora_alpha),
     }
     (target_dir / MARKER).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"export: done in {result['seconds']} s: {target_dir}", flush=True)
+    print(
+        f"export: done in {result['seconds']} s: {target_dir} holds {record['contents']}; "
+        f"serve it with: {record['serve']}",
+        flush=True,
+    )
     return {**record, "skipped": False}
 
 
@@ -166,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     # Tests only: a stand-in merger module, and a node resource a local head has.
     parser.add_argument("--merger-module", default=DEFAULT_MERGER)
     parser.add_argument("--node-resource", default="GPU")
+    # A LoRA run's actor_rollout_ref.model.lora_alpha (verl's merger does not know it).
+    parser.add_argument("--lora-alpha", type=int)
     args = parser.parse_args(argv)
     try:
         export(
@@ -173,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             args.target_dir,
             merger=args.merger_module,
             node_resource=args.node_resource,
+            lora_alpha=args.lora_alpha,
         )
     except ExportError as error:
         print(f"export failed: {error}", file=sys.stderr, flush=True)

@@ -54,6 +54,8 @@ STEP_PREFIX = "global_step_"
 # How often the pruner looks at the tracker while training runs (a save takes minutes).
 PRUNE_POLL_S = float(os.environ.get("VERL_GKE_PRUNE_POLL_S", "30"))
 EXPORT_SCRIPT = Path(__file__).with_name("export_model.py")
+# export_model.MARKER (tests/test_run_grpo.py checks they agree).
+EXPORT_MARKER = ".verl-gke-export.json"
 # Exit status when the run folder belongs to a run of another identity.
 IDENTITY_MISMATCH = 3
 
@@ -69,7 +71,7 @@ def command_sha256(command: list[str]) -> str:
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         value = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError):  # absent, or a path through a file
         return None
     return value if isinstance(value, dict) else None
 
@@ -261,11 +263,13 @@ def pruning(run_dir: Path, keep: int | None) -> Iterator[None]:
     if keep is None:
         yield
         return
+    # Read before the first prune: a step saved from here on is a change the watcher sees.
+    seen = latest_step(run_dir)
     _prune_and_say(run_dir, keep)
     stop = threading.Event()
 
     def watch() -> None:
-        seen = latest_step(run_dir)
+        nonlocal seen
         while not stop.wait(PRUNE_POLL_S):
             now = latest_step(run_dir)
             if now != seen:
@@ -279,6 +283,24 @@ def pruning(run_dir: Path, keep: int | None) -> Iterator[None]:
     finally:
         stop.set()
         watcher.join()
+
+
+def label_superseded_export(target: Path, run_dir: Path) -> None:
+    """The export folder is one per experiment; a run of another identity (another run folder)
+    exports there only when it finishes. Until then the folder's marker says whose model it
+    holds and which run will replace it."""
+    marker = _read_json(target / EXPORT_MARKER)
+    if marker is None or str(marker.get("source", "")).startswith(f"{run_dir}/"):
+        return
+    if marker.get("superseded_by") == str(run_dir):
+        return
+    marker["superseded_by"] = str(run_dir)
+    marker["note"] = (
+        f"holds the model of {marker.get('source')}; the run in {run_dir} replaces it when it "
+        "finishes"
+    )
+    (target / EXPORT_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    _say(f"{target} holds the previous run's model until this run exports: labelled in its marker")
 
 
 def export(run_dir: Path, target: Path, options: list[str]) -> int:
@@ -298,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     # What decides how many steps the run has; a finished run trains again only when it changes.
     parser.add_argument("--length", type=json.loads, required=True)
     parser.add_argument("--keep-checkpoints", type=int)
+    # A LoRA run's lora_alpha, for the exported adapter's config (export_model.py).
+    parser.add_argument("--lora-alpha", type=int)
     # Tests only: options passed on to export_model.py (a stand-in merger).
     parser.add_argument("--export-option", action="append", default=[])
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -310,10 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(f"run_grpo: refused: {problem}", file=sys.stderr, flush=True)
         return IDENTITY_MISMATCH
+    if args.export_target is not None:
+        label_superseded_export(args.export_target, args.run_dir)
     returncode = train(args.run_dir, args.identity, command, args.length, args.keep_checkpoints)
     if returncode != 0 or args.export_target is None:
         return returncode
-    return export(args.run_dir, args.export_target, args.export_option)
+    lora = [] if args.lora_alpha is None else ["--lora-alpha", str(args.lora_alpha)]
+    return export(args.run_dir, args.export_target, [*lora, *args.export_option])
 
 
 if __name__ == "__main__":
