@@ -22,18 +22,12 @@ from typing import Any
 import pytest
 
 from config.settings import load_settings
+from tests.program import REAL
 from tests.support.require import require
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
 
-GOOD = {
-    "gcp:project": "my-proj",
-    "gcp:region": "us-central1",
-    "verl-gke:zone": "us-central1-b",
-    "verl-gke:hfToken": "hf_abcdefghijklmnop",
-    "verl-gke:reservation": "my-res",
-    "verl-gke:mode": "standard",
-}
+GOOD = {**REAL, "verl-gke:mode": "standard"}
 
 
 def _job(*overrides: str, **config: str) -> Any:

@@ -26,20 +26,13 @@ import pytest
 from config import run_inputs, verl_source
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
-from tests.program import plan
+from tests.program import REAL, plan
 from tests.support.require import require
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 V09 = {"verl-gke__verlRef": "v0.9.0", "verl-gke__verlImage": "verlai/verl:vllm024.latest"}
-GOOD = {
-    "gcp:project": "my-proj",
-    "gcp:region": "us-central1",
-    "verl-gke:zone": "us-central1-b",
-    "verl-gke:hfToken": "hf_abcdefghijklmnop",
-    "verl-gke:reservation": "my-res",
-    "verl-gke:mode": "standard",
-}
+GOOD = {**REAL, "verl-gke:mode": "standard"}
 
 
 def _refusal(**config: str) -> str:

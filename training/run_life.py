@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from config.verl_source import release_at_least
-from training.grpo_spec import LORA_RANK_KEY, GrpoSpec, setting_of
+from training.grpo_spec import LORA_RANK_KEY, GrpoSpec, _as_int, setting_of
 
 TOTAL_STEPS_KEY = "trainer.total_training_steps"
 LORA_ALPHA_KEY = "actor_rollout_ref.model.lora_alpha"
@@ -30,19 +30,12 @@ def extra_override_value(spec: GrpoSpec, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def _whole(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def run_length(spec: GrpoSpec) -> dict[str, Any]:
     """What decides the run's step count: verl trains trainer.total_training_steps when set, else
     len(train_dataloader) x total_epochs, the dataloader being train_files in batches of
     train_batch_size (verl/trainer/ppo/ray_trainer.py _create_dataloader, v0.6.1)."""
     return {
-        "total_training_steps": _whole(extra_override_value(spec, TOTAL_STEPS_KEY)),
+        "total_training_steps": _as_int(extra_override_value(spec, TOTAL_STEPS_KEY)),
         "total_epochs": spec.total_epochs,
         "train_batch_size": spec.train_batch_size,
         "train_files": spec.train_files,
@@ -52,7 +45,7 @@ def run_length(spec: GrpoSpec) -> dict[str, Any]:
 def checkpoints_to_keep(spec: GrpoSpec) -> int | None:
     """trainer.max_actor_ckpt_to_keep when it limits anything: verl prunes only for a positive
     int (fsdp_checkpoint_manager.py save_checkpoint, v0.6.1), else keeps every checkpoint."""
-    keep = _whole(extra_override_value(spec, KEEP_KEY))
+    keep = _as_int(extra_override_value(spec, KEEP_KEY))
     return keep if keep is not None and keep > 0 else None
 
 
@@ -93,8 +86,8 @@ def checkpoint_keep_problems(spec: GrpoSpec, verl_ref: str) -> list[str]:
 def lora_alpha(spec: GrpoSpec) -> int | None:
     """A LoRA run's lora_alpha (verl trains LoRA when lora_rank > 0: fsdp_workers.py v0.6.1), for
     the exported adapter's config; None without LoRA."""
-    rank = _whole(extra_override_value(spec, LORA_RANK_KEY))
+    rank = _as_int(extra_override_value(spec, LORA_RANK_KEY))
     if rank is None or rank <= 0:
         return None
-    alpha = _whole(extra_override_value(spec, LORA_ALPHA_KEY))
+    alpha = _as_int(extra_override_value(spec, LORA_ALPHA_KEY))
     return LORA_ALPHA_DEFAULT if alpha is None else alpha

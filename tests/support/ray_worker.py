@@ -12,21 +12,14 @@ stop() signals that tree only (never `ray stop`, which kills every Ray process o
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.ray_head import (
     _INHERITED_RAY_ADDRESS_VARS,
     RayHead,
-    _descendants,
-    _identities,
-    _live_descendants,
-    _same_process,
-    _signal_all,
     free_ports,
 )
 
@@ -39,22 +32,12 @@ ENABLE_CLUSTER_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 class RayWorker:
     temp_dir: Path
     log_path: Path
-    _root: subprocess.Popen[bytes] = field(repr=False)
+    # The node's `ray start` process tree, stopped the way a head's is (RayHead.stop).
+    _tree: RayHead = field(repr=False)
 
     def stop(self, grace_s: float = 3.0) -> None:
         """SIGTERM the node's process tree, then SIGKILL whatever is alive after grace_s."""
-        tree = _identities([self._root.pid, *_descendants(self._root.pid)])
-        _signal_all(tree, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_same_process(p) for p in tree):
-            tree |= _live_descendants(tree)
-            time.sleep(0.1)
-        tree |= _live_descendants(tree)
-        _signal_all(tree, signal.SIGKILL)
-        try:
-            self._root.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        self._tree.stop(grace_s)
 
 
 def start_ray_worker(
@@ -91,7 +74,15 @@ def start_ray_worker(
         root = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )
-    return RayWorker(temp_dir=temp_dir, log_path=log_path, _root=root)
+    tree = RayHead(
+        dashboard_url=head.dashboard_url,
+        gcs_address=head.gcs_address,
+        temp_dir=temp_dir,
+        log_path=log_path,
+        pids=(root.pid,),
+        _root=root,
+    )
+    return RayWorker(temp_dir=temp_dir, log_path=log_path, _tree=tree)
 
 
 def alive_nodes(head: RayHead, resource: str) -> list[str]:
