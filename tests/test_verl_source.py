@@ -14,6 +14,7 @@ Rules encoded, each with its source:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,10 +25,12 @@ from typing import Any
 import pytest
 
 from config import run_inputs, verl_source
+from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
 from tests.program import REAL, plan
 from tests.support.require import require
+from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
@@ -171,3 +174,25 @@ def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
 )
 def test_the_reward_goes_where_the_refs_main_ppo_reads_it(ref: str, key: str) -> None:
     assert run_inputs.reward_config_key(ref, "v0.6.1") == key
+
+
+def test_the_env_clash_check_reads_the_stacks_ref() -> None:
+    profile = PROFILES["a4"]  # pins v0.6.1, whose driver sets no env var of its own
+    nccl = {**profile.nccl_env[Mode.STANDARD], "NCCL_ALGO": "Ring"}
+    with_algo = dataclasses.replace(profile, nccl_env={Mode.STANDARD: nccl})
+    spec = default_grpo_spec(profile, Mode.STANDARD, profile.default_gpu_nodes)
+    assert render_runtime_env(spec, with_algo, Mode.STANDARD)["env_vars"]["NCCL_ALGO"] == "Ring"
+    with pytest.raises(ValueError, match="NCCL_ALGO"):
+        render_runtime_env(spec, with_algo, Mode.STANDARD, "v0.9.0")
+
+
+def test_the_090_driver_env_is_verls() -> None:
+    # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env in the 0.9.0 wheel.
+    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    found = list(Path(str(venvs), "0.9.0").glob("lib/python3*/site-packages/verl/trainer"))
+    require(found, f"no verl 0.9.0 in {venvs}")
+    source = (found[0] / "constants_ppo.py").read_text()
+    body = source[source.index("def get_ppo_ray_runtime_env") :]
+    for key in DRIVER_SET_ENV["v0.9.0"]:
+        assert f'"{key}"' in body, key
