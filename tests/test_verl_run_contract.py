@@ -250,9 +250,11 @@ def test_each_attempts_metrics_survive_verls_file_logger(tmp_path: Path) -> None
         request["steps"] = [{"step": attempt, "data": STEP_1}]
         request_file = tmp_path / f"attempt-{attempt}.json"  # another command each time
         request_file.write_text(json.dumps({"requests": [request]}))
+        # A longer run each time: a finished run of the same length is not trained again.
+        length = json.dumps({"total_epochs": attempt})
         command = [
             sys.executable, str(RUNNER), "--run-dir", str(run_dir), "--identity", "{}",
-            "--", str(python), str(PROBE), str(request_file),
+            "--length", length, "--", str(python), str(PROBE), str(request_file),
         ]  # fmt: skip
         done = subprocess.run(
             command,
