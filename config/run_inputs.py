@@ -125,9 +125,22 @@ REWARD_CONFIG_KEY = {
 }
 
 
+# A release tag from 0.9.0 on reads the reward key 0.9.0 reads (reward/reward.yaml in the 0.9.0
+# wheel); v0.7.0 and the 0.8.0.dev main of 2026-01 still read the top-level key
+# (verl/trainer/ppo/reward.py get_custom_reward_fn at those commits).
+_RELEASE_TAG = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
+_NESTED_REWARD_SINCE = (0, 9, 0)
+
+
 def reward_config_key(verl_ref: str, profile_ref: str) -> str:
-    """REWARD_CONFIG_KEY at the stack's ref; a ref not in the table: the profile's ref's key."""
-    return REWARD_CONFIG_KEY.get(verl_ref, REWARD_CONFIG_KEY[profile_ref])
+    """REWARD_CONFIG_KEY at the stack's ref; a later release tag: 0.9.0's key; any other ref
+    (a commit, an 0.8 tag): the profile's ref's key."""
+    if verl_ref in REWARD_CONFIG_KEY:
+        return REWARD_CONFIG_KEY[verl_ref]
+    tag = _RELEASE_TAG.fullmatch(verl_ref)
+    if tag and tuple(int(n) for n in tag.groups()) >= _NESTED_REWARD_SINCE:
+        return REWARD_CONFIG_KEY["v0.9.0"]
+    return REWARD_CONFIG_KEY[profile_ref]
 
 
 VerlSource = Literal["checkout", "image"]

@@ -12,7 +12,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from config import cluster_security, input_rules, known_values, placement, run_inputs
+from config import (
+    cluster_security,
+    input_rules,
+    known_values,
+    placement,
+    run_inputs,
+    verl_source,
+)
 from config.image_streaming import streaming_refusal
 from config.profiles import (
     AUTOPILOT_DRANET_REFUSED_CHANNELS,
@@ -94,6 +101,7 @@ def problems(
         ),
         _check_dra_driver_chart(s, profile),
         *run_inputs.problems(s),
+        *verl_source.problems(s),
     ]
 
 

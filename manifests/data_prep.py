@@ -17,6 +17,7 @@ from config.bucket_layout import DATA_MOUNT, DATA_PREP_HF_HOME, model_folder_nam
 from config.image_streaming import through_registry
 from config.profiles import Mode
 from config.settings import StackSettings
+from config.verl_source import VERL_REPO
 from manifests.common import (
     GCSFUSE_VOLUMES,
     HF_SECRET,
@@ -40,7 +41,6 @@ SCRIPT_FILE = Path(__file__).resolve().parent.parent / "payloads" / SCRIPT_KEY
 SCRIPT_DIR = "/scripts"
 # The ConfigMap key of verl-gke:reward's file, next to the script.
 REWARD_KEY = "reward.py"
-VERL_REPO = "https://github.com/volcengine/verl.git"
 # A failure must reach `pulumi up` quickly; the script resumes where a retry left off.
 BACKOFF_LIMIT = 2
 

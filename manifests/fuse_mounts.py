@@ -19,6 +19,7 @@ from config.bucket_layout import (
 )
 from config.profiles import Mode
 from config.settings import StackSettings
+from config.verl_source import VERL_REPO
 from manifests.common import CHECKPOINT_PVC, GCSFUSE_VOLUMES, bucket_mount, bucket_volume
 
 CHECKPOINT_VOLUME = "training-checkpoints-vol"
@@ -70,18 +71,39 @@ def checkpoint_mount() -> dict[str, Any]:
     return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT}
 
 
-def verl_copy_script() -> str:
-    """Wait for data prep's verl marker, then copy the checkout minus checkpoints and git history
-    into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through FUSE per pod)."""
+# Exits 0 when data prep's verl marker was written for this repo and ref (its "inputs", written
+# by payloads/prepare_data.py write_marker), 1 otherwise (absent, unreadable, another ref).
+_MARKER_MATCHES = (
+    "import json, sys\n"
+    "try:\n"
+    "    inputs = json.load(open(sys.argv[1])).get('inputs', {})\n"
+    "except (OSError, ValueError):\n"
+    "    sys.exit(1)\n"
+    "sys.exit(0 if inputs == {'repo': sys.argv[2], 'ref': sys.argv[3]} else 1)\n"
+)
+
+
+def verl_copy_script(repo: str, ref: str) -> str:
+    """Wait for data prep's verl marker for `repo` at `ref`, copy the checkout minus checkpoints
+    and git history into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through
+    FUSE per pod), then check the marker again: data prep clears it before it replaces the
+    tree, so a copy that raced a new checkout fails (the init container is retried) rather than
+    run a mix of two refs. The ref is in the pod template, so a new verlRef is a new spec."""
     skip = CHECKPOINT_PREFIX.removeprefix("verl/")
+    check = shlex.join(["python3", "-c", _MARKER_MATCHES, VERL_PREP_MARKER, repo, ref])
     return (
         "set -euo pipefail\n"
-        f"until [ -f {shlex.quote(VERL_PREP_MARKER)} ]; do\n"
-        f"  echo 'waiting for data prep: {VERL_PREP_MARKER}'; sleep 10\n"
+        f"until {check}; do\n"
+        f"  echo {shlex.quote(f'waiting for data prep: {VERL_PREP_MARKER} for {repo} at {ref}')}"
+        "; sleep 10\n"
         "done\n"
         f"tar -C {shlex.quote(VERL_CHECKOUT)} --exclude=./{skip} --exclude=./.git -cf - ."
         f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} -xf -\n"
-        f"echo 'verl copied to {VERL_NODE_LOCAL}'\n"
+        f"if ! {check}; then\n"
+        f"  echo {shlex.quote(f'{VERL_PREP_MARKER} changed during the copy: retrying')} >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        f"echo {shlex.quote(f'verl copied to {VERL_NODE_LOCAL}: {repo} at {ref}')}\n"
     )
 
 
@@ -91,7 +113,7 @@ def verl_copy_container(settings: StackSettings) -> dict[str, Any]:
         "name": VERL_COPY_CONTAINER,
         "image": settings.verl_image,
         "command": ["/bin/bash", "-c"],
-        "args": [verl_copy_script()],
+        "args": [verl_copy_script(VERL_REPO, settings.verl_ref)],
         "volumeMounts": [
             {**bucket_mount(), "readOnly": True},
             {"name": VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL},

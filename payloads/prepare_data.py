@@ -605,6 +605,14 @@ def progress_log(step: str, folder: Path) -> Iterator[None]:
         thread.join()
 
 
+# Meta's Llama repositories carry a second copy of the weights for Meta's own loader under
+# original/ (consolidated.*.pth, params.json; e.g. meta-llama/Llama-3.1-70B-Instruct, ~140 GB);
+# transformers, verl and vLLM read the safetensors at the repository's root. snapshot_download
+# skips files matching ignore_patterns (fnmatch on the repository path: huggingface_hub
+# utils/_paths.py filter_repo_objects).
+HUB_IGNORE_PATTERNS = ("original/*",)
+
+
 def download_from_hub(step: str, model: str, staging: Path, token: str | None) -> None:
     # Progress bars make megabytes of carriage returns in pod logs; progress_log reports instead.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -615,7 +623,12 @@ def download_from_hub(step: str, model: str, staging: Path, token: str | None) -
     # With local_dir, huggingface_hub keeps per-file metadata in <local_dir>/.cache/huggingface:
     # finished files are not fetched again and .incomplete ones resume, so keeping the staging
     # folder between attempts makes a retried Job continue where it stopped.
-    snapshot_download(repo_id=model, local_dir=str(staging), token=token)
+    snapshot_download(
+        repo_id=model,
+        local_dir=str(staging),
+        token=token,
+        ignore_patterns=list(HUB_IGNORE_PATTERNS),
+    )
 
 
 def copy_from_directory(step: str, source: Path, staging: Path) -> None:

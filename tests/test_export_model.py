@@ -10,12 +10,14 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from payloads.export import export_model
-from tests.support.ray_head import RayHead
+from tests.support.ray_head import RayHead, ray_temp_dir
+from tests.support.ray_worker import alive_nodes, start_ray_worker
 from tests.support.require import require
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
@@ -37,21 +39,32 @@ def checkpoints(root: Path, steps: list[int], latest: int | None) -> Path:
     return folder
 
 
-def run_export(head: RayHead, ckpt: Path, target: Path) -> tuple[str, str]:
-    """Submit the payload as the GRPO entrypoint's tail does; (final status, driver log)."""
-    from ray.job_submission import JobStatus, JobSubmissionClient
+def submit_export(head: RayHead, ckpt: Path, target: Path, resource: str = "CPU") -> str:
+    """Submit the payload as the GRPO entrypoint's tail does; the submission id."""
+    from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(head.dashboard_url)
     command = [
         sys.executable, "export_model.py",
         "--checkpoint-dir", str(ckpt), "--target-dir", str(target),
-        "--merger-module", "tests.job_fixtures.fake_merger", "--node-resource", "CPU",
+        "--merger-module", "tests.job_fixtures.fake_merger", "--node-resource", resource,
     ]  # fmt: skip
-    job_id = client.submit_job(
+    env = {"PYTHONPATH": str(REPO), "VERL_GKE_EXPORT_WAIT_REPORT_S": "1"}
+    return JobSubmissionClient(head.dashboard_url).submit_job(
         entrypoint=shlex.join(command),
-        runtime_env={"working_dir": str(PAYLOAD_DIR), "env_vars": {"PYTHONPATH": str(REPO)}},
+        runtime_env={"working_dir": str(PAYLOAD_DIR), "env_vars": env},
     )
-    deadline = time.monotonic() + 180
+
+
+def run_export(head: RayHead, ckpt: Path, target: Path) -> tuple[str, str]:
+    """Submit the export and wait for its end; (final status, driver log)."""
+    return wait_for_end(head, submit_export(head, ckpt, target))
+
+
+def wait_for_end(head: RayHead, job_id: str) -> tuple[str, str]:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(head.dashboard_url)
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         status = client.get_job_status(job_id)
         if status in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
@@ -105,6 +118,51 @@ def test_failed_merge_fails_the_job_with_its_last_lines_and_no_marker(
     assert "the merger exited 1" in log
     assert "RuntimeError: shard 3 is truncated" in log
     assert not (target / export_model.MARKER).exists()
+
+
+# -- the export after the workers scaled to zero ------------------------------------------------
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 300) -> None:
+    """Poll `check`; the deadline only ends a test that would hang (slow is fine)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"still not {what} after {timeout_s} s"
+        time.sleep(0.5)
+
+
+def test_export_waits_for_a_gpu_node_and_runs_on_the_one_that_returns(
+    head: RayHead, tmp_path: Path
+) -> None:
+    """The only GPU node leaves (stopped by PID, as a scaled-down worker goes); the export asks
+    for a GPU, waits, and runs once a GPU node joins again. Pinned to the node that left
+    (NodeAffinitySchedulingStrategy soft=False) it could never run."""
+    from ray.job_submission import JobSubmissionClient
+
+    ckpt = checkpoints(tmp_path, [4], latest=4)
+    target = tmp_path / "models" / "exp"
+    with ray_temp_dir("rw") as first_dir, ray_temp_dir("rw") as second_dir:
+        first = start_ray_worker(head, first_dir, num_gpus=1)
+        second = None
+        try:
+            wait_until("joined", lambda: len(alive_nodes(head, "GPU")) == 1)
+            first.stop()
+            wait_until("gone", lambda: not alive_nodes(head, "GPU"))
+            job_id = submit_export(head, ckpt, target, resource="GPU")
+            client = JobSubmissionClient(head.dashboard_url)
+            wait_until("waiting", lambda: "export: waiting" in client.get_job_logs(job_id))
+            assert not target.joinpath("config.json").exists()
+            second = start_ray_worker(head, second_dir, num_gpus=1)
+            status, log = wait_for_end(head, job_id)
+            returned = alive_nodes(head, "GPU")
+        finally:
+            for worker in (first, second):
+                if worker is not None:
+                    worker.stop()
+    assert status == "SUCCEEDED", log
+    marker = json.loads((target / export_model.MARKER).read_text())
+    assert marker["step"] == 4
+    assert [marker["ray_node_id"]] == returned
 
 
 # -- verl's real merger CLI ------------------------------------------------------------------

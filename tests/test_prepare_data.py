@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.require import require
+
 # Runs the data-prep payload in subprocesses.
 pytestmark = pytest.mark.integration
 
@@ -407,6 +409,9 @@ def test_hub_source_goes_through_snapshot_download(
     (hub / "org").mkdir(parents=True)
     shutil.copytree(model_source, hub / "org" / "tiny-model")
     (hub / "org" / "tiny-model" / SHARDS[1]).unlink()
+    # Llama's second copy of the weights for Meta's own loader: never downloaded.
+    (hub / "org" / "tiny-model" / "original").mkdir()
+    (hub / "org" / "tiny-model" / "original" / "consolidated.00.pth").write_bytes(b"x" * 64)
     env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
 
     failed = run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env)
@@ -418,7 +423,12 @@ def test_hub_source_goes_through_snapshot_download(
     assert "HF_TOKEN set" in out
     assert model_files(data / MODEL_FOLDER) == model_files(model_source)
     assert marker(data, f"model-{MODEL_FOLDER}")["inputs"]["source"] == "hub"  # type: ignore[index]
-    expected = {"repo_id": "org/tiny-model", "token": "hf_dummy", "progress_bars_disabled": "1"}
+    expected = {
+        "repo_id": "org/tiny-model",
+        "token": "hf_dummy",
+        "ignore_patterns": ["original/*"],
+        "progress_bars_disabled": "1",
+    }
     assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
 
 
@@ -444,3 +454,28 @@ def test_the_scripts_folders_are_the_bucket_layouts() -> None:
         *(under_mount(name) for name in prepare_data.RESERVED_DIRS),
         under_mount("Qwen2.5-32B-Instruct"),
     }
+
+
+def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() -> None:
+    """huggingface_hub's own filter (utils/_paths.py filter_repo_objects, which snapshot_download
+    applies; 0.36.2 in the verl 0.6.1 virtualenv) on meta-llama/Llama-3.1-8B-Instruct's files."""
+    from payloads.prepare_data import HUB_IGNORE_PATTERNS
+
+    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    files = [
+        "config.json", "generation_config.json", "model-00001-of-00004.safetensors",
+        "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
+        "original/consolidated.00.pth", "original/params.json", "original/tokenizer.model",
+    ]  # fmt: skip
+    probe = (
+        "import json, sys; from huggingface_hub.utils import filter_repo_objects; "
+        "print(json.dumps(list(filter_repo_objects(json.loads(sys.argv[1]), "
+        "ignore_patterns=json.loads(sys.argv[2])))))"
+    )
+    python = Path(str(venvs), "0.6.1", "bin", "python")
+    done = subprocess.run(
+        [str(python), "-c", probe, json.dumps(files), json.dumps(list(HUB_IGNORE_PATTERNS))],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    assert json.loads(done.stdout) == [f for f in files if not f.startswith("original/")]

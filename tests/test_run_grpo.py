@@ -5,10 +5,17 @@ Rules it encodes:
 - a failed export does not retrain: the resubmission finds `training.done` for the same identity
   and training command and runs only the export (at verl v0.6.1 a run resumed at its last step
   trains one more step: real-contracts.md, verl's fit loop);
-- a changed training command (e.g. more epochs) trains again, resuming in the same folder;
+- a longer run (more epochs or total steps) trains again, resuming in the same folder;
 - a run folder of another resume identity is refused before training (verl loads
   model_world_size_<W>_rank_<r>.pt, fsdp_checkpoint_manager.py);
-- every attempt's metrics.jsonl is kept (verl's FileLogger opens it with "w").
+- every attempt's metrics.jsonl is kept (verl's FileLogger opens it with "w");
+- a finished run stays finished when a setting outside its length changes (lr, a logger): at
+  verl v0.6.1 fit() resumed at its last step trains one more (ray_trainer.py fit: the
+  total_training_steps test comes after the step); a longer run trains on;
+- a trainer killed by a signal is reported by the signal's name and exit status 128 + S
+  (subprocess gives -S; sys.exit(-9) would exit 247);
+- the runner keeps max_actor_ckpt_to_keep checkpoints across attempts (verl prunes only its own
+  process's saves: previous_saved_paths, fsdp_checkpoint_manager.py v0.6.1).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,13 +54,33 @@ sys.exit(code)
 """
 
 
+LENGTH = {
+    "total_training_steps": None,
+    "total_epochs": 1,
+    "train_batch_size": 8,
+    "train_files": "t",
+}
+
+
+def length_option(**changes: object) -> tuple[str, ...]:
+    return ("--length", json.dumps({**LENGTH, **changes}))
+
+
 def run(
-    run_dir: Path, target: Path, step: int = 2, code: int = 0, identity: dict | None = None
+    run_dir: Path,
+    target: Path,
+    step: int = 2,
+    code: int = 0,
+    identity: dict | None = None,
+    *,
+    runner_options: tuple[str, ...] = ("--length", json.dumps(LENGTH)),
+    trainer_options: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable, str(RUNNER), "--run-dir", str(run_dir),
         "--identity", json.dumps(identity or IDENTITY), "--export-target", str(target),
-        "--", sys.executable, "-c", TRAINER, str(run_dir), str(step), str(code),
+        *runner_options,
+        "--", sys.executable, "-c", TRAINER, str(run_dir), str(step), str(code), *trainer_options,
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
@@ -101,15 +129,6 @@ def test_a_failed_training_is_not_exported_and_keeps_its_metrics(tmp_path: Path)
     assert json.loads((run_dir / "metrics.jsonl").read_text())["step"] == 2
 
 
-def test_a_changed_training_command_trains_again(tmp_path: Path) -> None:
-    run_dir, target = tmp_path / "run", tmp_path / "models"
-    mark_exported(target, run_dir, 2)
-    assert run(run_dir, target, step=2).returncode == 0
-    mark_exported(target, run_dir, 4)
-    assert run(run_dir, target, step=4).returncode == 0  # another command line
-    assert calls(run_dir) == 2
-
-
 def test_a_folder_of_another_world_size_is_refused_before_training(tmp_path: Path) -> None:
     run_dir, target = tmp_path / "run", tmp_path / "models"
     mark_exported(target, run_dir, 2)
@@ -155,3 +174,128 @@ def test_runner_names_agree_with_the_bucket_layout(name: str) -> None:
 
 def test_runner_and_export_agree_on_verls_marker() -> None:
     assert run_grpo.LATEST_FILE == export_model.LATEST_FILE
+
+
+def test_a_finished_run_stays_finished_when_the_lr_changes(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    mark_exported(target, run_dir, 2)
+    assert run(run_dir, target, runner_options=length_option()).returncode == 0
+    # Another training command (the lr), the same length: verl would train step 3.
+    again = run(
+        run_dir, target, step=3, runner_options=length_option(), trainer_options=("lr=2e-6",)
+    )
+    assert again.returncode == 0, again.stderr
+    assert calls(run_dir) == 1
+    assert "training already finished (step 2" in again.stdout
+    assert "raise trainer.total_training_steps or totalEpochs" in again.stdout
+    assert "already holds step 2; nothing to do" in again.stdout
+
+
+def test_a_longer_run_trains_on(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    mark_exported(target, run_dir, 2)
+    assert run(run_dir, target, runner_options=length_option()).returncode == 0
+    mark_exported(target, run_dir, 4)
+    longer = run(run_dir, target, step=4, runner_options=length_option(total_epochs=2))
+    assert longer.returncode == 0, longer.stderr
+    assert calls(run_dir) == 2
+
+
+def test_a_run_at_its_explicit_total_is_not_trained_again(tmp_path: Path) -> None:
+    # No training.done (the attempt died after its last save): the tracker already names the
+    # total, so verl would train step 5 of a 4-step run.
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    (run_dir / "global_step_4" / "actor").mkdir(parents=True)
+    (run_dir / run_grpo.LATEST_FILE).write_text("4")
+    mark_exported(target, run_dir, 4)
+    result = run(run_dir, target, step=5, runner_options=length_option(total_training_steps=4))
+    assert result.returncode == 0, result.stderr
+    assert calls(run_dir) == 0
+    assert "is at trainer.total_training_steps=4" in result.stdout
+    assert json.loads((run_dir / run_grpo.TRAINING_DONE_FILE).read_text())["step"] == 4
+
+
+def test_a_trainer_killed_by_a_signal_is_named(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    command = [
+        sys.executable, str(RUNNER), "--run-dir", str(run_dir),
+        "--identity", json.dumps(IDENTITY), "--export-target", str(target), *length_option(),
+        "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 128 + 9
+    assert "training was killed by SIGKILL (signal 9; exit status 137)" in result.stdout
+
+
+def _step_folders(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.glob("global_step_*"))
+
+
+def test_checkpoints_beyond_the_kept_ones_are_pruned_when_an_attempt_starts(
+    tmp_path: Path,
+) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    for step in (1, 2, 3, 4, 5):  # 5 is a save the crash cut short: the tracker names 4
+        (run_dir / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (run_dir / run_grpo.LATEST_FILE).write_text("4")
+    # The stand-in trainer fails at once, so only the runner's pruning acted.
+    keep = ("--keep-checkpoints", "2")
+    run(run_dir, target, step=4, code=1, runner_options=(*length_option(), *keep))
+    assert _step_folders(run_dir) == ["global_step_3", "global_step_4", "global_step_5"]
+
+
+def test_checkpoints_are_pruned_each_time_the_tracker_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_grpo, "PRUNE_POLL_S", 0.1)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def save(step: int) -> None:  # verl's order: the step's folder, then the tracker
+        (run_dir / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (run_dir / run_grpo.LATEST_FILE).write_text(str(step))
+
+    save(1)
+    with run_grpo.pruning(run_dir, 1):
+        for step in (2, 3):
+            save(step)
+            # Waits for the pruner; the deadline only ends a test that would hang.
+            deadline = time.monotonic() + 300
+            while f"global_step_{step - 1}" in _step_folders(run_dir):
+                assert time.monotonic() < deadline, _step_folders(run_dir)
+                time.sleep(0.05)
+    assert _step_folders(run_dir) == ["global_step_3"]
+
+
+def test_the_previous_identitys_export_is_labelled_until_this_run_exports(tmp_path: Path) -> None:
+    old_run, run_dir = tmp_path / "w8-old", tmp_path / "w16-new"
+    target = tmp_path / "models"
+    mark_exported(target, old_run, 9)
+    run(run_dir, target, code=1)  # the new identity's first attempt fails before its export
+    marker = json.loads((target / export_model.MARKER).read_text())
+    assert marker["source"] == str(old_run / "global_step_9" / "actor")
+    assert marker["superseded_by"] == str(run_dir)
+    assert f"the run in {run_dir} replaces it" in marker["note"]
+
+
+def test_the_runner_and_export_agree_on_the_export_marker() -> None:
+    assert run_grpo.EXPORT_MARKER == export_model.MARKER
+
+
+def test_a_lora_export_says_what_it_holds_and_gets_the_runs_alpha(tmp_path: Path) -> None:
+    # The layout verl's merger writes for a LoRA checkpoint (base_model_merger.py
+    # save_lora_adapter, v0.6.1): the base weights as the model, the adapter in lora_adapter/
+    # with lora_alpha 0.
+    adapter = tmp_path / export_model.LORA_DIR
+    adapter.mkdir()
+    written = {"r": 32, "lora_alpha": 0, "target_modules": ["q_proj", "v_proj"]}
+    (adapter / "adapter_config.json").write_text(json.dumps(written))
+    contents = export_model.lora_contents(tmp_path, 64)
+    assert json.loads((adapter / "adapter_config.json").read_text())["lora_alpha"] == 64
+    assert contents["contents"].startswith("the untrained base model + the trained LoRA adapter")
+    assert f"--lora-modules trained={adapter}" in contents["serve"]
+    assert "--max-lora-rank 32" in contents["serve"]
+    with pytest.raises(export_model.ExportError, match="scaled by 0"):
+        (adapter / "adapter_config.json").write_text(json.dumps(written))
+        export_model.lora_contents(tmp_path, None)
+    assert export_model.lora_contents(tmp_path / "plain", None)["contents"] == "model"

@@ -44,6 +44,7 @@ from training.grpo_spec import (
 )
 from training.memory_fit import VLLM_MAX_NUM_SEQS_DEFAULT
 from training.model_export import runner_job
+from training.run_life import checkpoints_to_keep, run_length
 
 # Runs verl's trainer code in the verl virtualenvs and the runner (subprocesses).
 pytestmark = pytest.mark.integration
@@ -196,6 +197,8 @@ def _job_runtime_env(profile: str, mode: Mode) -> dict[str, Any]:
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name,
+        length=run_length(spec),
+        keep_checkpoints=checkpoints_to_keep(spec),
     )
     return runtime_env
 
@@ -247,9 +250,11 @@ def test_each_attempts_metrics_survive_verls_file_logger(tmp_path: Path) -> None
         request["steps"] = [{"step": attempt, "data": STEP_1}]
         request_file = tmp_path / f"attempt-{attempt}.json"  # another command each time
         request_file.write_text(json.dumps({"requests": [request]}))
+        # A longer run each time: a finished run of the same length is not trained again.
+        length = json.dumps({"total_epochs": attempt})
         command = [
             sys.executable, str(RUNNER), "--run-dir", str(run_dir), "--identity", "{}",
-            "--", str(python), str(PROBE), str(request_file),
+            "--length", length, "--", str(python), str(PROBE), str(request_file),
         ]  # fmt: skip
         done = subprocess.run(
             command,

@@ -15,6 +15,7 @@ from config.bucket_layout import (
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
+from config.verl_source import VERL_SOURCE_ENV, verl_source_label
 from payloads.fabric import fabric_check
 from training.grpo_preflight import preflight, train_batch_step
 from training.grpo_spec import (
@@ -45,6 +46,12 @@ from training.memory_fit import (
 )
 from training.model_export import export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
+from training.run_life import (
+    checkpoint_keep_problems,
+    checkpoints_to_keep,
+    lora_alpha,
+    run_length,
+)
 from training.sequence_limits import (
     batched_tokens_overrides,
     rollout_batched_tokens,
@@ -95,6 +102,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         *extra_override_problems(spec, settings.verl_ref),
         *sequence_problems(spec, model),
         *_dataset_size_problems(spec, settings),
+        *checkpoint_keep_problems(spec, settings.verl_ref),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -121,6 +129,9 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
         recovery=settings.recovery_plan,
+        length=run_length(spec),
+        keep_checkpoints=checkpoints_to_keep(spec),
+        lora_alpha=lora_alpha(spec),
     )
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None
@@ -268,10 +279,14 @@ def _dataset_size_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]
 def job_runtime_env(spec: GrpoSpec, settings: StackSettings) -> dict[str, dict[str, str]]:
     """render_runtime_env; with verl-gke:verlSource=image without PYTHONPATH, so the image's
     own installed verl is imported instead of the node-local checkout."""
-    env = render_runtime_env(spec, settings.profile, settings.mode)
+    env = render_runtime_env(spec, settings.profile, settings.mode, settings.verl_ref)
+    # What runs verl is part of the job: a new ref or image is a new submission, which the
+    # pods KubeRay recreated for it (manifests/ray_cluster.py upgradeStrategy) then run.
+    source = {VERL_SOURCE_ENV: verl_source_label(settings)}
     if settings.verl_source != "image":
-        return env
-    return {"env_vars": {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}}
+        return {"env_vars": {**env["env_vars"], **source}}
+    kept = {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}
+    return {"env_vars": {**kept, **source}}
 
 
 def _data_layout_problems(spec: GrpoSpec) -> list[str]:

@@ -750,20 +750,22 @@ _CLUSTER_ENV: Mapping[str, str] = MappingProxyType(
 
 
 def render_runtime_env(
-    spec: GrpoSpec, profile: AcceleratorProfile, mode: Mode
+    spec: GrpoSpec, profile: AcceleratorProfile, mode: Mode, verl_ref: str | None = None
 ) -> dict[str, dict[str, str]]:
     """The Ray job runtime env. No working_dir (verl is in every Ray pod) and no HF token: the
-    model is read from the bucket."""
+    model is read from the bucket. verl_ref: the verl the job runs (verl-gke:verlRef; the
+    profile's when None), whose driver's own env vars the job must not set."""
+    ref = verl_ref or profile.verl_ref
     if mode not in profile.nccl_env:
         raise ValueError(
             f"mode {str(mode)!r}: profile {profile.name} has NCCL settings only for "
             f"{[str(m) for m in profile.nccl_env]}"
         )
     env = {**_VERL_ENV, **_CLUSTER_ENV, **profile.nccl_env[mode], **logger_env(spec)}
-    clash = sorted(set(env) & set(DRIVER_SET_ENV.get(profile.verl_ref, ())))
+    clash = sorted(set(env) & set(DRIVER_SET_ENV.get(ref, ())))
     if clash:
         raise ValueError(
-            f"the job's env_vars set {clash}, which verl {profile.verl_ref}'s driver also sets: "
+            f"the job's env_vars set {clash}, which verl {ref}'s driver also sets: "
             "Ray would refuse the driver's ray.init (a key set by both); leave them out"
         )
     return {"env_vars": env}
@@ -773,11 +775,23 @@ def render_runtime_env(
 # holds (get_ppo_ray_runtime_env in verl/trainer/constants_ppo.py; none at v0.6.1). Ray merges the
 # job's runtime env with the driver's and raises ValueError on an env var key set by both
 # (ray/_private/worker.py init, ray/runtime_env/runtime_env.py _merge_runtime_env; Ray 2.47), so
-# the job's env_vars never hold one. Keyed by profile.verl_ref.
+# the job's env_vars never hold one. Keyed by the stack's verl-gke:verlRef. 0.9.0 (wheel,
+# constants_ppo.py): three always, five more whenever the driver's environment (the job's env)
+# has them.
 DRIVER_SET_ENV: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "v0.6.1": (),
         "ddbcdb7": ("PYTHONHASHSEED", "VERL_FULL_DETERMINISM", "VLLM_BATCH_INVARIANT"),
+        "v0.9.0": (
+            "VERL_FULL_DETERMINISM",
+            "VLLM_BATCH_INVARIANT",
+            "VERL_RL_INSIGHT_ENABLE",
+            "PYTHONHASHSEED",
+            "CUBLAS_WORKSPACE_CONFIG",
+            "FLASH_ATTENTION_DETERMINISTIC",
+            "NCCL_DETERMINISTIC",
+            "NCCL_ALGO",
+        ),
     }
 )
 

@@ -45,6 +45,9 @@ def runner_job(
     run_dir: str,
     identity: Mapping[str, Any],
     export_experiment: str | None,
+    length: Mapping[str, Any],
+    keep_checkpoints: int | None,
+    lora_alpha: int | None = None,
     recovery: RecoveryPlan | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
@@ -57,9 +60,15 @@ def runner_job(
         run_dir,
         "--identity",
         json.dumps(dict(identity), sort_keys=True, separators=(",", ":")),
+        "--length",
+        json.dumps(dict(length), sort_keys=True, separators=(",", ":")),
     ]
+    if keep_checkpoints is not None:
+        command += ["--keep-checkpoints", str(keep_checkpoints)]
     if export_experiment is not None:
         command += ["--export-target", model_export_dir(export_experiment)]
+        if lora_alpha is not None:
+            command += ["--lora-alpha", str(lora_alpha)]
     if recovery is not None:
         command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
     env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}

@@ -6,9 +6,12 @@
 Runs as the last command of the GRPO job's entrypoint, after verl's trainer exited 0, on the Ray
 head (the job driver). The merge itself (`python -m verl.model_merger merge --backend fsdp
 --local_dir <ckpt>/global_step_N/actor --target_dir <target>`, verl's own merger) runs as a Ray
-task pinned to a GPU worker node: it holds every fp32 shard in host RAM at once (about 200-256
-GiB for a 32B model), more than the x86 head's CPU node has, and the worker nodes have TBs. No
-second GPU job: the task asks for one CPU of a node the finished run just released.
+task on a GPU worker node: it holds every fp32 shard in host RAM at once (about 200-256 GiB for a
+32B model), more than the x86 head's CPU node has, and the worker nodes have TBs. No second GPU
+job: the task asks Ray for one CPU and one GPU, resources only a GPU worker offers. A request by
+resources is demand the autoscaler acts on (a worker group scaled to zero gets a node back);
+a task pinned to a node by NodeAffinitySchedulingStrategy is not (Ray's autoscaler counts
+resource demands, and a node that is gone can satisfy no affinity).
 
 Idempotent: a marker file written last in the target folder names the step it was merged from;
 a rerun for the same step does nothing. Stdlib and ray only: this file is all the head gets.
@@ -30,9 +33,13 @@ from typing import Any
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 # Written last in the target folder: a folder without it is an export that did not finish.
 MARKER = ".verl-gke-export.json"
+# Where verl's merger puts a LoRA run's adapter (base_model_merger.py save_lora_adapter).
+LORA_DIR = "lora_adapter"
 DEFAULT_MERGER = "verl.model_merger"
 # Lines of the merger's output kept for an error message.
 TAIL_LINES = 40
+# How often a merge waiting for its node says so.
+WAIT_REPORT_S = float(os.environ.get("VERL_GKE_EXPORT_WAIT_REPORT_S", "60"))
 
 
 class ExportError(RuntimeError):
@@ -75,7 +82,10 @@ def merge_argv(merger: str, actor_dir: Path, target_dir: Path) -> list[str]:
 
 
 def run_merger(argv: list[str]) -> dict[str, Any]:
-    """Run the merger here; its output goes to this process's log, its tail comes back."""
+    """Run the merger here (a Ray task); its output goes to this process's log, its tail
+    comes back."""
+    import ray
+
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     output = (proc.stdout + proc.stderr).splitlines()
@@ -85,36 +95,78 @@ def run_merger(argv: list[str]) -> dict[str, Any]:
         "tail": output[-TAIL_LINES:],
         "seconds": round(time.monotonic() - started, 1),
         "node": os.uname().nodename,
+        "ray_node_id": ray.get_runtime_context().get_node_id(),
     }
 
 
-def pick_node(resource: str) -> dict[str, Any]:
-    """The alive Ray node with `resource` (GPU on the cluster) and the most memory."""
-    import ray
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(resource, 0) > 0]
-    if not nodes:
-        raise ExportError(f"no alive Ray node offers resource {resource!r} to run the merge on")
-    return max(nodes, key=lambda n: n["Resources"].get("memory", 0))
+def task_options(resource: str) -> dict[str, Any]:
+    """What the merge task asks Ray for: one CPU, and one unit of `resource` (GPU on the cluster;
+    Ray takes CPU and GPU only as num_cpus / num_gpus, never in `resources`)."""
+    if resource == "CPU":
+        return {"num_cpus": 1}
+    if resource == "GPU":
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": 1, "resources": {resource: 1}}
 
 
 def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
+    """Run the merger as a Ray task on a node that offers `resource`; while none does (the
+    workers scaled to zero), wait and say so: the request is what brings one back."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
-    node = pick_node(resource)
-    print(
-        f"export: merging on node {node['NodeManagerAddress']} ({node['NodeID'][:12]})", flush=True
-    )
-    task = ray.remote(num_cpus=1)(run_merger).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-    )
-    return ray.get(task.remote(argv))
+    task = ray.remote(run_merger).options(**task_options(resource))
+    ref = task.remote(argv)
+    started = time.monotonic()
+    while not ray.wait([ref], timeout=WAIT_REPORT_S)[0]:
+        print(
+            f"export: waiting {time.monotonic() - started:.0f} s for a Ray node with one free "
+            f"{resource} and CPU (a worker group scaled to zero is brought back by this "
+            "request; `kubectl get pods` shows the new worker)",
+            flush=True,
+        )
+    return ray.get(ref)
+
+
+def lora_contents(target_dir: Path, lora_alpha: int | None) -> dict[str, Any]:
+    """What the folder holds and how to serve it. For a LoRA run verl's merger writes the frozen
+    base weights as the model and the trained adapter to lora_adapter/ with lora_alpha 0
+    (save_lora_adapter in verl/model_merger/base_model_merger.py v0.6.1; 0.9.0 takes the alpha
+    from lora_train_meta.json when the checkpoint has one): the adapter is what was trained, so
+    its alpha is set to the run's (PEFT scales the adapter by lora_alpha / r)."""
+    config_path = target_dir / LORA_DIR / "adapter_config.json"
+    if not config_path.is_file():
+        return {"contents": "model", "serve": f"vllm serve {target_dir}"}
+    config = json.loads(config_path.read_text())
+    if lora_alpha is not None:
+        config["lora_alpha"] = lora_alpha
+        config_path.write_text(json.dumps(config, indent=4) + "\n")
+    if not config.get("lora_alpha"):
+        raise ExportError(
+            f"{config_path} has lora_alpha {config.get('lora_alpha')!r} and this run passed "
+            "none: the adapter would be scaled by 0. Set lora_alpha in it to the run's "
+            "actor_rollout_ref.model.lora_alpha"
+        )
+    adapter = target_dir / LORA_DIR
+    return {
+        "contents": "the untrained base model + the trained LoRA adapter (lora_adapter/)",
+        "lora_alpha": config["lora_alpha"],
+        "lora_rank": config.get("r"),
+        # vLLM's LoRA serving: --enable-lora, --lora-modules name=path, --max-lora-rank >= r.
+        "serve": (
+            f"vllm serve {target_dir} --enable-lora --lora-modules trained={adapter} "
+            f"--max-lora-rank {config.get('r')}"
+        ),
+    }
 
 
 def export(
-    checkpoint_dir: Path, target_dir: Path, *, merger: str, node_resource: str
+    checkpoint_dir: Path,
+    target_dir: Path,
+    *,
+    merger: str,
+    node_resource: str,
+    lora_alpha: int | None = None,
 ) -> dict[str, Any]:
     step, actor = latest_step(checkpoint_dir)
     marker = read_marker(target_dir)
@@ -137,11 +189,17 @@ def export(
         "source": str(actor),
         "merger": merger,
         "node": result["node"],
+        "ray_node_id": result["ray_node_id"],
         "seconds": result["seconds"],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **lora_contents(target_dir, lora_alpha),
     }
     (target_dir / MARKER).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"export: done in {result['seconds']} s: {target_dir}", flush=True)
+    print(
+        f"export: done in {result['seconds']} s: {target_dir} holds {record['contents']}; "
+        f"serve it with: {record['serve']}",
+        flush=True,
+    )
     return {**record, "skipped": False}
 
 
@@ -152,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     # Tests only: a stand-in merger module, and a node resource a local head has.
     parser.add_argument("--merger-module", default=DEFAULT_MERGER)
     parser.add_argument("--node-resource", default="GPU")
+    # A LoRA run's actor_rollout_ref.model.lora_alpha (verl's merger does not know it).
+    parser.add_argument("--lora-alpha", type=int)
     args = parser.parse_args(argv)
     try:
         export(
@@ -159,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             args.target_dir,
             merger=args.merger_module,
             node_resource=args.node_resource,
+            lora_alpha=args.lora_alpha,
         )
     except ExportError as error:
         print(f"export failed: {error}", file=sys.stderr, flush=True)

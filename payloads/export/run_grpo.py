@@ -8,15 +8,22 @@
    identity (world size, model, actor sharding) refuses to start, because verl would resume a
    checkpoint it cannot load (model_world_size_<W>_rank_<r>.pt). A folder with checkpoints and
    no recorded identity is accepted only when its latest shards are of this world size.
-2. Training runs unless `training.done` names this identity and this training command: then a
-   resubmission after a failed export runs only the export (at verl v0.6.1 a run resumed at its
-   last step would train one more step). The previous attempt's metrics.jsonl (verl's file
-   logger opens it with "w") is moved to metrics/attempt-<n>.jsonl first.
-   Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
+2. Training runs unless the run is finished (finished_reason): `training.done` names this
+   identity and this training command, or this identity and the same length (--length: total
+   steps, epochs, batch size, train files) with no checkpoint since, or the latest checkpoint is
+   at or past an explicit total step count. At verl v0.6.1 a run resumed at its last step trains
+   one more step (fit() has no guard past total_training_steps), so a change of lr or a logger
+   must not start verl again. The previous attempt's metrics.jsonl (verl's file logger opens it
+   with "w") is moved to metrics/attempt-<n>.jsonl first.
+3. With --keep-checkpoints K, global_step_* folders beyond the K latest complete ones are
+   removed when an attempt starts and each time verl's tracker moves (prune_checkpoints): verl
+   prunes only the saves of its own process (previous_saved_paths lives in memory).
+4. When training exits 0, `training.done` is written (step, identity, command hash, length),
+   then the export runs (export_model.py, next to this file). The exit status is the failed
+   step's; a trainer killed by signal S is reported by the signal's name and exits 128 + S.
+5. Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
    restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
    attempts are recorded in recovery.json.
-3. When training exits 0, `training.done` is written (step, identity, command hash), then the
-   export runs (export_model.py, next to this file). The exit status is the failed step's.
 
 Stdlib only: this folder is all the head gets (the Ray job's working_dir).
 """
@@ -24,11 +31,17 @@ Stdlib only: this folder is all the head gets (the Ray job's working_dir).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +57,13 @@ METRICS_FILE = "metrics.jsonl"
 METRICS_ATTEMPTS_DIR = "metrics"
 # verl writes it after each checkpoint (fsdp checkpoint manager): the latest complete step.
 LATEST_FILE = "latest_checkpointed_iteration.txt"
+# verl's step folders: <default_local_dir>/global_step_<N> (ray_trainer.py _save_checkpoint).
+STEP_PREFIX = "global_step_"
+# How often the pruner looks at the tracker while training runs (a save takes minutes).
+PRUNE_POLL_S = float(os.environ.get("VERL_GKE_PRUNE_POLL_S", "30"))
 EXPORT_SCRIPT = Path(__file__).with_name("export_model.py")
+# export_model.MARKER (tests/test_run_grpo.py checks they agree).
+EXPORT_MARKER = ".verl-gke-export.json"
 # Exit status when the run folder belongs to a run of another identity.
 IDENTITY_MISMATCH = 3
 
@@ -60,7 +79,7 @@ def command_sha256(command: list[str]) -> str:
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         value = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError):  # absent, or a path through a file
         return None
     return value if isinstance(value, dict) else None
 
@@ -107,11 +126,43 @@ def unrecorded_checkpoint_problem(run_dir: Path, identity: dict[str, Any]) -> st
     )
 
 
-def finished_training(run_dir: Path, identity: dict[str, Any], sha: str) -> dict[str, Any] | None:
+def finished_reason(
+    run_dir: Path, identity: dict[str, Any], sha: str, length: dict[str, Any]
+) -> str | None:
+    """Why this run needs no more training, or None. verl v0.6.1's fit() resumed at its last
+    step trains one more (verl/trainer/ppo/ray_trainer.py: the loop tests global_steps >=
+    total_training_steps only after a step), so a finished run must not start verl again."""
     done = _read_json(run_dir / TRAINING_DONE_FILE)
-    if done and done.get("identity") == identity and done.get("command_sha256") == sha:
-        return done
+    latest = latest_step(run_dir)
+    if done and done.get("identity") == identity:
+        done_file = run_dir / TRAINING_DONE_FILE
+        where = f"step {done.get('step')}, {done.get('finished_at')}; {done_file}"
+        if done.get("command_sha256") == sha:
+            return f"training already finished ({where})"
+        if done.get("length") == length and latest == done.get("step"):
+            return (
+                f"training already finished ({where}) with the same length {length}; a change of "
+                "any other setting (lr, loggers, test frequency) does not train a finished run. "
+                "To train on, raise trainer.total_training_steps or totalEpochs"
+            )
+    total = length.get("total_training_steps")
+    if isinstance(total, int) and latest is not None and latest >= total:
+        return f"the latest checkpoint (step {latest}) is at trainer.total_training_steps={total}"
     return None
+
+
+def signal_exit(returncode: int) -> tuple[str, int]:
+    """(how the trainer ended, the runner's exit status). subprocess gives -S for a process
+    killed by signal S (Python docs, subprocess.Popen.returncode); returned as is, sys.exit(-9)
+    would exit 247, so a killed trainer exits 128 + S, as a shell reports it."""
+    if returncode >= 0:
+        return f"exited {returncode}", returncode
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return f"was killed by {name} (signal {number}; exit status {128 + number})", 128 + number
 
 
 def keep_previous_metrics(run_dir: Path) -> Path | None:
@@ -141,36 +192,126 @@ def train(
     run_dir: Path,
     identity: dict[str, Any],
     command: list[str],
+    length: dict[str, Any],
+    keep: int | None = None,
     policy: supervise.Policy | None = None,
     dashboard_url: str = "http://127.0.0.1:8265",
 ) -> int:
-    """Run training unless it already finished for this identity and command; 0 on success."""
+    """Run training unless the run is finished (finished_reason); 0 on success."""
     sha = command_sha256(command)
-    done = finished_training(run_dir, identity, sha)
-    if done is not None:
-        _say(
-            f"training already finished (step {done.get('step')}, {done.get('finished_at')}; "
-            f"{run_dir / TRAINING_DONE_FILE}): not training again"
-        )
+    finished = finished_reason(run_dir, identity, sha, length)
+    if finished is not None:
+        _say(f"{finished}: not training again")
+        if (_read_json(run_dir / TRAINING_DONE_FILE) or {}).get("command_sha256") != sha:
+            _record_done(run_dir, identity, sha, length)
         return 0
     kept = keep_previous_metrics(run_dir)
     if kept is not None:
         _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
-    returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
+    with pruning(run_dir, keep):
+        returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
     if returncode != 0:
-        _say(f"training exited {returncode}")
-        return returncode
+        how, status = signal_exit(returncode)
+        _say(f"training {how}")
+        return status
+    step = _record_done(run_dir, identity, sha, length)
+    _say(f"training finished at step {step}: {run_dir / TRAINING_DONE_FILE}")
+    return 0
+
+
+def _record_done(
+    run_dir: Path, identity: dict[str, Any], sha: str, length: dict[str, Any]
+) -> int | None:
+    step = latest_step(run_dir)
     record = {
-        "step": latest_step(run_dir),
+        "step": step,
         "identity": identity,
         "command_sha256": sha,
+        "length": length,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (run_dir / TRAINING_DONE_FILE).write_text(json.dumps(record, indent=1) + "\n")
-    _say(f"training finished at step {record['step']}: {run_dir / TRAINING_DONE_FILE}")
-    return 0
+    return step
+
+
+# --- checkpoints kept (trainer.max_actor_ckpt_to_keep) across attempts --------------------------
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+    """Remove global_step_N folders other than the `keep` latest with N <= the tracker's step
+    (complete ones); the tracker's step is always kept, later (partial) steps are left to verl,
+    which overwrites them. verl's own pruning knows only its process's saves
+    (previous_saved_paths, fsdp_checkpoint_manager.py v0.6.1), so after a resume it never
+    removes the earlier attempts' folders."""
+    latest = latest_step(run_dir)
+    if latest is None or keep < 1:
+        return []
+    steps = sorted(
+        int(p.name.removeprefix(STEP_PREFIX))
+        for p in run_dir.glob(f"{STEP_PREFIX}*")
+        if p.is_dir() and p.name.removeprefix(STEP_PREFIX).isdigit()
+    )
+    complete = [n for n in steps if n <= latest]
+    kept = {latest, *complete[-keep:]}
+    removed = [run_dir / f"{STEP_PREFIX}{n}" for n in complete if n not in kept]
+    for folder in removed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
+def _prune_and_say(run_dir: Path, keep: int) -> None:
+    removed = prune_checkpoints(run_dir, keep)
+    if removed:
+        names = ", ".join(p.name for p in removed)
+        _say(f"beyond the {keep} checkpoints kept (max_actor_ckpt_to_keep), removed: {names}")
+
+
+@contextlib.contextmanager
+def pruning(run_dir: Path, keep: int | None) -> Iterator[None]:
+    """Prune now, then each time the tracker names a new step, until the block ends."""
+    if keep is None:
+        yield
+        return
+    # Read before the first prune: a step saved from here on is a change the watcher sees.
+    seen = latest_step(run_dir)
+    _prune_and_say(run_dir, keep)
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal seen
+        while not stop.wait(PRUNE_POLL_S):
+            now = latest_step(run_dir)
+            if now != seen:
+                seen = now
+                _prune_and_say(run_dir, keep)
+
+    watcher = threading.Thread(target=watch, name="checkpoint-pruner", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def label_superseded_export(target: Path, run_dir: Path) -> None:
+    """The export folder is one per experiment; a run of another identity (another run folder)
+    exports there only when it finishes. Until then the folder's marker says whose model it
+    holds and which run will replace it."""
+    marker = _read_json(target / EXPORT_MARKER)
+    if marker is None or str(marker.get("source", "")).startswith(f"{run_dir}/"):
+        return
+    if marker.get("superseded_by") == str(run_dir):
+        return
+    marker["superseded_by"] = str(run_dir)
+    marker["note"] = (
+        f"holds the model of {marker.get('source')}; the run in {run_dir} replaces it when it "
+        "finishes"
+    )
+    (target / EXPORT_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    _say(f"{target} holds the previous run's model until this run exports: labelled in its marker")
 
 
 def export(run_dir: Path, target: Path, options: list[str]) -> int:
@@ -187,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--identity", type=json.loads, required=True)
     parser.add_argument("--export-target", type=Path)
+    # What decides how many steps the run has; a finished run trains again only when it changes.
+    parser.add_argument("--length", type=json.loads, required=True)
+    parser.add_argument("--keep-checkpoints", type=int)
+    # A LoRA run's lora_alpha, for the exported adapter's config (export_model.py).
+    parser.add_argument("--lora-alpha", type=int)
     # Tests only: options passed on to export_model.py (a stand-in merger).
     parser.add_argument("--export-option", action="append", default=[])
     supervise.add_arguments(parser)
@@ -200,11 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(f"run_grpo: refused: {problem}", file=sys.stderr, flush=True)
         return IDENTITY_MISMATCH
+    if args.export_target is not None:
+        label_superseded_export(args.export_target, args.run_dir)
     policy = supervise.policy_from(args)
-    returncode = train(args.run_dir, args.identity, command, policy, args.dashboard_url)
+    returncode = train(
+        args.run_dir, args.identity, command, args.length, args.keep_checkpoints,
+        policy, args.dashboard_url,
+    )
     if returncode != 0 or args.export_target is None:
         return returncode
-    return export(args.run_dir, args.export_target, args.export_option)
+    lora = [] if args.lora_alpha is None else ["--lora-alpha", str(args.lora_alpha)]
+    return export(args.run_dir, args.export_target, [*lora, *args.export_option])
 
 
 if __name__ == "__main__":

@@ -363,7 +363,8 @@ class Supervisor:
             self._current.stop(self.policy.stop_grace_s)
 
     def run(self) -> int:
-        """0 when training finished; otherwise the last attempt's exit status (1 if none)."""
+        """0 when training finished; otherwise the last attempt's exit status (1 if none), -S for
+        a trainer killed by signal S."""
         while True:
             attempt = Attempt(
                 number=len(self.attempts) + 1,
@@ -373,8 +374,8 @@ class Supervisor:
             self.attempts.append(attempt)
             self._save()
             self.say(self._start_line(attempt))
+            # As subprocess reports it (-S: killed by signal S); run_grpo.signal_exit names it.
             code = self._attempt(attempt)
-            code = 128 - code if code < 0 else code  # killed by a signal: the shell's form
             self._save()
             if attempt.cause == SUCCEEDED:
                 return 0

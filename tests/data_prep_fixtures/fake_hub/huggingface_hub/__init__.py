@@ -1,21 +1,30 @@
 """Offline stand-in for huggingface_hub, put first on PYTHONPATH by test_prepare_data.py.
 
 snapshot_download takes the real function's keyword names (checked against huggingface_hub
-2.4.0), "downloads" $FAKE_HUB_ROOT/<repo_id> into local_dir skipping files already there with the
-right size (as the real one skips finished files), and appends what it was called with to
-$FAKE_HUB_CALLS as one JSON line.
+2.4.0), leaves out files matching ignore_patterns as the real one does, "downloads"
+$FAKE_HUB_ROOT/<repo_id> into local_dir skipping files already there with the right size (as the
+real one skips finished files), and appends what it was called with to $FAKE_HUB_CALLS as one
+JSON line.
 """
 
+import fnmatch
 import json
 import os
 import shutil
 from pathlib import Path
 
 
-def snapshot_download(*, repo_id: str, local_dir: str, token: str | None = None) -> str:
+def snapshot_download(
+    *,
+    repo_id: str,
+    local_dir: str,
+    token: str | None = None,
+    ignore_patterns: list[str] | None = None,
+) -> str:
     call = {
         "repo_id": repo_id,
         "token": token,
+        "ignore_patterns": ignore_patterns,
         "progress_bars_disabled": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"),
     }
     with open(os.environ["FAKE_HUB_CALLS"], "a") as calls:
@@ -24,6 +33,11 @@ def snapshot_download(*, repo_id: str, local_dir: str, token: str | None = None)
     if not source.is_dir():
         raise FileNotFoundError(f"404 Client Error: repository {repo_id} not found")
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        # The real filter (utils/_paths.py filter_repo_objects): fnmatch on the repo path.
+        if any(
+            fnmatch.fnmatch(path.relative_to(source).as_posix(), i) for i in ignore_patterns or ()
+        ):
+            continue
         target = Path(local_dir) / path.relative_to(source)
         if not (target.is_file() and target.stat().st_size == path.stat().st_size):
             target.parent.mkdir(parents=True, exist_ok=True)

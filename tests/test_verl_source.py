@@ -1,0 +1,198 @@
+"""A change of what runs verl reaches the Ray pods, and a ref the image cannot run is refused.
+
+Rules encoded, each with its source:
+- KubeRay rolls a RayCluster's pods only with spec.upgradeStrategy.type Recreate, when the spec's
+  hash (without replicas, tolerations, scheduling gates) changes
+  (ray-operator/controllers/ray/raycluster_controller.go shouldRecreatePodsForUpgrade and
+  utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete, KubeRay v1.7.0); the field exists
+  from v1.6.0 (ray-operator/apis/ray/v1/raycluster_types.go). So the verl ref must change that
+  hash: it is in the verl copy's script of the pod template.
+- data prep's marker records the repo and ref it checked out (payloads/prepare_data.py
+  write_marker "inputs"); the copy takes only a tree of this job's ref.
+- verl's vllm extra: 0.6.1 vllm>=0.8.5,<=0.11.0, 0.9.0 vllm>=0.18.0 (each wheel's METADATA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import run_inputs, verl_source
+from config.profiles import PROFILES, Mode
+from config.settings import SettingsError, load_settings
+from manifests import fuse_mounts
+from tests.program import REAL, plan
+from tests.support.require import require
+from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
+
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
+V09 = {"verl-gke__verlRef": "v0.9.0", "verl-gke__verlImage": "verlai/verl:vllm024.latest"}
+GOOD = {**REAL, "verl-gke:mode": "standard"}
+
+
+def _refusal(**config: str) -> str:
+    values = {**GOOD, **{f"verl-gke:{k}": v for k, v in config.items()}}
+    with pytest.raises(SettingsError) as error:
+        load_settings("a3u", values, offline=False)
+    return str(error.value)
+
+
+def _pod_templates(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = cluster["spec"]
+    return [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+
+
+def test_a_new_verl_ref_changes_every_pod_template_and_the_job() -> None:
+    old, new = plan("a3u", "standard"), plan("a3u", "standard", **V09)
+    old_cluster = dict(old.one(RAY_CLUSTER).inputs)
+    new_cluster = dict(new.one(RAY_CLUSTER).inputs)
+    for cluster in (old_cluster, new_cluster):
+        assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
+    for before, after in zip(_pod_templates(old_cluster), _pod_templates(new_cluster), strict=True):
+        copy_before = before["spec"]["initContainers"]
+        copy_after = after["spec"]["initContainers"]
+        assert copy_before != copy_after
+        assert any("v0.9.0" in c["args"][0] for c in copy_after)
+    old_env = old.one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
+    new_env = new.one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
+    assert old_env[verl_source.VERL_SOURCE_ENV].endswith(" at v0.6.1")
+    assert new_env[verl_source.VERL_SOURCE_ENV].endswith(" at v0.9.0")
+
+
+def test_a_ref_the_images_vllm_cannot_run_is_refused_naming_one_that_can() -> None:
+    message = _refusal(verlRef="v0.9.0")
+    assert "verl-gke:verlRef = 'v0.9.0' with verl-gke:verlImage = 'verlai/verl:vllm011.latest'" in (
+        message
+    )
+    assert "needs vLLM >= 0.18" in message and "vLLM 0.11" in message
+    assert "pulumi config set verl-gke:verlImage verlai/verl:vllm024.latest -s a3u" in message
+    # The fix it offers is accepted.
+    values = {
+        **GOOD,
+        "verl-gke:verlRef": "v0.9.0",
+        "verl-gke:verlImage": V09["verl-gke__verlImage"],
+    }
+    assert load_settings("a3u", values, offline=False).settings.verl_ref == "v0.9.0"
+
+
+def test_an_operator_without_upgrade_strategy_is_refused() -> None:
+    message = _refusal(kuberayChartVersion="1.5.2")
+    assert "exists from KubeRay 1.6.0" in message
+    assert "pulumi config set verl-gke:kuberayChartVersion 1.7.0 -s a3u" in message
+    assert verl_source.chart_rolls_pods("1.6.0") and not verl_source.chart_rolls_pods("1.5.2")
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
+    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    found = list(Path(str(venvs), release).glob("lib/python3*/site-packages/verl-*.dist-info"))
+    require(found, f"no verl {release} wheel metadata under {venvs}")
+    metadata = (found[0] / "METADATA").read_text()
+    line = next(row for row in metadata.splitlines() if row.startswith("Requires-Dist: vllm"))
+    bounds = dict(re.findall(r"(>=|<=)0\.(\d+)", line))
+    wanted = verl_source.VLLM_FOR_REF[f"v{release}"]
+    assert wanted.lo == int(bounds[">="])
+    assert wanted.hi == (int(bounds["<="]) if "<=" in bounds else None)
+    assert wanted.accepts(verl_source.image_vllm_minor(wanted.image) or -1)
+
+
+# -- the verl copy's script, run by bash against a marker --------------------------------------
+
+
+def _copy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    marker: dict[str, Any] | None,
+    timeout_s: float,
+) -> tuple[subprocess.CompletedProcess[str] | None, str, Path]:
+    """Run the script; (its result, or None while it still waited after timeout_s; stdout;
+    the node-local folder)."""
+    checkout, local = tmp_path / "verl", tmp_path / "local"
+    (checkout / "verl").mkdir(parents=True)
+    (checkout / "verl" / "__init__.py").write_text("")
+    local.mkdir()
+    marker_path = tmp_path / "markers" / "verl.done"
+    marker_path.parent.mkdir()
+    if marker is not None:
+        marker_path.write_text(json.dumps({"step": "verl", "inputs": marker}))
+    monkeypatch.setattr(fuse_mounts, "VERL_PREP_MARKER", str(marker_path))
+    monkeypatch.setattr(fuse_mounts, "VERL_CHECKOUT", str(checkout))
+    monkeypatch.setattr(fuse_mounts, "VERL_NODE_LOCAL", str(local))
+    script = fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0")
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as waiting:
+        return None, str(waiting.stdout or b"", "utf-8", "replace"), local
+    return done, done.stdout, local
+
+
+@pytest.mark.integration
+def test_the_copy_takes_only_a_tree_of_its_own_ref(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = verl_source.VERL_REPO
+    # The deadline only ends a hang: a slow machine passes.
+    done, out, local = _copy(tmp_path, monkeypatch, {"repo": repo, "ref": "v0.9.0"}, 300)
+    assert done is not None and done.returncode == 0, out
+    assert (local / "verl" / "__init__.py").is_file()
+    assert f"{repo} at v0.9.0" in out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("marker", [None, {"repo": verl_source.VERL_REPO, "ref": "v0.6.1"}])
+def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: dict[str, Any] | None
+) -> None:
+    done, out, local = _copy(tmp_path, monkeypatch, marker, 15)
+    assert done is None  # still waiting when the test gave up on it
+    assert "waiting for data prep" in out and "at v0.9.0" in out
+    assert not any(local.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("ref", "key"),
+    [
+        # 0.9.0's main_ppo reads reward.custom_reward_function (reward/reward.yaml, 0.9.0 wheel);
+        # a later release tag reads it there too.
+        ("v0.9.0", "reward.custom_reward_function"),
+        ("v0.9.1", "reward.custom_reward_function"),
+        ("v0.10.0", "reward.custom_reward_function"),
+        # v0.7.0 still reads the top-level key (verl/trainer/ppo/reward.py get_custom_reward_fn).
+        ("v0.7.0", "custom_reward_function"),
+    ],
+)
+def test_the_reward_goes_where_the_refs_main_ppo_reads_it(ref: str, key: str) -> None:
+    assert run_inputs.reward_config_key(ref, "v0.6.1") == key
+
+
+def test_the_env_clash_check_reads_the_stacks_ref() -> None:
+    profile = PROFILES["a4"]  # pins v0.6.1, whose driver sets no env var of its own
+    nccl = {**profile.nccl_env[Mode.STANDARD], "NCCL_ALGO": "Ring"}
+    with_algo = dataclasses.replace(profile, nccl_env={Mode.STANDARD: nccl})
+    spec = default_grpo_spec(profile, Mode.STANDARD, profile.default_gpu_nodes)
+    assert render_runtime_env(spec, with_algo, Mode.STANDARD)["env_vars"]["NCCL_ALGO"] == "Ring"
+    with pytest.raises(ValueError, match="NCCL_ALGO"):
+        render_runtime_env(spec, with_algo, Mode.STANDARD, "v0.9.0")
+
+
+def test_the_090_driver_env_is_verls() -> None:
+    # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env in the 0.9.0 wheel.
+    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    found = list(Path(str(venvs), "0.9.0").glob("lib/python3*/site-packages/verl/trainer"))
+    require(found, f"no verl 0.9.0 in {venvs}")
+    source = (found[0] / "constants_ppo.py").read_text()
+    body = source[source.index("def get_ppo_ray_runtime_env") :]
+    for key in DRIVER_SET_ENV["v0.9.0"]:
+        assert f'"{key}"' in body, key

@@ -1,0 +1,93 @@
+"""What the GRPO runner (payloads/export/run_grpo.py) needs to know about a run beyond its resume
+identity: how long it is (a finished run trains again only when that changes) and how many
+checkpoints it keeps (the runner prunes what verl's own pruning misses after a resume).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.verl_source import release_at_least
+from training.grpo_spec import LORA_RANK_KEY, GrpoSpec, _as_int, setting_of
+
+TOTAL_STEPS_KEY = "trainer.total_training_steps"
+LORA_ALPHA_KEY = "actor_rollout_ref.model.lora_alpha"
+# verl's default (_generated_ppo_trainer.yaml actor_rollout_ref.model.lora_alpha, v0.6.1 and
+# 0.9.0).
+LORA_ALPHA_DEFAULT = 16
+KEEP_KEY = "trainer.max_actor_ckpt_to_keep"
+# Deprecated at v0.6.1: true means max_actor_ckpt_to_keep=1 (ray_trainer.py _save_checkpoint).
+REMOVE_PREVIOUS_KEY = "trainer.remove_previous_ckpt_in_save"
+
+
+def extra_override_value(spec: GrpoSpec, key: str) -> str | None:
+    """The value extraOverrides gives verl key `key` (the last one), or None."""
+    values = [
+        o.split("=", 1)[1].strip()
+        for o in spec.extra_overrides
+        if o.lstrip("+").split("=")[0] == key
+    ]
+    return values[-1] if values else None
+
+
+def run_length(spec: GrpoSpec) -> dict[str, Any]:
+    """What decides the run's step count: verl trains trainer.total_training_steps when set, else
+    len(train_dataloader) x total_epochs, the dataloader being train_files in batches of
+    train_batch_size (verl/trainer/ppo/ray_trainer.py _create_dataloader, v0.6.1)."""
+    return {
+        "total_training_steps": _as_int(extra_override_value(spec, TOTAL_STEPS_KEY)),
+        "total_epochs": spec.total_epochs,
+        "train_batch_size": spec.train_batch_size,
+        "train_files": spec.train_files,
+    }
+
+
+def checkpoints_to_keep(spec: GrpoSpec) -> int | None:
+    """trainer.max_actor_ckpt_to_keep when it limits anything: verl prunes only for a positive
+    int (fsdp_checkpoint_manager.py save_checkpoint, v0.6.1), else keeps every checkpoint."""
+    keep = _as_int(extra_override_value(spec, KEEP_KEY))
+    return keep if keep is not None and keep > 0 else None
+
+
+# verl keeps the only checkpoint until the new one is saved from volcengine/verl#4873
+# (2026-01-11: checkpoint_manager.py ensure_checkpoint_capacity / register_checkpoint), in the
+# 0.9.0 wheel; v0.6.1 and v0.7.0 remove first. Refs not known to have it are treated as before.
+KEEP_ONE_SAFE_SINCE = (0, 9, 0)
+
+
+def checkpoint_keep_problems(spec: GrpoSpec, verl_ref: str) -> list[str]:
+    """Keeping one checkpoint can lose them all at verl before #4873: before writing step N, verl
+    removes the previous saves down to max_ckpt_to_keep - 1 (fsdp_checkpoint_manager.py
+    save_checkpoint v0.6.1: the removal precedes the save), so with 1 a preemption during the
+    save leaves the tracker naming a deleted step and no checkpoint to resume from."""
+    if release_at_least(verl_ref, KEEP_ONE_SAFE_SINCE):
+        return []
+    where = setting_of("extraOverrides")
+    fix = (
+        f"keep at least 2 ({where} item '{KEEP_KEY}=2'): the previous checkpoint then survives "
+        "until the new one is complete"
+    )
+    problems = []
+    if checkpoints_to_keep(spec) == 1:
+        problems.append(
+            f"{where} sets {KEEP_KEY}=1: verl {verl_ref} deletes the only checkpoint before it "
+            f"writes the next, so a preemption during that save leaves none to resume from (safe "
+            f"from verl 0.9.0). Fix: {fix}"
+        )
+    remove = extra_override_value(spec, REMOVE_PREVIOUS_KEY)
+    if remove is not None and remove.lower() == "true":
+        problems.append(
+            f"{where} sets {REMOVE_PREVIOUS_KEY}=true, which verl treats as {KEEP_KEY}=1 "
+            f"(deletes the only checkpoint before writing the next). Fix: remove it and {fix}"
+        )
+    return problems
+
+
+def lora_alpha(spec: GrpoSpec) -> int | None:
+    """A LoRA run's lora_alpha (verl trains LoRA when lora_rank > 0: fsdp_workers.py v0.6.1), for
+    the exported adapter's config; None without LoRA."""
+    rank = _as_int(extra_override_value(spec, LORA_RANK_KEY))
+    if rank is None or rank <= 0:
+        return None
+    alpha = _as_int(extra_override_value(spec, LORA_ALPHA_KEY))
+    return LORA_ALPHA_DEFAULT if alpha is None else alpha
