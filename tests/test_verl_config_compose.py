@@ -504,13 +504,10 @@ def _fix_of(problem: str) -> dict[str, str]:
     setting = re.match(r"verl-gke:job\.(\w+) = ", problem)
     assert setting, problem
     fix = problem.split("Fix: ", 1)[1]
-    example = re.search(r"e\.g\. ([\d.]+)", fix)
-    own = re.match(r"set it to ([^\s,;()]+)", fix)
-    other = re.match(r"set verl-gke:job\.(\w+) to ([^\s,;()]+)", fix)
-    if example or own:
-        return {setting[1]: (example or own)[1]}  # type: ignore[index]
-    assert other, f"no fix to apply in {fix!r}"
-    return {other[1]: other[2]}
+    # The first command of the fix (training/grpo_spec.py set_command).
+    command = re.match(r"pulumi config set --path verl-gke:job\.(\w+) ([^\s,;()]+)", fix)
+    assert command, f"no fix to apply in {fix!r}"
+    return {command[1]: command[2]}
 
 
 def _rule_fix(case: RuleCase) -> GrpoSpec:
