@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from planning.offline_engine import run_stack, stack_config
+from planning.offline_engine import REPO_ROOT, run_stack, stack_config
 from tools import plan as plan_cli
 
 # A fix in the plan's form; the first of alternatives (`A, or B`) is taken.
@@ -97,3 +97,28 @@ def test_a_job_item_that_is_no_object_is_refused_naming_it() -> None:
     with pytest.raises(SystemExit) as exit_:
         _overrides("--set", "verl-gke:job=[1]", "--set", "verl-gke:job.rolloutN=8")
     assert exit_.value.code == 2
+
+
+README = (REPO_ROOT / "README.md").read_text()
+OWN_RUN = (REPO_ROOT / "docs" / "own-run.md").read_text()
+COUNTS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+
+
+def test_the_readme_s_try_it_installs_the_locked_set_ci_tests() -> None:
+    section = README.split("## Try it without a cloud account", 1)[1].split("\n## ", 1)[0]
+    installs = re.findall(r"pip install [^\n]+", section)
+    assert installs == ["pip install --require-hashes -r requirements.lock"], installs
+
+
+def test_the_readme_shows_set_secret_and_the_path_form_the_plan_accepts() -> None:
+    assert "--set-secret verl-gke:hfToken=hf_..." in README
+    assert "--set verl-gke:job.maxResponseLength=8192" in README
+
+
+def test_the_readme_own_run_md_and_its_table_agree_on_the_settings_of_an_own_run() -> None:
+    table = [line for line in OWN_RUN.split("## Worked example", 1)[0].splitlines()
+             if line.startswith("| `verl-gke:")]  # fmt: skip
+    said_readme = re.search(r"default; (\w+) settings make it yours", README)
+    said_doc = re.search(r"(\w+) settings change it", OWN_RUN)
+    assert said_readme and said_doc
+    assert COUNTS[said_readme[1].lower()] == COUNTS[said_doc[1].lower()] == len(table), table
