@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from datetime import date
 from typing import Any
 
 from config import cluster_security, input_rules, known_values, placement, run_inputs
@@ -85,7 +86,12 @@ def problems(
         _check_cidrs(s),
         _check_authorized_networks(s),
         *_input_class_problems(s, profile),
-        _check_chart_version(s, "kuberay_chart_version", known_values.KUBERAY_CHART_VERSIONS),
+        _check_chart_version(
+            s,
+            "kuberay_chart_version",
+            known_values.KUBERAY_CHART_VERSIONS,
+            released_since=known_values.KUBERAY_CHART_VERSIONS_READ,
+        ),
         _check_chart_version(
             s,
             "dra_driver_chart_version",
@@ -483,10 +489,13 @@ def _check_chart_version(
     field_name: str,
     published: tuple[str, ...],
     usable: tuple[str, ...] | None = None,
+    released_since: date | None = None,
 ) -> str | None:
     # A bad chart version would only fail in `helm install`, after the cluster exists.
     value = getattr(s, field_name)
-    problem = known_values.chart_version_problem(value, published, usable or published)
+    problem = known_values.chart_version_problem(
+        value, published, usable or published, released_since
+    )
     if problem is None:
         return None
     return (
