@@ -524,7 +524,12 @@ def _check_project(s: StackSettings) -> str | None:
 
 
 def _bucket_suggestion(s: StackSettings) -> str:
-    """A bucket name that passes _check_bucket, even where gcp:project is itself invalid."""
+    """A bucket name that passes _check_bucket: the user's own name as meant (`gs://b/folder` ->
+    `b`, `My_Bucket` -> `my_bucket`) when that passes, else one from the project, even where
+    gcp:project is itself invalid."""
+    meant = s.bucket_name.strip().removeprefix("gs://").split("/", 1)[0].lower()
+    if _bucket_ok(meant):
+        return meant
     base = re.sub(r"[^a-z0-9_-]+", "-", f"{s.project}-verl".lower()).strip("-_")
     base = base.replace("google", "g").removeprefix("goog")
     candidate = base[:63].strip("-_")

@@ -165,3 +165,18 @@ def test_the_kuberay_release_window_allows_one_minor_per_three_months(
         today,
     )
     assert (problem is not None) == refused, problem
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("gs://my-bucket", "my-bucket"),
+        ("gs://my-bucket/runs", "my-bucket"),
+        ("My-Bucket", "my-bucket"),
+    ],
+)
+def test_a_bucket_name_is_fixed_to_the_bucket_the_user_meant(typed: str, meant: str) -> None:
+    # Issue 30: the fix corrects the mistake, never substitutes another bucket.
+    message = error_of("a4", **{"verl-gke:bucketName": typed})
+    assert f"pulumi config set verl-gke:bucketName {meant} -s a4" in message
+    assert load("a4", **{"verl-gke:bucketName": meant}).bucket_name == meant
