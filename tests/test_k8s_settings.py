@@ -180,3 +180,17 @@ def test_a_bucket_name_is_fixed_to_the_bucket_the_user_meant(typed: str, meant: 
     message = error_of("a4", **{"verl-gke:bucketName": typed})
     assert f"pulumi config set verl-gke:bucketName {meant} -s a4" in message
     assert load("a4", **{"verl-gke:bucketName": meant}).bucket_name == meant
+
+
+def test_another_project_s_reservation_is_accepted_as_a_shared_one_with_how_to_check() -> None:
+    # Compute Engine "Shared reservations": only a reservation the owner shares with this project
+    # (shareSettings.projectMap) can be consumed by it.
+    other = "projects/other-proj/reservations/r"
+    loaded = load_settings("a4x", {**GOOD, "verl-gke:reservation": other}, offline=False)
+    (notice,) = [n for n in loaded.notices if "belongs to project 'other-proj'" in n]
+    project = GOOD["gcp:project"]
+    assert f"only if other-proj shares it with {project}" in notice
+    assert "gcloud compute reservations describe r --project=other-proj" in notice
+    own = f"projects/{project}/reservations/r"
+    loaded = load_settings("a4x", {**GOOD, "verl-gke:reservation": own}, offline=False)
+    assert not [n for n in loaded.notices if "belongs to project" in n]
