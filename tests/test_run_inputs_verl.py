@@ -102,7 +102,7 @@ def _other_key(overrides: list[str]) -> list[str]:
 def _python(release: str) -> Path:
     root = os.environ.get(VENVS_ENV)
     if not root:
-        missing(f"{VENVS_ENV} is unset: these checks need the verl virtualenvs .ci/run builds")
+        missing(f"{VENVS_ENV} is unset: these checks need the verl virtualenvs .ci/setup builds")
     python = Path(root) / release / "bin" / "python"
     if not python.is_file():
         pytest.fail(f"{VENVS_ENV}={root} has no virtualenv for verl {release} ({python})")
