@@ -1,4 +1,4 @@
-"""An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/run
+"""An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/setup
 builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py does:
 
 - the parquet payloads/prepare_data.py writes for a fixture dataset loads through the trainer's
