@@ -32,14 +32,23 @@ GPU_POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="
 IGNORED_POOL_CHANGES = ["nodeConfig.ephemeralStorageLocalSsdConfig"]
 
 
-def upgrade_settings(reservation: str | None) -> gcp.container.NodePoolUpgradeSettingsArgs:
+def upgrade_settings(
+    reservation: str | None, flex_start: bool
+) -> gcp.container.NodePoolUpgradeSettingsArgs | None:
     """How GKE replaces nodes when it does upgrade them (the cluster's maintenance exclusion
     stops automatic upgrades; manual ones and end-of-support ones still happen).
+
+    None for flex-start pools: for nodes that use flex-start VMs GKE uses short-lived upgrades
+    (GKE "Node pool upgrade strategies"; the API's NodePoolUpdateStrategy SHORT_LIVED, "the
+    dedicated upgrade strategy for QueuedProvisioning and flex start node pools"), so surge
+    settings would not apply; GKE chooses the strategy itself.
 
     The default surge upgrade first creates one extra node; a specific reservation has no spare
     machine, so the upgrade would stall. Reservation-bound pools replace one node at a time
     instead (Cluster Toolkit gke-node-pool's default: SURGE, max_surge 0, max_unavailable 1).
     """
+    if flex_start:
+        return None
     if reservation is None:
         return gcp.container.NodePoolUpgradeSettingsArgs(
             strategy="SURGE", max_surge=1, max_unavailable=0
@@ -204,7 +213,7 @@ class GpuNodePool(pulumi.ComponentResource):
             management=gcp.container.NodePoolManagementArgs(
                 auto_repair=size.auto_repair, auto_upgrade=True
             ),
-            upgrade_settings=upgrade_settings(s.reservation),
+            upgrade_settings=upgrade_settings(s.reservation, s.capacity_plan.flex_start),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 custom_timeouts=GPU_POOL_TIMEOUTS,

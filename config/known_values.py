@@ -127,7 +127,8 @@ def location_notice(region: str, zone: str) -> str | None:
 # Every published release of the charts the program installs, up to the date each table was read;
 # `helm install --version X` fails for any other X, after the cluster (and on A4X the GPU pool)
 # exists. A version above the newest listed one may have been published since: it is accepted
-# with a warning (chart_version_notice), and only a gap inside the table is refused.
+# with a warning (chart_version_notice), unless it lies beyond what can have been released since
+# the table was read (KubeRay, below); a gap inside the table is refused.
 # kuberay-operator: the chart of each release tag of ray-project/kuberay
 # (helm-chart/kuberay-operator/Chart.yaml, tags v1.0.0 ... v1.7.0, read at feeaf72, 2026-08-19;
 # the v1.1.1 tag's Chart.yaml still says 1.1.0, and the chart repository's index.yaml,
@@ -174,14 +175,52 @@ def _newer_than_listed(value: str, published: tuple[str, ...]) -> bool:
     return release is not None and release > newest
 
 
+# KubeRay's minor releases (tag dates of ray-project/kuberay): v1.0.0 2023-11-05, v1.1.0
+# 2024-03-21, v1.2.0 2024-08-29, v1.3.0 2025-02-18, v1.4.0 2025-06-20, v1.5.0 2025-11-04, v1.6.0
+# 2026-03-18, v1.7.0 2026-08-19: never two within four months. So no more than one minor every
+# three months can have followed the newest listed release; a version beyond that (1.70.0) was
+# never published, while one within it may have been and gets only the notice.
+KUBERAY_CHART_VERSIONS_READ = date(2026, 8, 19)
+MONTHS_PER_MINOR_AT_MOST = 3
+
+
+def _beyond_release_window(
+    value: str, published: tuple[str, ...], since: date, today: date
+) -> str | None:
+    """Why `value` cannot have been released by `today` when `published` was complete on
+    `since`; None when it may have been."""
+    release = _release(value)
+    newest = max(_release(v) or (0, 0, 0) for v in published)
+    if release is None or release <= newest:
+        return None
+    months = (today.year - since.year) * 12 + today.month - since.month
+    highest_minor = newest[1] + 1 + max(months, 0) // MONTHS_PER_MINOR_AT_MOST
+    if (release[0] == newest[0] and release[1] <= highest_minor) or release[0] == newest[0] + 1:
+        return None
+    return (
+        f"not a release of the chart: {published[-1]} was the newest on {since:%Y-%m-%d}, and "
+        f"at most one minor release every {MONTHS_PER_MINOR_AT_MOST} months can have followed "
+        f"(up to {newest[0]}.{highest_minor} by {today:%Y-%m})"
+    )
+
+
 def chart_version_problem(
-    value: str, published: tuple[str, ...], usable: tuple[str, ...]
+    value: str,
+    published: tuple[str, ...],
+    usable: tuple[str, ...],
+    released_since: date | None = None,
+    today: date | None = None,
 ) -> tuple[str, str] | None:
     """(reason, the nearest of the `usable` versions) when `value` is not a published version;
-    None for a listed one and for one newer than every listed one (chart_version_notice)."""
+    None for a listed one and for one newer than every listed one (chart_version_notice) that
+    may have been released since the table was read (`released_since`, when given)."""
+    close = difflib.get_close_matches(value.removeprefix("v"), usable, n=1, cutoff=0.0)
+    if released_since is not None:
+        beyond = _beyond_release_window(value, published, released_since, today or date.today())
+        if beyond:
+            return beyond, usable[-1]
     if value.removeprefix("v") in published or _newer_than_listed(value, published):
         return None
-    close = difflib.get_close_matches(value.removeprefix("v"), usable, n=1, cutoff=0.0)
     return (
         f"not a published release of the chart (published up to {published[-1]}: "
         f"{', '.join(published)})",

@@ -593,6 +593,7 @@ def _load_settings(
         raise SettingsError(_format(stack, _describe(error, raw, job_check))) from None
     notices.extend(_image_notices(settings))
     notices.extend(_table_notices(settings))
+    notices.extend(n for n in [reservation_owner_notice(settings)] if n)
     notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
     return LoadedSettings(settings, tuple(notices))
 
@@ -608,6 +609,30 @@ def _gpu_nodes_acceptor(raw: dict[str, Any], job_check: JobCheck | None) -> Call
         return True
 
     return accept
+
+
+def reservation_owner(settings: StackSettings) -> str | None:
+    """The project that owns verl-gke:reservation when it is another project's
+    (`projects/P/reservations/NAME`); None for one of the stack's own project."""
+    match = re.match(r"projects/([^/]+)/reservations/([^/]+)", settings.reservation or "")
+    return match[1] if match and match[1] != settings.project else None
+
+
+def reservation_owner_notice(settings: StackSettings) -> str | None:
+    # Compute Engine "Shared reservations": a project consumes another project's reservation only
+    # when the owner shares it with that project (shareSettings: shareType SPECIFIC_PROJECTS and
+    # the consumer in projectMap); GKE then fails to create nodes from an unshared one.
+    owner = reservation_owner(settings)
+    if owner is None:
+        return None
+    name = (settings.reservation or "").split("/")[3]
+    return (
+        f"{config_key('reservation')} = {settings.reservation!r} belongs to project {owner!r}: "
+        f"the GPU nodes can use it only if {owner} shares it with {settings.project} (a shared "
+        f"reservation). Check: gcloud compute reservations describe {name} --project={owner} "
+        f"--zone={settings.zone} --format='yaml(shareSettings)' lists {settings.project} under "
+        f"projectMap"
+    )
 
 
 def _table_notices(settings: StackSettings) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from datetime import date
 from typing import Any
 
 from config import (
@@ -92,7 +93,12 @@ def problems(
         _check_cidrs(s),
         _check_authorized_networks(s),
         *_input_class_problems(s, profile),
-        _check_chart_version(s, "kuberay_chart_version", known_values.KUBERAY_CHART_VERSIONS),
+        _check_chart_version(
+            s,
+            "kuberay_chart_version",
+            known_values.KUBERAY_CHART_VERSIONS,
+            released_since=known_values.KUBERAY_CHART_VERSIONS_READ,
+        ),
         _check_chart_version(
             s,
             "dra_driver_chart_version",
@@ -491,10 +497,13 @@ def _check_chart_version(
     field_name: str,
     published: tuple[str, ...],
     usable: tuple[str, ...] | None = None,
+    released_since: date | None = None,
 ) -> str | None:
     # A bad chart version would only fail in `helm install`, after the cluster exists.
     value = getattr(s, field_name)
-    problem = known_values.chart_version_problem(value, published, usable or published)
+    problem = known_values.chart_version_problem(
+        value, published, usable or published, released_since
+    )
     if problem is None:
         return None
     return (
@@ -523,7 +532,12 @@ def _check_project(s: StackSettings) -> str | None:
 
 
 def _bucket_suggestion(s: StackSettings) -> str:
-    """A bucket name that passes _check_bucket, even where gcp:project is itself invalid."""
+    """A bucket name that passes _check_bucket: the user's own name as meant (`gs://b/folder` ->
+    `b`, `My_Bucket` -> `my_bucket`) when that passes, else one from the project, even where
+    gcp:project is itself invalid."""
+    meant = s.bucket_name.strip().removeprefix("gs://").split("/", 1)[0].lower()
+    if _bucket_ok(meant):
+        return meant
     base = re.sub(r"[^a-z0-9_-]+", "-", f"{s.project}-verl".lower()).strip("-_")
     base = base.replace("google", "g").removeprefix("goog")
     candidate = base[:63].strip("-_")

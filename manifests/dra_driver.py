@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import StackSettings
+from config.settings import StackSettings, version_tuple
 from manifests.common import ACCELERATOR_LABEL, Manifest, metadata
 
 NAMESPACE = "nvidia-dra-driver-gpu"
@@ -25,14 +25,20 @@ def driver_namespace() -> Manifest:
 
 
 def driver_quota(settings: StackSettings) -> Manifest:
-    """GKE admits system-critical pods outside kube-system only up to a ResourceQuota; the driver
-    runs one kubelet plugin and one IMEX daemon per node plus a controller: 2N+1 (seed)."""
+    """GKE admits system-critical pods outside kube-system only up to a ResourceQuota scoped to
+    those priority classes. Of the chart's pods (NVIDIA/k8s-dra-driver-gpu v25.12.0) only the
+    kubelet plugin (a DaemonSet, one per GPU node here) and the controller (a Deployment of one)
+    carry one (values.yaml: system-node-critical; the webhook, system-cluster-critical, is off by
+    default); the IMEX daemons (templates/compute-domain-daemon.tmpl.yaml) carry none and are not
+    counted. The controller's Deployment sets no strategy, so Kubernetes' RollingUpdate default
+    (maxSurge 25%, rounded up: 1) starts its new pod before stopping the old one on an upgrade:
+    N + 1 + 1."""
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": metadata(QUOTA_NAME, "dra-driver", NAMESPACE),
         "spec": {
-            "hard": {"pods": str(2 * settings.gpu_nodes + 1)},
+            "hard": {"pods": str(settings.gpu_nodes + 2)},
             "scopeSelector": {
                 "matchExpressions": [
                     {
@@ -92,13 +98,29 @@ def _required_node_terms(expressions: list[tuple[str, ...]]) -> dict[str, Any]:
     }
 
 
+# The driver release whose IMEX daemons find each other by DNS name by default (feature gate
+# IMEXDaemonsWithDNSNames, Beta and on from 25.8: pkg/featuregates/featuregates.go at v25.12.0).
+DNS_NAMES_FROM = (25, 8, 0)
+
+
+def compute_domain_num_nodes(settings: StackSettings) -> int:
+    """spec.numNodes. With DNS names it is deprecated and only feeds the status (the v25.12.0
+    CRD's description: "recommended to be set to zero"; it gates nothing), so 0: a gpuNodes
+    change then leaves the ComputeDomain as it is (new nodes' daemons join it) instead of
+    replacing it (the spec is immutable) under running workloads. Before 25.8 it holds workload
+    pods until that many IMEX daemons joined, so it must be the node count."""
+    if version_tuple(settings.dra_driver_chart_version)[:3] >= DNS_NAMES_FROM:
+        return 0
+    return settings.gpu_nodes
+
+
 def compute_domain(settings: StackSettings) -> Manifest:
     return {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
         "metadata": metadata(COMPUTE_DOMAIN, "dra-driver", settings.namespace),
         "spec": {
-            "numNodes": settings.gpu_nodes,
+            "numNodes": compute_domain_num_nodes(settings),
             "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CHANNEL}},
         },
     }

@@ -21,7 +21,7 @@ from config.price_table import (
     REGION,
 )
 from config.profiles import Capacity, Mode
-from config.settings import StackSettings
+from config.settings import StackSettings, reservation_owner
 from manifests.prepull import PREPULL_NAME
 from planning.offline_engine import PlanResult
 from planning.startup_links import job_facts, levers_in_graph
@@ -111,7 +111,9 @@ def wait_line(settings: StackSettings) -> str:
 
 def _release_line(settings: StackSettings) -> str:
     if not settings.capacity_plan.scale_to_zero:
-        return "no: a fixed number of nodes until `pulumi destroy` (the reservation is yours)"
+        owner = reservation_owner(settings)
+        whose = f"{owner}'s, shared with this project" if owner else "yours"
+        return f"no: a fixed number of nodes until `pulumi destroy` (the reservation is {whose})"
     nodes = "GKE removes the nodes" if settings.mode is Mode.STANDARD else "Autopilot removes them"
     return (
         f"yes: {IDLE_TIMEOUT_SECONDS // 60} min after the run ends (succeeded, failed or stopped) "

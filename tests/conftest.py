@@ -35,6 +35,7 @@ from jobs.ray_job import RayJobProvider
 from tests.support.dynamic_host import DynamicHost, start_dynamic_host
 from tests.support.gcs_emulator import GcsEmulator, start_gcs_emulator
 from tests.support.ray_head import RayHead, temporary_ray_head, wait_for_job_agent
+from tests.support.require import use_local_prerequisites
 
 INTEGRATION = "integration"
 # A test whose fixtures include one of these starts (or shares) a real process.
@@ -50,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # the model's config.json and the dataset's access from HF_ENDPOINT (training/hub_client.py),
     # here a port nothing listens on; the tests of those reads start their own stand-in.
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    # What `bash .ci/setup` installed in the clone (CRDs, verl and Ray virtualenvs).
+    use_local_prerequisites(config.rootpath)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -317,7 +317,10 @@ def test_the_preflight_and_the_provider_share_one_detector() -> None:
     assert ray_job.redact(f"x {TOKEN}") == "x hf_***"
 
 
-_JOB_FIX = re.compile(r"Fix: (?:set it to (?P<value>\S+)|remove verl-gke:job\.(?P<removed>\w+))")
+_JOB_FIX = re.compile(
+    r"Fix: pulumi config (?:set --path verl-gke:job\.\w+ (?P<value>\S+)"
+    r"|rm --path verl-gke:job\.(?P<removed>\w+))"
+)
 
 
 @pytest.mark.parametrize(
@@ -500,17 +503,20 @@ def apply_fixes(config: dict[str, str], message: str, alternative: int = 0) -> d
 
 
 def _job_fix(config: dict[str, str], line: str, fix: str) -> bool:
-    """A GRPO job refusal's `set it to V` / `remove verl-gke:job.F`, applied to verl-gke:job."""
+    """A GRPO job refusal's `pulumi config set --path verl-gke:job.F V` / `pulumi config rm
+    --path verl-gke:job.F`, applied to verl-gke:job as Pulumi's --path stores it."""
     field = re.match(r"\s*- verl-gke:job\.(\w+) = ", line)
-    if field is None:
+    command = re.match(r"pulumi config (set|rm) --path verl-gke:job\.(\w+)(?: (\S+))?", fix)
+    if field is None or command is None:
         return False
     job = json.loads(config.get("verl-gke:job", "{}"))
-    if fix.startswith("set it to "):
-        job[field[1]] = json.loads(fix.removeprefix("set it to ").split()[0])
-    elif fix.startswith(f"remove verl-gke:job.{field[1]}"):
-        job.pop(field[1], None)
+    if command[1] == "set":
+        # --path stores true/false as booleans, integers as numbers, the rest as strings.
+        value = command[3]
+        typed = re.fullmatch(r"-?[0-9]+|true|false", value)
+        job[command[2]] = json.loads(value) if typed else value
     else:
-        return False
+        job.pop(command[2], None)
     config["verl-gke:job"] = json.dumps(job)
     return True
 

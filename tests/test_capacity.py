@@ -132,7 +132,7 @@ def test_flex_start_standard_asks_for_all_nodes_at_once(stack: str) -> None:
         request.inputs["spec"]["provisioningClassName"]
     )
     assert not any(key.startswith("cluster-autoscaler.kubernetes.io/") for key in annotations)
-    assert schemas.custom_resource_errors(request.inputs, schemas.crds_dir()) == []
+    assert schemas.custom_resource_errors(request.inputs, schemas.required_crds_dir()) == []
     worker = pod["containers"][0]["resources"]["requests"]
     assert counted["containers"][0]["resources"]["requests"] == {
         key: worker[key] for key in ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")

@@ -175,9 +175,9 @@ def test_verl_merger_argparse_accepts_the_payload_argv(release: str, tmp_path: P
     """verl's parse_args, taken from the installed release's source and run in its venv (its
     module imports accelerate/torch, which the compose venvs do not install; argparse is all the
     command line needs)."""
-    require(VERL_VENVS, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(VERL_VENVS, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     python = Path(str(VERL_VENVS)) / release / "bin" / "python"
-    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing (.ci/run)")
+    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing")
     argv = export_model.merge_argv("verl.model_merger", tmp_path / "actor", tmp_path / "out")
     assert argv[1:3] == ["-m", "verl.model_merger"]
     probe = """

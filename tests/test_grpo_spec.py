@@ -482,56 +482,70 @@ def test_tutorial_defaults_pass_preflight(profile: str, mode: Mode) -> None:
 A4_16 = "16 GPUs (2 nodes x 8)"
 
 
+# The command form of a job-field fix (training/grpo_spec.py set_command).
+SET = "pulumi config set --path verl-gke:job."
+
+
 @pytest.mark.parametrize(
     ("profile", "overrides", "setting", "fix"),
     [
         # train_batch_size x n must split over the GPUs (verl validate_config).
-        ("a4x", {"trainBatchSize": 255}, "trainBatchSize = 255", "set it to 254"),
+        ("a4x", {"trainBatchSize": 255}, "trainBatchSize = 255", SET + "trainBatchSize 254"),
         # train_batch_size >= ppo_mini_batch_size (ActorConfig.validate).
-        ("a4", {"trainBatchSize": 128}, "ppoMiniBatchSize = 256", "set it to 128"),
+        ("a4", {"trainBatchSize": 128}, "ppoMiniBatchSize = 256", SET + "ppoMiniBatchSize 128"),
         # ppo_mini_batch_size x n must split over the GPUs (FSDP worker normalisation).
-        ("a4x", {"ppoMiniBatchSize": 63}, "ppoMiniBatchSize = 63", "set it to 64"),
+        ("a4x", {"ppoMiniBatchSize": 63}, "ppoMiniBatchSize = 63", SET + "ppoMiniBatchSize 64"),
         # The per-GPU share of a mini-batch must be whole micro-batches.
         (
             "a4x",
             {"ppoMicroBatchSizePerGpu": 12},
             "ppoMicroBatchSizePerGpu = 12",
-            "set it to 8 (a divisor of 32), or verl-gke:job.ppoMiniBatchSize to 72",
+            f"{SET}ppoMicroBatchSizePerGpu 8 (a divisor of 32), or {SET}ppoMiniBatchSize 72",
         ),
         # Rollout TP divides the GPUs per node and the GPU count.
-        ("a4", {"rolloutTensorParallelSize": 3}, "rolloutTensorParallelSize = 3", "set it to 4"),
-        ("a4", {"rolloutTensorParallelSize": 16}, "rolloutTensorParallelSize = 16", "set it to 8"),
+        (
+            "a4",
+            {"rolloutTensorParallelSize": 3},
+            "rolloutTensorParallelSize = 3",
+            SET + "rolloutTensorParallelSize 4",
+        ),
+        (
+            "a4",
+            {"rolloutTensorParallelSize": 16},
+            "rolloutTensorParallelSize = 16",
+            SET + "rolloutTensorParallelSize 8",
+        ),
         # GRPO needs a group and KL.
-        ("a4", {"rolloutN": 1}, "rolloutN = 1", "set it to 2 or more"),
-        ("a4", {"useKlLoss": False}, "useKlLoss = False", "set it to true"),
+        ("a4", {"rolloutN": 1}, "rolloutN = 1", SET + "rolloutN 8 (2 or more"),
+        ("a4", {"useKlLoss": False}, "useKlLoss = False", SET + "useKlLoss true"),
         # Single values.
-        ("a4", {"gpuMemoryUtilization": 0}, "gpuMemoryUtilization = 0.0", "0.5"),
-        ("a4", {"gpuMemoryUtilization": 1}, "gpuMemoryUtilization = 1.0", "0.5"),
-        ("a4", {"saveFreq": 0}, "saveFreq = 0", "e.g. 10"),
-        ("a4", {"saveFreq": -1}, "saveFreq = -1", "e.g. 10"),
+        ("a4", {"gpuMemoryUtilization": 0}, "gpuMemoryUtilization = 0.0", "Utilization 0.5"),
+        ("a4", {"gpuMemoryUtilization": 1}, "gpuMemoryUtilization = 1.0", "Utilization 0.5"),
+        ("a4", {"saveFreq": 0}, "saveFreq = 0", SET + "saveFreq 10"),
+        ("a4", {"saveFreq": -1}, "saveFreq = -1", SET + "saveFreq 10"),
         (
             "a4",
             {"defaultLocalDir": "checkpoints"},
             "defaultLocalDir = checkpoints",
-            "set it to /checkpoints/grpo-qwen2.5-32b-instruct-a4",
+            SET + "defaultLocalDir /checkpoints/grpo-qwen2.5-32b-instruct-a4",
         ),
         (
             "a4",
             {"defaultLocalDir": "/tmp/ckpt"},
             "defaultLocalDir = /tmp/ckpt",
-            "set it to /checkpoints/grpo-qwen2.5-32b-instruct-a4",
+            SET + "defaultLocalDir /checkpoints/grpo-qwen2.5-32b-instruct-a4",
         ),
         (
             "a4",
             {"defaultLocalDir": "/data/../tmp/ckpt"},
             "defaultLocalDir = /data/../tmp/ckpt",
-            "set it to /checkpoints/",
+            SET + "defaultLocalDir /checkpoints/",
         ),
         (
             "a4",
             {"trainFiles": "/tmp/train.parquet"},
             "trainFiles = /tmp/train.parquet",
-            "set it to /data/gsm8k/train.parquet",
+            SET + "trainFiles /data/gsm8k/train.parquet",
         ),
     ],
 )
@@ -551,7 +565,7 @@ def test_model_heads_must_split_over_the_rollout_tp() -> None:
     (problem,) = _problems(spec, model=qwen_7b)
     assert problem.startswith("verl-gke:job.rolloutTensorParallelSize = 8: ")
     assert "verl-gke:model's (Qwen/Qwen2.5-7B-Instruct) 28 attention heads" in problem
-    assert problem.endswith("Fix: set it to 4")
+    assert problem.endswith(f"Fix: {SET}rolloutTensorParallelSize 4")
 
 
 def test_kv_heads_must_divide_or_be_divided_by_tp() -> None:
@@ -559,7 +573,7 @@ def test_kv_heads_must_divide_or_be_divided_by_tp() -> None:
     (problem,) = _problems(_default(), model=_heads(48, 6))
     assert problem.startswith("verl-gke:job.rolloutTensorParallelSize = 8: ")
     assert "6 KV heads" in problem
-    assert problem.endswith("Fix: set it to 2")
+    assert problem.endswith(f"Fix: {SET}rolloutTensorParallelSize 2")
     _preflight(_default(), model=_heads(48, 8))
 
 
@@ -573,13 +587,15 @@ def test_no_valid_mini_batch_below_train_batch_suggests_raising_both() -> None:
     (problem,) = _problems(apply_overrides(_default(), {**overrides, "ppoMiniBatchSize": 127}))
     assert problem.startswith("verl-gke:job.ppoMiniBatchSize = 127: ")
     assert problem.endswith(
-        "Fix: no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = 32; set "
-        "verl-gke:job.trainBatchSize to 256 and this to 256"
+        f"Fix: no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = 32: "
+        f"{SET}trainBatchSize 256, then {SET}ppoMiniBatchSize 256"
     )
     # With a mini-batch that splits over the GPUs, only the micro-batch is wrong: 128 x 2 / 16.
     (problem,) = _problems(apply_overrides(_default(), {**overrides, "ppoMiniBatchSize": 128}))
     assert problem.startswith("verl-gke:job.ppoMicroBatchSizePerGpu = 32: ")
-    assert problem.endswith("Fix: set it to 16 (a divisor of 16)")
+    assert problem.endswith(
+        "Fix: pulumi config set --path verl-gke:job.ppoMicroBatchSizePerGpu 16 (a divisor of 16)"
+    )
 
 
 def test_every_failed_rule_is_listed_in_one_error() -> None:

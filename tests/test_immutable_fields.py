@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.program import COMBINATIONS, plan
-from tests.support.schemas import crds_dir
+from tests.support.schemas import required_crds_dir
 
 IMMUTABLE = "self == oldSelf"
 CUSTOM_RESOURCE_KINDS = ("ComputeDomain", "ProvisioningRequest", "RayCluster")
@@ -67,9 +67,7 @@ def _covered(path: str, replace_on_changes: frozenset[str]) -> bool:
 
 
 def _directory() -> Path:
-    directory = crds_dir()
-    assert directory is not None, "set VERL_GKE_CRDS_DIR to the CRDs (tests/support/schemas.py)"
-    return directory
+    return required_crds_dir()
 
 
 def test_the_compute_domain_crd_declares_its_spec_immutable() -> None:

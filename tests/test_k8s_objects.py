@@ -285,7 +285,10 @@ def contains(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-@pytest.mark.parametrize(("nodes", "pods"), [("4", "9"), ("8", "17")])
+# Pods with a system priority class (manifests/dra_driver.py driver_quota, chart v25.12.0): a
+# kubelet plugin per GPU node, the controller and its one surge pod during an upgrade; the IMEX
+# daemons carry no priority class.
+@pytest.mark.parametrize(("nodes", "pods"), [("4", "6"), ("8", "10")])
 def test_dra_driver_namespace_quota_release(nodes: str, pods: str) -> None:
     result = plan("a4x", **{"verl-gke__gpuNodes": nodes})
     k8s_object(result, "Namespace", "nvidia-dra-driver-gpu")
@@ -318,11 +321,23 @@ def test_dra_driver_namespace_quota_release(nodes: str, pods: str) -> None:
     )
     domain = k8s_object(result, "ComputeDomain", "verl-compute-domain")
     assert domain["apiVersion"] == "resource.nvidia.com/v1beta1"
+    # numNodes 0 with the default chart (25.12.0): manifests/dra_driver.py, from the CRD's own
+    # description at v25.12.0; test_compute_domain_num_nodes_follows_the_driver_release.
     assert domain["spec"] == {
-        "numNodes": int(nodes),
+        "numNodes": 0,
         "channel": {"resourceClaimTemplate": {"name": "verl-compute-domain-channel"}},
     }
     assert result.depends_on(resource_of(result, "ComputeDomain", "verl-compute-domain"), release)
+
+
+@pytest.mark.parametrize(("chart", "num_nodes"), [("25.12.0", 0), ("25.8.0", 0), ("25.3.2", 4)])
+def test_compute_domain_num_nodes_follows_the_driver_release(chart: str, num_nodes: int) -> None:
+    # NVIDIA/k8s-dra-driver-gpu: IMEXDaemonsWithDNSNames defaults on from 25.8
+    # (pkg/featuregates/featuregates.go); with it the CRD (v25.12.0) recommends numNodes 0 and
+    # uses it only for the status; before it, numNodes gates workload pods on that many daemons.
+    result = plan("a4x", **{"verl-gke__draDriverChartVersion": chart, "verl-gke__gpuNodes": "4"})
+    domain = k8s_object(result, "ComputeDomain", "verl-compute-domain")
+    assert domain["spec"]["numNodes"] == num_nodes
 
 
 def test_dra_driver_values_are_the_seeds_plus_gke_node_affinity() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
+from config import known_values
 from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, load_settings
 
@@ -128,3 +131,66 @@ def test_dra_driver_chart_floor_applies_only_where_the_driver_is_installed() -> 
     assert load("a4", **{"verl-gke:draDriverChartVersion": "25.3.1"}).dra_driver_chart_version == (
         "25.3.1"
     )
+
+
+def test_a_kuberay_chart_beyond_what_can_have_been_released_is_refused() -> None:
+    # 1.70.0 (issue 25): 63 minors past 1.7.0; the table's rule, known_values.py.
+    message = error_of("a4", **{"verl-gke:kuberayChartVersion": "1.70.0"})
+    assert "verl-gke:kuberayChartVersion = '1.70.0': not a release of the chart" in message
+    assert "pulumi config set verl-gke:kuberayChartVersion 1.7.0 -s a4" in message
+    assert load("a4", **{"verl-gke:kuberayChartVersion": "1.7.0"}).kuberay_chart_version == "1.7.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "today", "refused"),
+    [
+        ("1.8.0", date(2026, 8, 20), False),  # the next minor may follow at once
+        ("1.9.0", date(2026, 8, 20), True),
+        ("1.9.0", date(2026, 11, 19), False),  # three months on, one more
+        ("1.7.3", date(2026, 8, 20), False),  # a patch of the newest minor
+        ("2.0.0", date(2026, 8, 20), False),  # a new major may come at any time
+        ("3.0.0", date(2026, 8, 20), True),
+    ],
+)
+def test_the_kuberay_release_window_allows_one_minor_per_three_months(
+    version: str, today: date, refused: bool
+) -> None:
+    # KubeRay tag dates (ray-project/kuberay v1.0.0 ... v1.7.0, 2023-11-05 ... 2026-08-19): no
+    # two minors within four months, so one per three months is an upper bound.
+    problem = known_values.chart_version_problem(
+        version,
+        known_values.KUBERAY_CHART_VERSIONS,
+        known_values.KUBERAY_CHART_VERSIONS,
+        known_values.KUBERAY_CHART_VERSIONS_READ,
+        today,
+    )
+    assert (problem is not None) == refused, problem
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("gs://my-bucket", "my-bucket"),
+        ("gs://my-bucket/runs", "my-bucket"),
+        ("My-Bucket", "my-bucket"),
+    ],
+)
+def test_a_bucket_name_is_fixed_to_the_bucket_the_user_meant(typed: str, meant: str) -> None:
+    # Issue 30: the fix corrects the mistake, never substitutes another bucket.
+    message = error_of("a4", **{"verl-gke:bucketName": typed})
+    assert f"pulumi config set verl-gke:bucketName {meant} -s a4" in message
+    assert load("a4", **{"verl-gke:bucketName": meant}).bucket_name == meant
+
+
+def test_another_project_s_reservation_is_accepted_as_a_shared_one_with_how_to_check() -> None:
+    # Compute Engine "Shared reservations": only a reservation the owner shares with this project
+    # (shareSettings.projectMap) can be consumed by it.
+    other = "projects/other-proj/reservations/r"
+    loaded = load_settings("a4x", {**GOOD, "verl-gke:reservation": other}, offline=False)
+    (notice,) = [n for n in loaded.notices if "belongs to project 'other-proj'" in n]
+    project = GOOD["gcp:project"]
+    assert f"only if other-proj shares it with {project}" in notice
+    assert "gcloud compute reservations describe r --project=other-proj" in notice
+    own = f"projects/{project}/reservations/r"
+    loaded = load_settings("a4x", {**GOOD, "verl-gke:reservation": own}, offline=False)
+    assert not [n for n in loaded.notices if "belongs to project" in n]

@@ -114,13 +114,47 @@ def imports_of(path: Path, known: dict[str, Path], *, deferred: bool = True) -> 
     return found
 
 
-def test_every_top_level_code_folder_is_classified() -> None:
-    folders = {
-        p.parent.relative_to(ROOT).parts[0]
-        for p in ROOT.glob("*/**/*.py")
-        if not p.relative_to(ROOT).parts[0].startswith(".")
+def top_level_imports(path: Path) -> set[str]:
+    """The first name of every absolute import in `path`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def unclassified_folders(root: Path) -> set[str]:
+    """Top-level folders of `root` holding Python code that the project's own code imports but
+    that are neither a code folder nor NOT_PROGRAM. A folder nothing of the project imports (a
+    user's reward files, a plan's `--out` folder) is the user's, not the layout's business."""
+    declared = set(CODE_FOLDERS) | NOT_PROGRAM
+    project_files = [root / "__main__.py", *(p for f in declared for p in (root / f).rglob("*.py"))]
+    imported = set().union(*(top_level_imports(p) for p in project_files if p.is_file()))
+    local = {
+        p.relative_to(root).parts[0]
+        for p in root.glob("*/**/*.py")
+        if not p.relative_to(root).parts[0].startswith(".")
     }
-    assert folders <= set(CODE_FOLDERS) | NOT_PROGRAM, folders - set(CODE_FOLDERS) - NOT_PROGRAM
+    return (local & imported) - declared
+
+
+def test_every_top_level_code_folder_is_classified() -> None:
+    assert not unclassified_folders(ROOT)
+
+
+def test_a_user_s_own_folder_is_not_the_layout_s_business(tmp_path: Path) -> None:
+    for name, text in {
+        "components/a.py": "from newlayer import thing\n",
+        "newlayer/thing.py": "",
+        "rewards/score.py": "def compute_score() -> float:\n    return 1.0\n",
+        "plan-out/payloads/export_model.py": "",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    # The reward folder and the plan output are not imported; a new layer the program imports is.
+    assert unclassified_folders(tmp_path) == {"newlayer"}
 
 
 def test_no_folder_holds_more_than_30_percent_of_the_program() -> None:

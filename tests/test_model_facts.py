@@ -336,7 +336,7 @@ def transformers_facts() -> dict[str, dict[str, Any]]:
     root = os.environ.get(VENVS_ENV)
     python = Path(root or ".") / "0.6.1" / "bin" / "python"
     if not root or not python.is_file():
-        missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/run builds (0.6.1/bin/python)")
+        missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/setup builds (0.6.1/bin/python)")
     configs = {}
     for hub_id, entry in MODEL_TABLE.items():
         configs[hub_id] = {**entry.config, "num_hidden_layers": 1}

@@ -294,8 +294,17 @@ def test_no_reservation_means_no_reservation_affinity() -> None:
     result = plan("a3u", "standard", unset=("verl-gke:reservation",))
     pool = result.one(NODE_POOL, "gpu-pool").inputs
     assert pool["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    # Without a reservation a spare machine can be had: GKE's default surge upgrade.
-    assert pool["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 1, "maxUnavailable": 0}
+    # Without a reservation the a3u default is flex-start, whose nodes GKE upgrades with its
+    # short-lived strategy (GKE "Node pool upgrade strategies"): no surge settings are sent.
+    assert "upgradeSettings" not in pool
+    # Spot: a spare machine can be had, GKE's default surge upgrade.
+    unset = ("verl-gke:reservation",)
+    spot = plan("a3u", "standard", unset=unset, **{"verl-gke__capacity": "spot"})
+    assert spot.one(NODE_POOL, "gpu-pool").inputs["upgradeSettings"] == {
+        "strategy": "SURGE",
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+    }
 
 
 def test_gpu_pool_needs_cluster_and_k8s_provider_does_not_need_gpu_pool() -> None:

@@ -9,7 +9,7 @@ provider makes works against it: submit, a resubmit answered "already exists" (a
 info and status, the driver log, the log tail through the State API with the driver's node_id,
 stop and delete.
 
-Each head runs from its own virtualenv, `<VERL_GKE_RAY_VENVS>/<release>` (.ci/run builds
+Each head runs from its own virtualenv, `<VERL_GKE_RAY_VENVS>/<release>` (.ci/setup builds
 .venv-ray/<release> from requirements-ray-<release>.txt), one module-scoped head per release.
 The tests are the existing ones, run unchanged against these heads: the engine's whole sequence
 through the real dynamic-provider host (tests/test_ray_job_contract.py) and the provider's own
@@ -50,7 +50,7 @@ def ray_bin(release: str) -> Path:
     root = os.environ.get(VENVS_ENV)
     build = (
         f"python3 -m venv .venv-ray/{release} && .venv-ray/{release}/bin/python -m pip install "
-        f"-r requirements-ray-{release}.txt (what .ci/run does), then {VENVS_ENV}=$PWD/.venv-ray"
+        f"-r requirements-ray-{release}.txt (what .ci/setup does), then {VENVS_ENV}=$PWD/.venv-ray"
     )
     require(root, f"{VENVS_ENV} is unset: the Ray {release} head needs its virtualenv; {build}")
     command = Path(str(root)) / release / "bin" / "ray"

@@ -1,4 +1,4 @@
-"""An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/run
+"""An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/setup
 builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py does:
 
 - the parquet payloads/prepare_data.py writes for a fixture dataset loads through the trainer's
@@ -102,7 +102,7 @@ def _other_key(overrides: list[str]) -> list[str]:
 def _python(release: str) -> Path:
     root = os.environ.get(VENVS_ENV)
     if not root:
-        missing(f"{VENVS_ENV} is unset: these checks need the verl virtualenvs .ci/run builds")
+        missing(f"{VENVS_ENV} is unset: these checks need the verl virtualenvs .ci/setup builds")
     python = Path(root) / release / "bin" / "python"
     if not python.is_file():
         pytest.fail(f"{VENVS_ENV}={root} has no virtualenv for verl {release} ({python})")

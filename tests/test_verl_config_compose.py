@@ -5,7 +5,7 @@ The overrides are the ones the Ray job runs (`render_entrypoint`, split as the j
 it). verl_scripts/verl_compose_check.py composes them against the packaged `ppo_trainer` config
 of a real verl wheel, as `main_ppo` does, then runs verl's `validate_config` and the worker-side
 config dataclasses. It runs in an isolated virtualenv per verl release
-(requirements-verl-<version>.txt), which .ci/run builds under .venv-verl/<version> and names in
+(requirements-verl-<version>.txt), which .ci/setup builds under .venv-verl/<version> and names in
 VERL_GKE_VERL_VENVS.
 
 Which release stands for a stack's verl ref:
@@ -115,7 +115,7 @@ def _require_venv(release: str) -> None:
     if not root:
         reason = (
             f"{VENVS_ENV} is unset: the verl config compose check needs the isolated verl "
-            f"virtualenvs that .ci/run builds (.venv-verl/<version> from "
+            f"virtualenvs that .ci/setup builds (.venv-verl/<version> from "
             f"requirements-verl-<version>.txt)"
         )
         missing(reason)
@@ -123,7 +123,7 @@ def _require_venv(release: str) -> None:
     if not python.is_file():
         pytest.fail(
             f"{VENVS_ENV}={root} has no virtualenv for verl {release} ({python} is missing); "
-            f"build it as .ci/run does: python3 -m venv {Path(root) / release} && {python} -m "
+            f"build it as .ci/setup does: python3 -m venv {Path(root) / release} && {python} -m "
             f"pip install -r requirements-verl-{release}.txt && {python} -m pip install "
             f"--no-deps verl=={release}"
         )
@@ -166,7 +166,7 @@ def test_every_profile_ref_has_a_release() -> None:
         f"verl refs {sorted(missing)} have no release to compose against: add the nearest "
         f"release to RELEASE_FOR_REF and a requirements-verl-<version>.txt for it"
     )
-    # .ci/run builds one virtualenv per requirements-verl-<release>.txt.
+    # .ci/setup builds one virtualenv per requirements-verl-<release>.txt.
     built = {
         p.name[len("requirements-verl-") : -len(".txt")]
         for p in REPO.glob("requirements-verl-*.txt")
@@ -504,13 +504,10 @@ def _fix_of(problem: str) -> dict[str, str]:
     setting = re.match(r"verl-gke:job\.(\w+) = ", problem)
     assert setting, problem
     fix = problem.split("Fix: ", 1)[1]
-    example = re.search(r"e\.g\. ([\d.]+)", fix)
-    own = re.match(r"set it to ([^\s,;()]+)", fix)
-    other = re.match(r"set verl-gke:job\.(\w+) to ([^\s,;()]+)", fix)
-    if example or own:
-        return {setting[1]: (example or own)[1]}  # type: ignore[index]
-    assert other, f"no fix to apply in {fix!r}"
-    return {other[1]: other[2]}
+    # The first command of the fix (training/grpo_spec.py set_command).
+    command = re.match(r"pulumi config set --path verl-gke:job\.(\w+) ([^\s,;()]+)", fix)
+    assert command, f"no fix to apply in {fix!r}"
+    return {command[1]: command[2]}
 
 
 def _rule_fix(case: RuleCase) -> GrpoSpec:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +34,7 @@ from planning.offline_engine import (
     stack_config,
 )
 from tools.plan_redaction import redacted, secret_markers
+from training.grpo_spec import CONFIG_KEY as JOB_KEY
 from training.grpo_spec import RUN_CONTINUITY
 
 # The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
@@ -192,13 +195,46 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def path_value(text: str) -> object:
+    """A value set for a path, as `pulumi config set --path` stores it: true/false a boolean, an
+    integer a number, anything else a string (Pulumi CLI docs, `pulumi config set`)."""
+    if text in ("true", "false"):
+        return text == "true"
+    return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+
+
+def job_fields(stack: str, items: list[tuple[str, str]]) -> str:
+    """verl-gke:job as JSON text: the stack file's fields, then each --set in order, merged field
+    by field: `verl-gke:job={...}` sets the fields it names, `verl-gke:job.FIELD=VALUE` one field
+    (as `pulumi config set --path`). Raises ValueError naming an item that is not a JSON object."""
+    try:
+        base = json.loads(stack_config(stack, PROJECT_DIR).get(JOB_KEY) or "{}")
+    except (FileNotFoundError, StackConfigError, json.JSONDecodeError):
+        base = {}  # the plan itself reports a missing stack or a bad stack value
+    fields = dict(base) if isinstance(base, dict) else {}
+    for key, value in items:
+        if key == JOB_KEY:
+            try:
+                given = json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"--set {JOB_KEY}={value}: not JSON ({error})") from None
+            if not isinstance(given, dict):
+                raise ValueError(f"--set {JOB_KEY}={value}: not a JSON object of job fields")
+            fields.update(given)
+        else:
+            fields[key.removeprefix(f"{JOB_KEY}.")] = path_value(value)
+    return json.dumps(fields)
+
+
 def config_overrides(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[dict[str, str], set[str]]:
     """(--set and --set-secret values by key, the keys given as secrets); a malformed item exits
-    through parser.error without echoing a secret's value."""
+    through parser.error without echoing a secret's value. Job fields (verl-gke:job as JSON or
+    verl-gke:job.FIELD) merge into one verl-gke:job."""
     overrides: dict[str, str] = {}
     secret_keys: set[str] = set()
+    job_items: list[tuple[str, str]] = []
     for flag, items in (("--set", args.set), ("--set-secret", args.set_secret)):
         for item in items:
             key, sep, value = item.partition("=")
@@ -207,10 +243,48 @@ def config_overrides(
                 parser.error(
                     f"{flag} {shown}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8"
                 )
+            if flag == "--set" and (key == JOB_KEY or key.startswith(f"{JOB_KEY}.")):
+                job_items.append((key, value))
+                continue
             overrides[key] = value
             if flag == "--set-secret":
                 secret_keys.add(key)
+    if len(job_items) == 1 and job_items[0][0] == JOB_KEY:
+        overrides[JOB_KEY] = job_items[0][1]  # as typed: the program reports what is wrong
+    elif job_items:
+        try:
+            overrides[JOB_KEY] = job_fields(args.stack, job_items)
+        except ValueError as error:
+            parser.error(str(error))
     return overrides, secret_keys
+
+
+# A fix the program prints as a Pulumi command (config/settings.py and the rules it runs).
+_SET_COMMAND = re.compile(
+    r"pulumi config set (?P<secret>--secret )?(?:--path )?(?P<key>[\w-]+:[\w.\[\]-]+) "
+    r"(?P<value>'[^']*'|[^\s,;)]+)(?: -s [\w.-]+)?"
+)
+_RM_COMMAND = re.compile(
+    r"pulumi config rm (?:--path )?(?P<key>[\w-]+:[\w.\[\]-]+)(?: -s [\w.-]+)?"
+)
+
+
+def offline_fixes(message: str, stack: str, typed: set[str]) -> str:
+    """`message` with each fix in the plan's own form: `--set KEY=VALUE` (`--set-secret` for a
+    secret) for a `pulumi config set`, and for a `pulumi config rm` leaving out the --set the
+    user typed, or else removing the key from the stack file."""
+
+    def set_form(match: re.Match[str]) -> str:
+        flag = "--set-secret" if match["secret"] else "--set"
+        return f"{flag} {match['key']}={match['value']}"
+
+    def rm_form(match: re.Match[str]) -> str:
+        key = match["key"]
+        if key in typed or key.split(".", 1)[0] in typed:
+            return f"leave out --set {key}=..."
+        return f"remove {key} from Pulumi.{stack}.yaml"
+
+    return _RM_COMMAND.sub(rm_form, _SET_COMMAND.sub(set_form, message))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (pulumi.RunError, FileNotFoundError, StackConfigError) as error:
         # RunError: settings or job preflight problems, each with its fix; StackConfigError: a
         # value Pulumi itself refuses before the program runs.
-        print(f"error: {redacted(str(error), markers)}", file=sys.stderr)
+        message = offline_fixes(str(error), args.stack, set(overrides))
+        print(f"error: {redacted(message, markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
     for line in plan_report(result, overrides, args.strict):

@@ -238,8 +238,8 @@ def _run_input_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
             problems.append(
                 f"{CONFIG_KEY}.{alias} = {value!r}: the data-prep Job writes "
                 f"{run_inputs.DATASET_KEY}'s parquet to {expected!r}, so the job would not find "
-                f"it. Fix: remove {CONFIG_KEY}.{alias} and set {run_inputs.DATASET_KEY} to the "
-                "dataset you want"
+                f"it. Fix: pulumi config rm --path {CONFIG_KEY}.{alias} (the job then reads "
+                f"{run_inputs.DATASET_KEY}'s parquet; set that to the dataset you want)"
             )
     for override in spec.extra_overrides:
         key = override.lstrip("+").partition("=")[0]
@@ -301,8 +301,9 @@ def _data_layout_problems(spec: GrpoSpec) -> list[str]:
             f"{CONFIG_KEY}.defaultLocalDir = {spec.default_local_dir!r}: checkpoints must be in "
             f"a folder under {CHECKPOINT_ROOT}/, the Ray pods' checkpoint mount, whose metadata "
             f"is never cached (resume reads verl's marker fresh on every node; {DATA_MOUNT} "
-            f"caches metadata and the data-prep Job rewrites parts of it). Fix: remove "
-            f"{CONFIG_KEY}.defaultLocalDir or set it to {CHECKPOINT_ROOT}/<experiment>"
+            f"caches metadata and the data-prep Job rewrites parts of it). Fix: "
+            f"pulumi config rm --path {CONFIG_KEY}.defaultLocalDir (the default is "
+            f"{CHECKPOINT_ROOT}/<experiment>)"
         )
     return problems
 

@@ -14,6 +14,7 @@ from training.grpo_spec import (
     _alias,
     _hydra_value,
     _setting,
+    set_command,
 )
 from training.memory_fit import ModelArch
 from training.model_config import best_rollout_tp, rollout_tp_fits
@@ -22,6 +23,10 @@ from training.model_config import best_rollout_tp, rollout_tp_fits
 def _problem(field_name: str, value: object, why: str, fix: str) -> str:
     shown = "(not set)" if value is None else _hydra_value(value)
     return f"{_setting(_alias(field_name))} = {shown}: {why}. Fix: {fix}"
+
+
+def _set(field_name: str, value: object) -> str:
+    return set_command(_alias(field_name), value)
 
 
 def _nearest_multiple(value: int, step: int, minimum: int = 1) -> int:
@@ -47,12 +52,12 @@ def _path_problem(field_name: str, path: str, fix: str, why_shared: str) -> str 
             f"it has '.', '..' or empty segments (it resolves to {normal}); the path rules and "
             "verl must see the same folder, so it must be written in normal form"
         )
-        return _problem(field_name, path, why, f"set it to {fix}")
+        return _problem(field_name, path, why, _set(field_name, fix))
     elif not is_shared(path):
         why = f"only {DATA_MOUNT} (the GCS FUSE mount of the bucket) is shared by all pods"
     else:
         return None
-    return _problem(field_name, path, f"{why}; {why_shared}", f"set it to {fix}")
+    return _problem(field_name, path, f"{why}; {why_shared}", _set(field_name, fix))
 
 
 def preflight(
@@ -87,7 +92,7 @@ def _grpo_rules(spec: GrpoSpec) -> list[str | None]:
             spec.rollout_n,
             "GRPO compares a group of responses per prompt; with one response every advantage "
             "is 0 and nothing is learned",
-            "set it to 2 or more (the tutorial uses 8)",
+            f"{_set('rollout_n', 8)} (2 or more; the tutorial uses 8)",
         )
         if spec.rollout_n < 2
         else None,
@@ -96,7 +101,7 @@ def _grpo_rules(spec: GrpoSpec) -> list[str | None]:
             spec.use_kl_loss,
             f"GRPO needs KL regularisation against the reference model, and neither this nor "
             f"{_setting('useKlInReward')} is on",
-            "set it to true (as the tutorial's A4X command does)",
+            f"{_set('use_kl_loss', True)} (as the tutorial's A4X command does)",
         )
         if not kl_on
         else None,
@@ -126,7 +131,7 @@ def _train_batch_rule(spec: GrpoSpec, n_gpus: int, gpus: str) -> str | None:
         "train_batch_size",
         train,
         f"trainBatchSize x rolloutN = {train * n} does not split evenly over {gpus}",
-        f"set it to {_nearest_multiple(train, step, minimum=spec.ppo_mini_batch_size)} "
+        f"{_set('train_batch_size', _nearest_multiple(train, step, spec.ppo_mini_batch_size))} "
         f"(a multiple of {step})",
     )
 
@@ -144,12 +149,12 @@ def _mini_batch_fix(spec: GrpoSpec, n_gpus: int) -> tuple[int | None, str]:
     largest_valid_mini = train // mini_step * mini_step
     if largest_valid_mini >= mini_step:
         good_mini = min(_nearest_multiple(mini, mini_step), largest_valid_mini)
-        return good_mini, f"set it to {good_mini}"
+        return good_mini, _set("ppo_mini_batch_size", good_mini)
     train_step = train_batch_step(spec, n_gpus)
     return None, (
-        f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}; set "
-        f"{_setting('trainBatchSize')} to {math.lcm(train_step, mini_step)} and this to "
-        f"{mini_step}"
+        f"no mini-batch <= trainBatchSize works with ppoMicroBatchSizePerGpu = {micro}: "
+        f"{_set('train_batch_size', math.lcm(train_step, mini_step))}, then "
+        f"{_set('ppo_mini_batch_size', mini_step)}"
     )
 
 
@@ -183,14 +188,15 @@ def _mini_batch_rules(
         )
     elif (mini * n // n_gpus) % micro:
         per_gpu = mini * n // n_gpus
-        alternative = f", or {_setting('ppoMiniBatchSize')} to {good_mini}" if good_mini else ""
+        alternative = f", or {_set('ppo_mini_batch_size', good_mini)}" if good_mini else ""
         problems.append(
             _problem(
                 "ppo_micro_batch_size_per_gpu",
                 micro,
                 f"each GPU's share of a mini-batch, ppoMiniBatchSize x rolloutN / GPUs = "
                 f"{mini} x {n} / {n_gpus} = {per_gpu}, is not a whole number of micro-batches",
-                f"set it to {_largest_divisor_at_most(per_gpu, micro)} (a divisor of {per_gpu})"
+                f"{_set('ppo_micro_batch_size_per_gpu', _largest_divisor_at_most(per_gpu, micro))} "
+                f"(a divisor of {per_gpu})"
                 f"{alternative}",
             )
         )
@@ -211,7 +217,8 @@ def _tp_rules(spec: GrpoSpec, gpn: int, n_gpus: int, model: ModelArch) -> list[s
     if not reasons:
         return []
     best = best_rollout_tp(tp, gpn, model)
-    return [_problem("rollout_tensor_parallel_size", tp, "; ".join(reasons), f"set it to {best}")]
+    fix = _set("rollout_tensor_parallel_size", best)
+    return [_problem("rollout_tensor_parallel_size", tp, "; ".join(reasons), fix)]
 
 
 def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
@@ -222,7 +229,7 @@ def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
             spec.gpu_memory_utilization,
             "vLLM reserves this fraction of each GPU for weights and KV cache; it must lie "
             "strictly between 0 and 1 and leave room for the trainer",
-            "use e.g. 0.5 (the x86 tutorial) or 0.6 (the A4X command)",
+            f"{_set('gpu_memory_utilization', 0.5)} (the x86 tutorial; the A4X command uses 0.6)",
         )
         if not 0 < spec.gpu_memory_utilization < 1
         else None,
@@ -231,8 +238,8 @@ def _single_value_rules(spec: GrpoSpec) -> list[str | None]:
             spec.save_freq,
             "verl writes no checkpoint unless saveFreq > 0 (-1 is its default): nothing would "
             "reach the bucket and the run could not resume",
-            "set it to a positive number of steps, e.g. 10 as in the tutorial (the last step "
-            "is always saved too)",
+            f"{_set('save_freq', 10)} (a positive number of steps, as in the tutorial; the last "
+            "step is always saved too)",
         )
         if spec.save_freq <= 0
         else None,

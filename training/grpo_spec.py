@@ -95,6 +95,14 @@ def _setting(alias: str) -> str:
     return f"{CONFIG_KEY}.{alias}"
 
 
+def set_command(alias: str, value: object) -> str:
+    """The command that sets job field `alias` to `value`: `pulumi config set --path`, whose value
+    is a boolean for true/false, a number for an integer, else a string (Pulumi CLI docs,
+    `pulumi config set`); the offline plan prints it as `--set KEY=VALUE` (tools/plan.py)."""
+    shown = ("true" if value else "false") if isinstance(value, bool) else _hydra_value(value)
+    return f"pulumi config set --path {_setting(alias)} {shown}"
+
+
 def setting_of(alias: str) -> str:
     """The config key a user sets for a job field: `verl-gke:job.<alias>`, or for a field the
     stack derives (DERIVED_JOB_KEYS) the stack setting that decides it."""
@@ -644,8 +652,8 @@ def _value_fix(item: Any, values: Mapping[str, Any]) -> str:
         except ValidationError as error:
             if any(e["loc"][:1] == (alias,) for e in error.errors()):
                 continue
-        return f"set it to {_hydra_value(candidate)}"
-    return f"remove {_setting(alias)} (the stack's default applies)"
+        return set_command(alias, candidate)
+    return f"pulumi config rm --path {_setting(alias)} (the stack's default applies)"
 
 
 def _describe(error: ValidationError, values: Mapping[str, Any] | None = None) -> list[str]:

@@ -2,17 +2,35 @@
 
 Locally such a test is skipped with the reason; in CI (the environment variable CI is "true", as
 GitHub Actions sets it and .ci/run exports it) it fails with the same reason, so that a missing
-prerequisite can never turn a CI run green by skipping the check.
+prerequisite can never turn a CI run green by skipping the check. Every such prerequisite is one
+that `bash .ci/setup` (the README's set-up command) installs into the clone, where the tests find
+it unless the environment variable names another place (`use_local_prerequisites`).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
 CI_ENV = "CI"
+SETUP_COMMAND = "bash .ci/setup"
+# The environment variable each prerequisite is read from -> the folder of the clone .ci/setup
+# fills with it.
+LOCAL_FOLDERS = {
+    "VERL_GKE_CRDS_DIR": ".crds",
+    "VERL_GKE_VERL_VENVS": ".venv-verl",
+    "VERL_GKE_RAY_VENVS": ".venv-ray",
+}
+
+
+def use_local_prerequisites(root: Path) -> None:
+    """Points each unset variable of LOCAL_FOLDERS at its folder in the clone, when it exists."""
+    for variable, folder in LOCAL_FOLDERS.items():
+        if not os.environ.get(variable) and (root / folder).is_dir():
+            os.environ[variable] = str(root / folder)
 
 
 def in_ci() -> bool:
@@ -21,6 +39,7 @@ def in_ci() -> bool:
 
 def missing(reason: str) -> NoReturn:
     """Skip the calling test (locally) or fail it (CI), saying what is missing and how to get it."""
+    reason = f"{reason} (`{SETUP_COMMAND}` installs it)"
     if in_ci():
         pytest.fail(f"{reason}; CI must provide it ({CI_ENV}=true: a skip here is a failure)")
     pytest.skip(reason)

@@ -3,8 +3,9 @@
 Core kinds (including resource.k8s.io/v1) go through kubernetes-validate in strict mode at the
 cluster's Kubernetes version. Custom resources are validated against their CRDs'
 `openAPIV3Schema`, made strict (unknown fields rejected), from the directory named by
-VERL_GKE_CRDS_DIR (.ci/run points it at ../shared/crds). GKE's ComputeClass has no public CRD;
-it is checked against a small schema of the fields this program uses, written from GKE's docs.
+VERL_GKE_CRDS_DIR (default: .crds/ of the clone, which .ci/setup fills). GKE's ComputeClass has
+no public CRD; it is checked against a small schema of the fields this program uses, written
+from GKE's docs.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from tests.support import require
 
 CRDS_ENV = "VERL_GKE_CRDS_DIR"
 CRDS_MISSING = (
-    f"{CRDS_ENV} is not set: custom resources are validated against the CRD schemas in "
-    f"../shared/crds, which .ci/run exports as {CRDS_ENV}"
+    f"no CRD schemas: custom resources are validated against the CRDs of .ci/crds.txt, in .crds/ "
+    f"of the clone or the folder {CRDS_ENV} names"
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -152,7 +153,7 @@ def required_crds_dir() -> Path:
     assert directory is not None
     require.require(
         directory.is_dir() and any(directory.glob("*.yaml")),
-        f"{CRDS_ENV}={directory} holds no CRD files (*.yaml); point it at ../shared/crds",
+        f"{CRDS_ENV}={directory} holds no CRD files (*.yaml)",
     )
     return directory
 

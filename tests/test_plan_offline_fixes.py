@@ -1,0 +1,124 @@
+"""The offline plan speaks the form the user typed: each fix of a refused configuration is a
+`--set KEY=VALUE` the plan then accepts, job fields are set as `pulumi config set --path` sets
+them (`--set verl-gke:job.FIELD=VALUE`), and several job --set merge field by field."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from planning.offline_engine import REPO_ROOT, run_stack, stack_config
+from tools import plan as plan_cli
+
+# A fix in the plan's form; the first of alternatives (`A, or B`) is taken.
+_SET = re.compile(r"(--set(?:-secret)?) ([\w-]+:[\w.-]+=\S+)")
+
+
+def _fixes(err: str) -> list[str]:
+    args: list[str] = []
+    for line in err.splitlines():
+        if "Fix: " not in line:
+            continue
+        first = line.split("Fix: ", 1)[1].split(", or ")[0]
+        for flag, item in _SET.findall(first):
+            args += [flag, item]
+    return args
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        ["--set", "verl-gke:gpuNodes=x"],
+        ["--set", "verl-gke:job.trainBatchSize=255"],
+        ["--set", 'verl-gke:job={"ppoMicroBatchSizePerGpu": 7}'],
+        ["--set", "verl-gke:job.rolloutN=1"],
+        ["--set", "verl-gke:job.useKlLoss=false"],
+        ["--set", "verl-gke:job.gpuMemoryUtilization=1"],
+    ],
+)
+def test_each_offline_fix_is_a_set_the_plan_then_accepts(
+    typed: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plan_cli.main(["a3u", *typed]) == 2
+    err = capsys.readouterr().err
+    assert "pulumi config" not in err, err
+    fixes = _fixes(err)
+    assert fixes, err
+    assert plan_cli.main(["a3u", *typed, *fixes]) == 0, capsys.readouterr().err
+
+
+def test_a_key_the_user_typed_is_left_out_and_one_of_the_stack_file_removed_there(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan_cli.main(["a3u", "--set", "verl-gke:regoin=us-central1"]) == 2
+    assert "leave out --set verl-gke:regoin=..." in capsys.readouterr().err
+    message = plan_cli.offline_fixes("Fix: pulumi config rm verl-gke:x -s a3u", "a3u", set())
+    assert message == "Fix: remove verl-gke:x from Pulumi.a3u.yaml"
+    typed = "Fix: pulumi config set --secret verl-gke:hfToken hf_... -s a4"
+    secret = plan_cli.offline_fixes(typed, "a4", set())
+    assert secret == "Fix: --set-secret verl-gke:hfToken=hf_..."
+
+
+def _overrides(*items: str) -> dict[str, str]:
+    parser = plan_cli.argument_parser()
+    return plan_cli.config_overrides(parser, parser.parse_args(["a3u", *items]))[0]
+
+
+def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does() -> None:
+    overrides = _overrides(
+        "--set", "verl-gke:job.maxResponseLength=8192",
+        "--set", 'verl-gke:job={"trainBatchSize": 128}',
+        "--set", "verl-gke:job.useKlLoss=true",
+        "--set", "verl-gke:job.experimentName=run-7",
+    )  # fmt: skip
+    stack_job = json.loads(stack_config("a3u").get("verl-gke:job") or "{}")
+    # Pulumi CLI docs, `pulumi config set`: with --path, true/false are booleans, integers are
+    # numbers, anything else a string.
+    assert json.loads(overrides["verl-gke:job"]) == {
+        **stack_job,
+        "maxResponseLength": 8192,
+        "trainBatchSize": 128,
+        "useKlLoss": True,
+        "experimentName": "run-7",
+    }
+    assert plan_cli.path_value("0.5") == "0.5" and plan_cli.path_value("-3") == -3
+
+
+def test_a_path_set_job_field_reaches_the_job() -> None:
+    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=8192"))
+    jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
+    (job,) = [r for r in jobs if r.name == "grpo-job"]
+    assert "data.max_response_length=8192" in job.inputs["entrypoint"]
+
+
+def test_a_job_item_that_is_no_object_is_refused_naming_it() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _overrides("--set", "verl-gke:job=[1]", "--set", "verl-gke:job.rolloutN=8")
+    assert exit_.value.code == 2
+
+
+README = (REPO_ROOT / "README.md").read_text()
+OWN_RUN = (REPO_ROOT / "docs" / "own-run.md").read_text()
+COUNTS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+
+
+def test_the_readme_s_try_it_installs_the_locked_set_ci_tests() -> None:
+    section = README.split("## Try it without a cloud account", 1)[1].split("\n## ", 1)[0]
+    installs = re.findall(r"pip install [^\n]+", section)
+    assert installs == ["pip install --require-hashes -r requirements.lock"], installs
+
+
+def test_the_readme_shows_set_secret_and_the_path_form_the_plan_accepts() -> None:
+    assert "--set-secret verl-gke:hfToken=hf_..." in README
+    assert "--set verl-gke:job.maxResponseLength=8192" in README
+
+
+def test_the_readme_own_run_md_and_its_table_agree_on_the_settings_of_an_own_run() -> None:
+    table = [line for line in OWN_RUN.split("## Worked example", 1)[0].splitlines()
+             if line.startswith("| `verl-gke:")]  # fmt: skip
+    said_readme = re.search(r"default; (\w+) settings make it yours", README)
+    said_doc = re.search(r"(\w+) settings change it", OWN_RUN)
+    assert said_readme and said_doc
+    assert COUNTS[said_readme[1].lower()] == COUNTS[said_doc[1].lower()] == len(table), table
