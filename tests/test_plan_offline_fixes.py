@@ -68,7 +68,7 @@ def _overrides(*items: str) -> dict[str, str]:
 
 def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does() -> None:
     overrides = _overrides(
-        "--set", "verl-gke:job.maxResponseLength=8192",
+        "--set", "verl-gke:job.maxResponseLength=4096",
         "--set", 'verl-gke:job={"trainBatchSize": 128}',
         "--set", "verl-gke:job.useKlLoss=true",
         "--set", "verl-gke:job.experimentName=run-7",
@@ -78,7 +78,7 @@ def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does()
     # numbers, anything else a string.
     assert json.loads(overrides["verl-gke:job"]) == {
         **stack_job,
-        "maxResponseLength": 8192,
+        "maxResponseLength": 4096,
         "trainBatchSize": 128,
         "useKlLoss": True,
         "experimentName": "run-7",
@@ -87,10 +87,10 @@ def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does()
 
 
 def test_a_path_set_job_field_reaches_the_job() -> None:
-    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=8192"))
+    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=4096"))
     jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
     (job,) = [r for r in jobs if r.name == "grpo-job"]
-    assert "data.max_response_length=8192" in job.inputs["entrypoint"]
+    assert "data.max_response_length=4096" in job.inputs["entrypoint"]
 
 
 def test_a_job_item_that_is_no_object_is_refused_naming_it() -> None:
@@ -112,7 +112,15 @@ def test_the_readme_s_try_it_installs_the_locked_set_ci_tests() -> None:
 
 def test_the_readme_shows_set_secret_and_the_path_form_the_plan_accepts() -> None:
     assert "--set-secret verl-gke:hfToken=hf_..." in README
-    assert "--set verl-gke:job.maxResponseLength=8192" in README
+    # The README's path-form example, as a user would copy it, plans (every rule passes).
+    example = re.search(r"tools\.plan (\w+) (--set [^\n]+\\\n\s+--set \S+)", README)
+    assert example, "the README's path-form --set example is gone"
+    items = example[2].replace("\\\n", " ").split()
+    assert "verl-gke:job.maxResponseLength=4096" in items
+    result = run_stack(example[1], _overrides(*items))
+    jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
+    (job,) = [r for r in jobs if r.name == "grpo-job"]
+    assert "data.max_response_length=4096" in job.inputs["entrypoint"]
 
 
 def test_the_readme_own_run_md_and_its_table_agree_on_the_settings_of_an_own_run() -> None:
