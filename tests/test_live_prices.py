@@ -224,3 +224,26 @@ def test_a4x_has_no_sku_of_its_own_and_keeps_the_tables_answer(stand_in: str) ->
     read = live_prices.read_catalog(settings, lambda: client_for(stand_in))
     assert Capacity.RESERVATION not in read.gpu
     assert price_book(settings, read).stack_gpu(settings).usd is None
+
+
+def test_a_part_matched_by_skus_of_different_prices_is_not_priced() -> None:
+    """Two OnDemand H200 SKUs of us-central1 whose descriptions both name the GPU leave no way to
+    tell which one the node bills: no catalog figure (the table's stays), never the first listed.
+    SkyPilot's catalog shows such pairs exist (training/live_prices.py node_price)."""
+    from google.cloud.billing_v1 import Sku
+
+    def protos(rows: list[dict[str, Any]]) -> list[Any]:
+        return [Sku.from_json(json.dumps(row)) for row in rows]
+
+    node = live_prices.Node("A3", 224, 2952.0, "H200 141GB GPU", 8)
+    host = [row for row in PAGE_1 if "A3 Instance" in row["description"]]
+    gpu = sku("H200 141GB GPU running in Americas", "GPU", "OnDemand", 9.31174, US)
+    other = sku("H200 141GB GPU Extended running in Americas", "GPU", "OnDemand", 4.5, US)
+    on_demand, region = Capacity.ON_DEMAND, "us-central1"
+    priced = live_prices.node_price(protos([*host, gpu]), node, on_demand, region)
+    assert priced == pytest.approx(90.06992)
+    # The same price listed twice is not ambiguous.
+    twice = live_prices.node_price(protos([*host, gpu, gpu]), node, on_demand, region)
+    assert twice == pytest.approx(90.06992)
+    for rows in ([*host, gpu, other], [*host, other, gpu]):
+        assert live_prices.node_price(protos(rows), node, on_demand, region) is None

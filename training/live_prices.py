@@ -132,19 +132,24 @@ def _part(sku: Any, node: Node) -> tuple[str, float] | None:
 
 
 def node_price(skus: Iterable[Any], node: Node, capacity: Capacity, region: str) -> float | None:
-    """The node-hour price from the SKUs, or None when one of its parts has no SKU."""
-    parts: dict[str, float] = {}
+    """The node-hour price from the SKUs, or None when one of its parts has no SKU, or several
+    SKUs of different prices: the description does not single one out, and picking whichever the
+    API lists first could bill the wrong provisioning model. (SkyPilot's catalog, built with such a
+    first match, shows the hazard: skypilot-catalog 017e250 catalogs/v7/gcp/vms.csv lists 8 x H100
+    in us-central1 at $33.60609/h and in us-east4 at $78.37241/h, and 8 x H200 in us-central1 at
+    $74.49392/h but in europe-west4 at $36.60258/h.)"""
+    parts: dict[str, set[float]] = {}
     for sku in skus:
         if region not in sku.service_regions or not _mode_matches(sku, capacity):
             continue
         part = _part(sku, node)
         usd = unit_usd(sku)
         if part is not None and usd is not None:
-            parts.setdefault(part[0], usd * part[1])
+            parts.setdefault(part[0], set()).add(round(usd * part[1], 9))
     needed = {"cpu", "ram", *(("gpu",) if node.gpu_sku else ())}
-    if not needed <= parts.keys():
+    if not needed <= parts.keys() or any(len(found) > 1 for found in parts.values()):
         return None
-    return round(sum(parts.values()), 5)
+    return round(sum(found.pop() for found in parts.values()), 5)
 
 
 def default_client() -> Any:
