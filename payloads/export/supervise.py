@@ -132,6 +132,10 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # unexpectedly before finishing this task."; gcs_server "The actor is dead because its
     # worker process has died." / "... its owner has died."; WorkerCrashedError "The worker died
     # unexpectedly while executing this task."; ActorUnavailableError "is unavailable".
+    # Not an actor whose __init__ raised: ActorDiedError then reads "The actor died because of an
+    # error raised in its creation task, ..." (ray/exceptions.py, Ray 2.47/2.49), which is how
+    # verl 0.6.1's worker refuses its config (fsdp_workers.py ActorRolloutRefWorker.__init__
+    # asserts on ppo_mini_batch_size): the traceback's last line names the error (below).
     (
         ACTOR_DIED,
         re.compile(
@@ -139,6 +143,7 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|The actor is dead because its (?:worker process|owner) has died"
             r"|The worker died unexpectedly while executing this task"
             r"|ray\.exceptions\.(?:ActorDiedError|RayActorError|ActorUnavailableError)"
+            r"(?!: The actor died because of an error raised in its creation task)"
         ),
     ),
     # verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
