@@ -10,8 +10,9 @@
    no recorded identity is accepted only when its latest shards are of this world size.
 2. Training runs unless `training.done` names this identity and this training command: then a
    resubmission after a failed export runs only the export (at verl v0.6.1 a run resumed at its
-   last step would train one more step). The previous attempt's metrics.jsonl (verl's file
-   logger opens it with "w") is moved to metrics/attempt-<n>.jsonl first.
+   last step would train one more step). Before every attempt (a resubmission's or a restart's)
+   the previous attempt's metrics.jsonl (verl's file logger opens it with "w") is moved to
+   metrics/attempt-<n>.jsonl.
    Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
    restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
    attempts are recorded in recovery.json.
@@ -129,6 +130,15 @@ def keep_previous_metrics(run_dir: Path) -> Path | None:
     return kept
 
 
+def _keep_metrics(run_dir: Path) -> None:
+    """Before every attempt, a resubmission's or a restart's: verl's FileLogger opens
+    metrics.jsonl with "w" (verl/utils/tracking.py FileLogger, v0.6.1), so the attempt before
+    would lose its lines."""
+    kept = keep_previous_metrics(run_dir)
+    if kept is not None:
+        _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
+
+
 def latest_step(run_dir: Path) -> int | None:
     try:
         text = (run_dir / LATEST_FILE).read_text().strip()
@@ -153,12 +163,11 @@ def train(
             f"{run_dir / TRAINING_DONE_FILE}): not training again"
         )
         return 0
-    kept = keep_previous_metrics(run_dir)
-    if kept is not None:
-        _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
-    returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
+    returncode = supervise.supervise(
+        command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir)
+    )
     if returncode != 0:
         _say(f"training exited {returncode}")
         return returncode

@@ -350,8 +350,10 @@ class Supervisor:
         policy: Policy,
         cluster: Cluster,
         say: Callable[[str], None],
+        before_attempt: Callable[[], None] = lambda: None,
     ) -> None:
         self.command = command
+        self.before_attempt = before_attempt
         self.run_dir = run_dir
         self.policy = policy
         self.cluster = cluster
@@ -370,6 +372,7 @@ class Supervisor:
     def run(self) -> int:
         """0 when training finished; otherwise the last attempt's exit status (1 if none)."""
         while True:
+            self.before_attempt()
             attempt = Attempt(
                 number=len(self.attempts) + 1,
                 started_at=_now(),
@@ -559,10 +562,12 @@ def supervise(
     policy: Policy,
     dashboard_url: str,
     say: Callable[[str], None],
+    before_attempt: Callable[[], None] = lambda: None,
 ) -> int:
-    """Run the attempts; SIGTERM (how Ray stops a job's entrypoint and its children,
-    dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends them without a restart."""
-    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say)
+    """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
+    entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
+    them without a restart."""
+    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say, before_attempt)
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())
