@@ -18,11 +18,14 @@ from planning.startup_links import Link, StartupLinks
 
 # A run whose node was lost on Standard flex-start gets no node from its own request again.
 NEVER = math.inf
+# processor.go's BookingExpired/Failed lifecycle skips classes other than check-capacity and
+# best-effort-atomic-scale-up (provisioningrequest/supported_classes.go), so only the pod filter
+# is the open-source code's word on queued-provisioning.gke.io.
 PROVREQ_SOURCE = (
-    "kubernetes/autoscaler cluster-autoscaler/processors/provreq/processor.go "
-    "(Provisioned -> BookingExpired after 10 min, or once all its pods are scheduled) and "
+    "kubernetes/autoscaler cluster-autoscaler/processors/provreq/"
     "provisioning_request_pods_filter.go (an unschedulable pod annotated as consuming a "
-    "ProvisioningRequest never triggers a scale-up)"
+    "ProvisioningRequest never triggers a scale-up); whether GKE serves a consumed "
+    "queued-provisioning.gke.io request again is GKE's own code"
 )
 # Until a person notices a hung run today (nothing watches it after the first step; estimate:
 # a run left overnight).

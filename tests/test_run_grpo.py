@@ -299,3 +299,36 @@ def test_a_lora_export_says_what_it_holds_and_gets_the_runs_alpha(tmp_path: Path
         (adapter / "adapter_config.json").write_text(json.dumps(written))
         export_model.lora_contents(tmp_path, None)
     assert export_model.lora_contents(tmp_path / "plain", None)["contents"] == "model"
+
+
+# Stand-in for verl's trainer whose first call loses a Ray actor (Ray 2.47/2.49 ray/exceptions.py
+# ActorDiedError.BASE_ERROR_MSG, a retried cause) and whose second call finishes; each call opens
+# metrics.jsonl with "w", as verl's FileLogger does (verl/utils/tracking.py, v0.6.1).
+RESTARTED_TRAINER = """
+import json, pathlib, sys
+run = pathlib.Path(sys.argv[1])
+with open(run / "calls", "a") as calls:
+    calls.write("x")
+call = len((run / "calls").read_text())
+print(f"step:{call} - training/global_step:{call} - timing_s/step:1.0", flush=True)
+with open(run / "metrics.jsonl", "w") as metrics:
+    metrics.write(json.dumps({"step": call}) + "\\n")
+if call == 1:
+    print("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.")
+    sys.exit(1)
+"""
+
+
+def test_a_restart_keeps_the_lost_attempts_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, str(RUNNER), "--run-dir", str(run_dir),
+        "--identity", json.dumps(IDENTITY), "--max-restarts", "1", *length_option(),
+        "--", sys.executable, "-c", RESTARTED_TRAINER, str(run_dir),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls(run_dir) == 2
+    kept = run_dir / "metrics" / "attempt-001.jsonl"
+    assert json.loads(kept.read_text())["step"] == 1
+    assert json.loads((run_dir / "metrics.jsonl").read_text())["step"] == 2

@@ -109,6 +109,35 @@ def test_rays_actor_died_message_is_retried(version: str) -> None:
     assert supervise.ACTOR_DIED in supervise.RETRIED
 
 
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_a_worker_refusing_its_config_in_init_is_not_retried(version: str) -> None:
+    """An actor whose __init__ raises dies with ActorDiedError "The actor died because of an error
+    raised in its creation task, ..." (ray/exceptions.py at Ray 2.47/2.49); verl 0.6.1's
+    ActorRolloutRefWorker.__init__ (workers/fsdp_workers.py) refuses a batch size that way. The
+    driver's tail (as Ray 2.47 printed it here for a nested actor, verl's TaskRunner layout)
+    names the AssertionError: final, never a dead actor to retry."""
+    source = (_ray_site(version) / "exceptions.py").read_text()
+    found = re.search(
+        r'"(The actor died because of an error)"\s*"( raised in its creation task, )"', source
+    )
+    assert found is not None
+    message = found.group(1) + found.group(2)
+    verl = sorted((VERL_VENVS / "0.6.1" / "lib").glob("python3*/site-packages/verl"))
+    require(verl, f"verl 0.6.1 virtualenv under {VERL_VENVS} (VERL_GKE_VERL_VENVS)")
+    workers = (verl[0] / "workers" / "fsdp_workers.py").read_text()
+    assert "assert self.config.actor.ppo_mini_batch_size > 0" in workers
+    tail = [
+        "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=7, ip=10.0.0.2)",
+        f"ray.exceptions.ActorDiedError: {message}ray::WorkerDict.__init__() (pid=9, ip=10.0.0.3)",
+        '  File "verl/workers/fsdp_workers.py", line 237, in __init__',
+        "AssertionError: ppo_mini_batch_size 0 should be larger than 0 after normalization",
+    ]
+    assert supervise.classify(tail) == supervise.VERL_REFUSED
+    assert supervise.VERL_REFUSED not in supervise.RETRIED
+    # The same creation-task death without a Python error line is not a dead actor either.
+    assert supervise.classify(tail[:2]) == supervise.UNKNOWN
+
+
 def test_hydras_refusal_of_an_override_is_a_config_error_and_not_retried() -> None:
     found = sorted((VERL_VENVS / "0.6.1" / "lib").glob("python3*/site-packages/hydra"))
     require(found, f"verl 0.6.1 virtualenv under {VERL_VENVS} (VERL_GKE_VERL_VENVS)")

@@ -2,8 +2,9 @@
 
 - stop: records that the user stopped the run (jobs/user_stop.py: the job provider then keeps it
   stopped through `pulumi up` and `pulumi up --refresh`), asks Ray to stop it (POST
-  /api/jobs/<id>/stop: SIGTERM to the entrypoint's process group, SIGKILL after Ray's grace
-  period) and waits until Ray reports it STOPPED. Checkpoints are kept.
+  /api/jobs/<id>/stop: SIGTERM to the entrypoint and each of its descendants, SIGKILL to them
+  after Ray's grace period: job_supervisor.py, Ray 2.47/2.49) and waits until Ray reports it
+  STOPPED. Checkpoints are kept.
 - resume: removes that record; the next `pulumi up --refresh` resubmits the run under its next
   -r<N> id and verl resumes from its latest checkpoint.
 - --follow: prints the driver log from its start as the driver writes it (the Jobs API's log

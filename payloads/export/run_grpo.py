@@ -13,8 +13,9 @@
    steps, epochs, batch size, train files) with no checkpoint since, or the latest checkpoint is
    at or past an explicit total step count. At verl v0.6.1 a run resumed at its last step trains
    one more step (fit() has no guard past total_training_steps), so a change of lr or a logger
-   must not start verl again. The previous attempt's metrics.jsonl (verl's file logger opens it
-   with "w") is moved to metrics/attempt-<n>.jsonl first.
+   must not start verl again. Before every attempt (a resubmission's or a restart's) the
+   previous attempt's metrics.jsonl (verl's file logger opens it with "w") is moved to
+   metrics/attempt-<n>.jsonl.
 3. With --keep-checkpoints K, global_step_* folders beyond the K latest complete ones are
    removed when an attempt starts and each time verl's tracker moves (prune_checkpoints): verl
    prunes only the saves of its own process (previous_saved_paths lives in memory).
@@ -180,6 +181,15 @@ def keep_previous_metrics(run_dir: Path) -> Path | None:
     return kept
 
 
+def _keep_metrics(run_dir: Path) -> None:
+    """Before every attempt, a resubmission's or a restart's: verl's FileLogger opens
+    metrics.jsonl with "w" (verl/utils/tracking.py FileLogger, v0.6.1), so the attempt before
+    would lose its lines."""
+    kept = keep_previous_metrics(run_dir)
+    if kept is not None:
+        _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
+
+
 def latest_step(run_dir: Path) -> int | None:
     try:
         text = (run_dir / LATEST_FILE).read_text().strip()
@@ -205,13 +215,12 @@ def train(
         if (_read_json(run_dir / TRAINING_DONE_FILE) or {}).get("command_sha256") != sha:
             _record_done(run_dir, identity, sha, length)
         return 0
-    kept = keep_previous_metrics(run_dir)
-    if kept is not None:
-        _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
     with pruning(run_dir, keep):
-        returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
+        returncode = supervise.supervise(
+            command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir)
+        )
     if returncode != 0:
         how, status = signal_exit(returncode)
         _say(f"training {how}")

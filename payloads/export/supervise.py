@@ -132,6 +132,10 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # unexpectedly before finishing this task."; gcs_server "The actor is dead because its
     # worker process has died." / "... its owner has died."; WorkerCrashedError "The worker died
     # unexpectedly while executing this task."; ActorUnavailableError "is unavailable".
+    # Not an actor whose __init__ raised: ActorDiedError then reads "The actor died because of an
+    # error raised in its creation task, ..." (ray/exceptions.py, Ray 2.47/2.49), which is how
+    # verl 0.6.1's worker refuses its config (fsdp_workers.py ActorRolloutRefWorker.__init__
+    # asserts on ppo_mini_batch_size): the traceback's last line names the error (below).
     (
         ACTOR_DIED,
         re.compile(
@@ -139,6 +143,7 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|The actor is dead because its (?:worker process|owner) has died"
             r"|The worker died unexpectedly while executing this task"
             r"|ray\.exceptions\.(?:ActorDiedError|RayActorError|ActorUnavailableError)"
+            r"(?!: The actor died because of an error raised in its creation task)"
         ),
     ),
     # verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
@@ -345,8 +350,10 @@ class Supervisor:
         policy: Policy,
         cluster: Cluster,
         say: Callable[[str], None],
+        before_attempt: Callable[[], None] = lambda: None,
     ) -> None:
         self.command = command
+        self.before_attempt = before_attempt
         self.run_dir = run_dir
         self.policy = policy
         self.cluster = cluster
@@ -366,6 +373,7 @@ class Supervisor:
         """0 when training finished; otherwise the last attempt's exit status (1 if none), -S for
         a trainer killed by signal S."""
         while True:
+            self.before_attempt()
             attempt = Attempt(
                 number=len(self.attempts) + 1,
                 started_at=_now(),
@@ -555,10 +563,12 @@ def supervise(
     policy: Policy,
     dashboard_url: str,
     say: Callable[[str], None],
+    before_attempt: Callable[[], None] = lambda: None,
 ) -> int:
-    """Run the attempts; SIGTERM (how Ray stops a job's entrypoint and its children,
-    dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends them without a restart."""
-    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say)
+    """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
+    entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
+    them without a restart."""
+    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say, before_attempt)
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())
