@@ -505,13 +505,19 @@ def copy_reward(source: Path, dest: Path) -> None:
     log(step, f"copied {source} ({len(data)} bytes) to {dest}")
 
 
-# Imports the reward file as verl's get_custom_reward_fn does (spec_from_file_location, then
-# exec_module; verl/trainer/ppo/reward.py v0.6.1), in a child process so the import cannot
-# touch this one.
+# Imports the reward file as verl's get_custom_reward_fn does at v0.6.1, the x86 stacks' verlRef
+# (verl/trainer/ppo/reward.py): spec_from_file_location('custom_module'), the module entered in
+# sys.modules as 'custom_module', then exec_module. The entry matters: a @dataclass under
+# `from __future__ import annotations` looks its module up there (Python's dataclasses). v0.7.0
+# and 0.9.0 load the file without the entry (verl/utils/import_utils.py load_module), so there
+# such a file fails in verl and passes here. In a child process so the import cannot touch this
+# one.
 REWARD_IMPORT = (
     "import importlib.util, sys\n"
     "spec = importlib.util.spec_from_file_location('custom_module', sys.argv[1])\n"
-    "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules['custom_module'] = module\n"
+    "spec.loader.exec_module(module)\n"
 )
 
 

@@ -5,6 +5,8 @@ before the GPUs are asked for, not at the first reward."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from config.settings import load_settings
 from manifests import data_prep
 from payloads import prepare_data
 from tests.program import REAL
+from tests.support.require import missing
 from training.assembly import training_job
 
 # Imports the reward file in a child interpreter.
@@ -43,6 +46,49 @@ def test_a_reward_importing_what_the_checkout_has_passes(tmp_path: Path) -> None
     prepare_data.check_reward_imports(reward, verl)
     with pytest.raises(prepare_data.StepError, match="No module named 'mylib'"):
         prepare_data.check_reward_imports(reward, None)
+
+
+# A reward file verl v0.6.1 loads: a dataclass under postponed annotations, which needs the module
+# in sys.modules while it runs (Python's dataclasses look the class's module up there).
+DATACLASS_REWARD = """from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Parsed:
+    answer: str
+
+
+def score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(Parsed(solution_str).answer == ground_truth)
+"""
+
+# verl 0.6.1's own loader (verl/trainer/ppo/reward.py get_custom_reward_fn), then one score.
+VERL_LOADS = """import sys
+from omegaconf import OmegaConf
+from verl.trainer.ppo.reward import get_custom_reward_fn
+config = {"custom_reward_function": {"path": sys.argv[1], "name": "score", "reward_kwargs": {}}}
+fn = get_custom_reward_fn(OmegaConf.create(config))
+print(fn(data_source="d", solution_str="5", ground_truth="5"))
+"""
+
+
+def test_a_reward_verl_0_6_1_loads_passes_the_check(tmp_path: Path) -> None:
+    """verl v0.6.1 (the x86 stacks' verlRef) enters the module in sys.modules as 'custom_module'
+    before exec_module, so this file loads there; the Job's import must accept it too."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(DATACLASS_REWARD)
+    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
+    python = Path(venvs or "/nonexistent") / "0.6.1" / "bin" / "python"
+    if not python.is_file():
+        missing(f"the verl 0.6.1 virtualenv (VERL_GKE_VERL_VENVS={venvs})")
+    verl = subprocess.run(
+        [str(python), "-c", VERL_LOADS, str(reward)], capture_output=True, text=True
+    )
+    assert verl.returncode == 0, verl.stderr[-2000:]
+    assert verl.stdout.strip().splitlines()[-1] == "1.0"
+    prepare_data.check_reward_imports(reward, None)
 
 
 @pytest.mark.parametrize(("stack", "imported"), [("a3u", True), ("a4x", False)])

@@ -76,12 +76,20 @@ def test_a_batched_token_override_below_the_sequence_is_refused() -> None:
     (problem,) = [p for p in problems if BATCHED_TOKENS_KEY in p]
     assert "below verl-gke:job.maxPromptLength + verl-gke:job.maxResponseLength = 9216" in problem
     assert "set it to at least 9216" in problem
-    # The override is the user's: the job adds none of its own.
-    given = [*extra, "actor_rollout_ref.rollout.enable_chunked_prefill=False"]
+    # With chunked prefill off vLLM refuses the same values itself: max_num_batched_tokens below
+    # max_model_len raises in SchedulerConfig._verify_args (vllm/config/scheduler.py).
+    off = [*extra, "actor_rollout_ref.rollout.enable_chunked_prefill=False"]
+    problems = _problems(
+        _settings(maxPromptLength=1024, maxResponseLength=8192, extraOverrides=off)
+    )
+    (problem,) = [p for p in problems if BATCHED_TOKENS_KEY in p]
+    assert "with chunked prefill off, vLLM's scheduler config raises" in problem
+    # An override at least the sum is the user's: the job adds none of its own.
+    given = [f"{BATCHED_TOKENS_KEY}=12288", off[1]]
     job = training_job(
         _settings(maxPromptLength=1024, maxResponseLength=8192, extraOverrides=given)
     )
-    assert _args(job.entrypoint)[BATCHED_TOKENS_KEY] == "8192"
+    assert _args(job.entrypoint)[BATCHED_TOKENS_KEY] == "12288"
 
 
 def test_more_than_the_models_context_is_refused_with_a_fix_the_rule_accepts() -> None:

@@ -9,6 +9,13 @@ arithmetic reproduces it). The values were not re-read from the Hub at a pinned 
 this table was written (no network): `pulumi up` reads the live config.json with
 the stack's token, so a drift here changes only the offline plan. The one model table of the
 program: everything that needs a model's architecture imports it from here.
+
+max_position_embeddings, checked on 2026-12-04 against config.json texts on huggingface.co (the
+model's own page where one was found, else copies naming the model in _name_or_path or "Copy
+config.json from <id>"): Qwen2.5-*-Instruct 32768 (the 7B+ base models say 131072; they are not
+in the table), Qwen3 dense 40960 with rope_scaling null, Llama 3.1 and 3.2 131072 with rope_type
+llama3 factor 8 and 32, Mistral-7B-Instruct-v0.3 32768 (its own page, revision c170c708),
+gemma-2 8192, gemma-3-1b-it 32768. Not every size was seen; none seen differed.
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@
   chunked prefill on (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.6.1). So a job
   whose prompt + response exceeds 8192 gets max_num_batched_tokens = prompt + response (the
   smallest value verl accepts), unless extraOverrides sets it; the memory fit's vLLM profiling
-  term follows it (assembly.memory_fit_inputs). From v0.7.0 the vLLM server sets max_model_len to
-  the model's max_position_embeddings and makes no such check (vllm_async_server.py, v0.7.0 and
-  v0.9.0); a prefill of the whole prompt in one step is accepted there as well.
+  term follows it (assembly.memory_fit_inputs). With chunked prefill off, vLLM itself raises for
+  max_num_batched_tokens < max_model_len (SchedulerConfig._verify_args, vllm/config/scheduler.py),
+  so an extraOverrides value below prompt + response is refused either way. From v0.7.0 the vLLM
+  server sets max_model_len to the model's max_position_embeddings and makes no such check
+  (vllm_async_server.py, v0.7.0 and v0.9.0); a prefill of the whole prompt in one step is
+  accepted there as well.
 - the model's context: verl v0.6.1 asserts max_position_embeddings >= prompt_length +
   response_length for a model without rope_scaling (x the rope factor with it,
   vllm_rollout_spmd.py v0.6.1); 0.9.0 caps each response at max_model_len (=
@@ -80,11 +83,18 @@ def sequence_problems(spec: GrpoSpec, model: ModelFacts) -> list[str]:
         )
     given = _extra_value(spec, BATCHED_TOKENS_KEY)
     chunked = (_extra_value(spec, CHUNKED_PREFILL_KEY) or "true").lower() != "false"
-    if given is not None and given.isdigit() and int(given) < total and chunked:
+    if given is not None and given.isdigit() and int(given) < total:
+        # Chunked prefill off: vLLM's own SchedulerConfig._verify_args raises for the same
+        # values (vllm/config/scheduler.py), whatever verl's ref.
+        who = (
+            "with chunked prefill on, verl v0.6.1's vLLM rollout raises"
+            if chunked
+            else "with chunked prefill off, vLLM's scheduler config raises"
+        )
         problems.append(
             f"{CONFIG_KEY}.extraOverrides: {BATCHED_TOKENS_KEY}={given} is below {prompt} + "
-            f"{response} = {total}: with chunked prefill on, verl v0.6.1's vLLM rollout raises "
-            f"(max_num_batched_tokens smaller than max_model_len). Fix: remove it (the job then "
-            f"passes {max(VERL_BATCHED_TOKENS_DEFAULT, total)}) or set it to at least {total}"
+            f"{response} = {total}: {who} (max_num_batched_tokens smaller than max_model_len). "
+            f"Fix: remove it (the job then passes {max(VERL_BATCHED_TOKENS_DEFAULT, total)}) or "
+            f"set it to at least {total}"
         )
     return problems
