@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
+from payloads.export import supervise
 from planning.offline_engine import FAKE_CA, FAKE_ENDPOINT, UNKNOWN_OUTPUT
 from tests.program import COMBINATIONS, plan
 
@@ -274,3 +277,18 @@ def test_checkpoints_in_another_folder_of_the_checkpoint_mount_are_fine() -> Non
     result = plan("a4x", **{"verl-gke__job": '{"defaultLocalDir": "/checkpoints/exp1"}'})
     # The checkpoint mount is the bucket's verl/checkpoints folder.
     assert result.outputs["checkpointRoot"] == "gs://acme-ml-prod-verl-a4x/verl/checkpoints/exp1"
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_ray_waits_for_the_runners_own_stop_before_it_kills(stack: str, mode: str) -> None:
+    # Ray's job stop: SIGTERM to the entrypoint and its descendants, SIGKILL after
+    # RAY_JOB_STOP_WAIT_TIME_S (default 3 s) read in the JobSupervisor actor, whose environment
+    # holds the job's runtime_env env_vars (dashboard/modules/job/job_supervisor.py,
+    # job_manager.py _get_supervisor_runtime_env). The runner stops the trainer with its own grace
+    # and then records the attempt, so Ray must wait longer than that grace.
+    spec = importlib.util.find_spec("ray.dashboard.modules.job.job_supervisor")
+    assert spec and spec.origin
+    assert '"RAY_JOB_STOP_WAIT_TIME_S"' in Path(spec.origin).read_text()
+    env = plan(stack, mode).one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
+    grace = supervise.Policy(0, 0.0, 0.0).stop_grace_s
+    assert int(env["RAY_JOB_STOP_WAIT_TIME_S"]) > grace

@@ -24,6 +24,14 @@ EXPORT_DIR = "payloads/export"
 RUNNER = Path(run_grpo.__file__).name
 # A changed payload is a different job spec (the submission id hashes the runtime env).
 SHA_ENV = "VERL_GKE_EXPORT_SHA256"
+# Ray's job stop sends SIGTERM to the entrypoint and every descendant, then SIGKILL after
+# RAY_JOB_STOP_WAIT_TIME_S (default 3 s), read from the JobSupervisor actor's environment, which
+# holds the job's runtime_env env_vars (Ray 2.47/2.49 dashboard/modules/job/job_supervisor.py
+# DEFAULT_RAY_JOB_STOP_WAIT_TIME_S, job_manager.py _get_supervisor_runtime_env). The runner needs
+# the supervisor's own grace (SIGTERM to the trainer, SIGKILL after it) plus time to record the
+# attempt: a stop never waits past the provider's and tools.run's stop deadlines (300 s, 120 s).
+RAY_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+RAY_STOP_WAIT_S = int(supervise.Policy(0, 0.0, 0.0).stop_grace_s) + 30
 
 
 def export_url(bucket: str, experiment: str) -> str:
@@ -71,7 +79,11 @@ def runner_job(
             command += ["--lora-alpha", str(lora_alpha)]
     if recovery is not None:
         command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
-    env_vars = {**runtime_env.get("env_vars", {}), SHA_ENV: _payload_sha256()}
+    env_vars = {
+        **runtime_env.get("env_vars", {}),
+        SHA_ENV: _payload_sha256(),
+        RAY_STOP_WAIT_ENV: str(RAY_STOP_WAIT_S),
+    }
     shipped = {
         **runtime_env,
         "working_dir": EXPORT_DIR,
