@@ -52,8 +52,8 @@ class RecoveryPlan:
     def hang_bound_text(self) -> str:
         return (
             f"no new step within max({self.hang_floor_s / 60:g} min, "
-            f"{self.hang_factor:g} x the slowest step); {self.first_step_bound_s / 60:g} min "
-            "before the first step"
+            f"{self.hang_factor:g} x the slowest step), plus the checkpoint's estimated write "
+            f"time on a step that saves; {self.first_step_bound_s / 60:g} min before the first step"
         )
 
 

@@ -29,6 +29,7 @@ from planning.startup_schedule import Schedule, schedule
 from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
 from training.run_cost import PriceBook, cost_lines, price_book, rate, training_steps, usd
+from training.run_life import CHECKPOINT_BYTES_PER_PARAM
 
 
 def modelled_schedule(result: PlanResult, settings: StackSettings) -> Schedule:
@@ -154,13 +155,6 @@ def _compute_class(result: PlanResult) -> str:
 
 
 # --- money ----------------------------------------------------------------------------------
-
-# Bytes per parameter of one verl FSDP actor checkpoint (verl FSDPCheckpointManager with the
-# default checkpoint.save_contents [model, optimizer, extra]): model_world_size_*.pt holds the
-# actor's sharded weights, fp32 (fsdp_workers: the actor's model_dtype defaults to fp32), 4 B;
-# optim_world_size_*.pt holds AdamW's exp_avg and exp_avg_sq in the parameters' dtype, 8 B;
-# extra_state_*.pt (LR scheduler, RNG) and the step's data.pt are a few MB.
-CHECKPOINT_BYTES_PER_PARAM = 4 + 8
 GIB = 2**30
 GRPO_JOB_TYPE = "pulumi-python:dynamic/jobs:RayJob"
 

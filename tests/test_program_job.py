@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -292,3 +293,19 @@ def test_ray_waits_for_the_runners_own_stop_before_it_kills(stack: str, mode: st
     env = plan(stack, mode).one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
     grace = supervise.Policy(0, 0.0, 0.0).stop_grace_s
     assert int(env["RAY_JOB_STOP_WAIT_TIME_S"]) > grace
+
+
+def test_the_hang_watchdog_waits_for_a_saving_step_as_long_as_the_save_takes() -> None:
+    job = plan("a3u", "standard").one(RAY_JOB, "grpo-job")
+    runner = shlex.split(job.inputs["entrypoint"].split(" -- ", 1)[0])
+    option = dict(itertools.pairwise(runner))
+    args = dict(a.split("=", 1) for a in shlex.split(job.inputs["entrypoint"]) if "=" in a)
+    assert option["--save-freq"] == args["trainer.save_freq"]
+    # GSM8K's 7,473 train rows in batches of 256 (drop_last), 2 epochs: verl's step count.
+    assert int(option["--total-steps"]) == 7473 // int(args["data.train_batch_size"]) * int(
+        args["trainer.total_epochs"]
+    )
+    # Qwen2.5-32B: 12 B per parameter (fp32 weights + AdamW moments) over 2 nodes, each node's
+    # share written at the assumed rate.
+    per_node = 12 * 32.76e9 / int(args["trainer.nnodes"])
+    assert float(option["--save-allowance-s"]) >= per_node / (100 * 2**20) - 60

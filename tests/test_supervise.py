@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,45 @@ def test_hang_bound_is_a_multiple_of_the_slowest_step_with_a_floor() -> None:
     assert supervise.hang_bound([], floor_s=600, factor=3) == 600
     assert supervise.hang_bound([100, 250, 120], floor_s=600, factor=3) == 750
     assert supervise.hang_bound([10, 20], floor_s=600, factor=3) == 600
+
+
+def test_a_step_that_saves_gets_the_save_allowance() -> None:
+    # verl v0.6.1 fit() saves at every save_freq-th step and at the last, before that step's
+    # line (verl/trainer/ppo/ray_trainer.py).
+    policy = supervise.Policy(0, 60.0, 10.0, save_freq=5, save_allowance_s=100.0, total_steps=12)
+    assert [policy.step_bound(step, 10.0) for step in (4, 5, 10, 11, 12)] == [
+        10.0, 110.0, 110.0, 10.0, 110.0,
+    ]
+    unknown_total = supervise.Policy(0, 60.0, 10.0, save_freq=5, save_allowance_s=100.0)
+    assert unknown_total.step_bound(7, 10.0) == 110.0  # any step may be the last
+    assert supervise.Policy(0, 60.0, 10.0).step_bound(5, 10.0) == 10.0  # saves never
+
+
+# A trainer whose second step saves for 3 s before its line, as verl's does.
+SAVING_TRAINER = """
+import time
+print("step:1 - training/global_step:1 - timing_s/step:0.1", flush=True)
+time.sleep(3)
+print("step:2 - training/global_step:2 - timing_s/step:3.0", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("allowance_s", "hung"), [(60.0, False), (0.0, True)])
+def test_a_slow_save_is_not_a_hang_within_its_allowance(
+    tmp_path: Path, allowance_s: float, hung: bool
+) -> None:
+    policy = supervise.Policy(
+        max_restarts=0, first_step_bound_s=120.0, hang_floor_s=1.0, hang_factor=1.0,
+        save_freq=2, save_allowance_s=allowance_s, total_steps=2,
+    )  # fmt: skip
+    said: list[str] = []
+    code = supervise.supervise(
+        [sys.executable, "-c", SAVING_TRAINER], tmp_path, policy, "http://127.0.0.1:9", said.append
+    )
+    record = supervise.read_record(tmp_path)
+    assert record is not None
+    causes = [attempt["cause"] for attempt in record["attempts"]]
+    if hung:
+        assert code != 0 and causes == ["hang"], said
+    else:
+        assert code == 0 and causes == ["succeeded"], said

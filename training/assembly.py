@@ -44,13 +44,15 @@ from training.memory_fit import (
     check_fit,
     estimate,
 )
-from training.model_export import export_url, runner_job
+from training.model_export import SaveWatch, export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
 from training.run_life import (
     checkpoint_keep_problems,
     checkpoints_to_keep,
+    known_total_steps,
     lora_alpha,
     run_length,
+    save_allowance_s,
 )
 from training.sequence_limits import (
     batched_tokens_overrides,
@@ -129,6 +131,11 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
         recovery=settings.recovery_plan,
+        saves=SaveWatch(
+            save_freq=spec.save_freq,
+            total_steps=known_total_steps(spec),
+            allowance_s=save_allowance_s(model.arch.num_params, spec.nnodes),
+        ),
         length=run_length(spec),
         keep_checkpoints=checkpoints_to_keep(spec),
         lora_alpha=lora_alpha(spec),

@@ -11,6 +11,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,23 @@ SHA_ENV = "VERL_GKE_EXPORT_SHA256"
 # attempt: a stop never waits past the provider's and tools.run's stop deadlines (300 s, 120 s).
 RAY_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
 RAY_STOP_WAIT_S = int(supervise.Policy(0, 0.0, 0.0).stop_grace_s) + 30
+
+
+@dataclass(frozen=True)
+class SaveWatch:
+    """Which training steps save a checkpoint, and how much longer the hang watchdog waits for
+    them (payloads/export/supervise.py Policy.step_bound)."""
+
+    save_freq: int
+    total_steps: int  # 0: not known
+    allowance_s: float
+
+    def runner_arguments(self) -> list[str]:
+        return [
+            "--save-freq", str(self.save_freq),
+            "--total-steps", str(self.total_steps),
+            "--save-allowance-s", f"{self.allowance_s:.0f}",
+        ]  # fmt: skip
 
 
 def export_url(bucket: str, experiment: str) -> str:
@@ -57,6 +75,7 @@ def runner_job(
     keep_checkpoints: int | None,
     lora_alpha: int | None = None,
     recovery: RecoveryPlan | None = None,
+    saves: SaveWatch | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
     export_experiment is given; restarts and hang watchdog per `recovery`, none without it), and
@@ -79,6 +98,8 @@ def runner_job(
             command += ["--lora-alpha", str(lora_alpha)]
     if recovery is not None:
         command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
+        if saves is not None:
+            command += saves.runner_arguments()
     env_vars = {
         **runtime_env.get("env_vars", {}),
         SHA_ENV: _payload_sha256(),

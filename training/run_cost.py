@@ -23,14 +23,12 @@ from config.price_table import (
     gpu_machine_price,
 )
 from config.profiles import Capacity, Mode
+from config.run_inputs import GSM8K_ROWS
 from config.settings import StackSettings
 from training.grpo_spec import GrpoSpec
 from training.live_prices import CATALOG_SOURCE, CatalogRead
 
 OWN_RATE_KEY = "verl-gke:gpuNodeHourlyUsd"
-# Rows of GSM8K's train split (openai/gsm8k dataset card: 7,473 train, 1,319 test), which verl's
-# examples/data_preprocess/gsm8k.py writes to train.parquet without filtering.
-GSM8K_TRAIN_ROWS = 7473
 # Step time: an ESTIMATE, not measured for this job (no published step time of Qwen2.5-32B GRPO
 # on H200/B200/GB200 was found). Range from NeMo-RL's performance summary (docs/about/
 # performance-summary.md, v0.4, DGX-H100, GRPO on OpenMathInstruct-2): 393 s/step for Qwen3-32B
@@ -227,7 +225,7 @@ def training_steps(job: Mapping[str, str]) -> int | None:
     if "trainer.total_training_steps" in job:
         return int(job["trainer.total_training_steps"])
     if job.get("data.train_files") == GSM8K_TRAIN and "data.train_batch_size" in job:
-        batches = GSM8K_TRAIN_ROWS // int(job["data.train_batch_size"])
+        batches = GSM8K_ROWS["train"] // int(job["data.train_batch_size"])
         return batches * int(job.get("trainer.total_epochs", "1"))
     return None
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.bucket_layout import GSM8K_TRAIN
+from config.run_inputs import GSM8K_ROWS
 from config.verl_source import release_at_least
 from training.grpo_spec import LORA_RANK_KEY, GrpoSpec, _as_int, setting_of
 
@@ -91,3 +93,35 @@ def lora_alpha(spec: GrpoSpec) -> int | None:
         return None
     alpha = _as_int(extra_override_value(spec, LORA_ALPHA_KEY))
     return LORA_ALPHA_DEFAULT if alpha is None else alpha
+
+
+# Bytes per parameter of one verl FSDP actor checkpoint (verl FSDPCheckpointManager with the
+# default checkpoint.save_contents [model, optimizer, extra]): model_world_size_*.pt holds the
+# actor's sharded weights, fp32 (fsdp_workers: the actor's model_dtype defaults to fp32), 4 B;
+# optim_world_size_*.pt holds AdamW's exp_avg and exp_avg_sq in the parameters' dtype, 8 B;
+# extra_state_*.pt (LR scheduler, RNG) and the step's data.pt are a few MB. The shards split
+# evenly over the ranks, so each node writes its ranks' share.
+CHECKPOINT_BYTES_PER_PARAM = 4 + 8
+# The hang bound of a step that saves grows by the time one node takes to write its share at this
+# rate: an ESTIMATE chosen low (not measured on GCS FUSE), so a slow save is never taken for a
+# hang; a real hang at a saving step is found that much later. At least SAVE_ALLOWANCE_FLOOR_S.
+CHECKPOINT_WRITE_MIB_PER_S_PER_NODE = 100
+SAVE_ALLOWANCE_FLOOR_S = 300.0
+
+
+def save_allowance_s(num_params: int, nodes: int) -> float:
+    """Seconds added to the hang bound of a training step that saves a checkpoint."""
+    per_node = CHECKPOINT_BYTES_PER_PARAM * num_params / max(nodes, 1)
+    return max(SAVE_ALLOWANCE_FLOOR_S, per_node / (CHECKPOINT_WRITE_MIB_PER_S_PER_NODE * 2**20))
+
+
+def known_total_steps(spec: GrpoSpec) -> int:
+    """verl's step count where the program knows it (0: it depends on the dataset's size):
+    trainer.total_training_steps when set, else len(train_dataloader) x total_epochs for GSM8K
+    (drop_last=True: ray_trainer.py _create_dataloader, v0.6.1)."""
+    explicit = run_length(spec)["total_training_steps"]
+    if explicit:
+        return int(explicit)
+    if spec.train_files == GSM8K_TRAIN:
+        return GSM8K_ROWS["train"] // spec.train_batch_size * spec.total_epochs
+    return 0

@@ -186,6 +186,19 @@ class Policy:
     capacity_wait_s: float = 3600.0  # at most this long for them before a restart
     stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
     poll_s: float = 1.0
+    # verl v0.6.1 fit() saves a checkpoint (and validates) before it prints the step's line
+    # (verl/trainer/ppo/ray_trainer.py): a step that saves gets save_allowance_s more. It saves at
+    # every save_freq-th step and at the last (total_steps; 0 = not known: every step).
+    save_freq: int = 0
+    save_allowance_s: float = 0.0
+    total_steps: int = 0
+
+    def step_bound(self, step: int, ordinary_bound_s: float) -> float:
+        """The hang bound for the wait until training step `step`'s line."""
+        saves = self.save_freq > 0 and (
+            step % self.save_freq == 0 or self.total_steps in (0, step)
+        )
+        return ordinary_bound_s + (self.save_allowance_s if saves else 0.0)
 
 
 @dataclass
@@ -451,8 +464,11 @@ class Supervisor:
                 return None
             steps, _ = trainer.progress()
             if steps:
-                bound = hang_bound(
-                    _intervals(steps), self.policy.hang_floor_s, self.policy.hang_factor
+                bound = self.policy.step_bound(
+                    steps[-1][0] + 1,
+                    hang_bound(
+                        _intervals(steps), self.policy.hang_floor_s, self.policy.hang_factor
+                    ),
                 )
                 since = steps[-1][1]
             else:
@@ -540,6 +556,9 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--hang-factor", type=float, default=3.0)
     group.add_argument("--gpus-needed", type=float, default=0.0)
     group.add_argument("--capacity-wait-s", type=float, default=3600.0)
+    group.add_argument("--save-freq", type=int, default=0)
+    group.add_argument("--save-allowance-s", type=float, default=0.0)
+    group.add_argument("--total-steps", type=int, default=0)
     # The head's own dashboard: the head pod serves it on 0.0.0.0:8265 (manifests/ray_cluster.py
     # DASHBOARD_PORT, rayStartParams dashboard-host), and the runner runs in that pod.
     group.add_argument("--dashboard-url", default="http://127.0.0.1:8265")
@@ -554,6 +573,9 @@ def policy_from(args: Any) -> Policy:
         hang_factor=args.hang_factor,
         gpus_needed=args.gpus_needed,
         capacity_wait_s=args.capacity_wait_s,
+        save_freq=args.save_freq,
+        save_allowance_s=args.save_allowance_s,
+        total_steps=args.total_steps,
     )
 
 
