@@ -124,22 +124,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         message = in_config_terms(str(error))
         message = message.replace(NODES_FIX, f"more GPU nodes: {config_key('gpu_nodes')}=")
         raise GrpoPreflightError([message]) from None
-    entrypoint, runtime_env = runner_job(
-        [*training_argv(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)],
-        job_runtime_env(spec, settings),
-        run_dir=spec.default_local_dir,
-        identity=resume_identity(spec),
-        export_experiment=spec.experiment_name if settings.export_model else None,
-        recovery=settings.recovery_plan,
-        saves=SaveWatch(
-            save_freq=spec.save_freq,
-            total_steps=known_total_steps(spec),
-            allowance_s=save_allowance_s(model.arch.num_params, spec.nnodes),
-        ),
-        length=run_length(spec),
-        keep_checkpoints=checkpoints_to_keep(spec),
-        lora_alpha=lora_alpha(spec),
-    )
+    entrypoint, runtime_env = _runner(spec, settings, model)
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None
     )
@@ -214,6 +199,28 @@ def _fix_acceptor(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) ->
         return True
 
     return accept
+
+
+def _runner(
+    spec: GrpoSpec, settings: StackSettings, model: ModelFacts
+) -> tuple[str, dict[str, Any]]:
+    """The entrypoint and runtime env: verl's trainer under the runner (model_export.py)."""
+    return runner_job(
+        [*training_argv(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)],
+        job_runtime_env(spec, settings),
+        run_dir=spec.default_local_dir,
+        identity=resume_identity(spec),
+        export_experiment=spec.experiment_name if settings.export_model else None,
+        recovery=settings.recovery_plan,
+        saves=SaveWatch(
+            save_freq=spec.save_freq,
+            total_steps=known_total_steps(spec),
+            allowance_s=save_allowance_s(model.arch.num_params, spec.nnodes),
+        ),
+        length=run_length(spec),
+        keep_checkpoints=checkpoints_to_keep(spec),
+        lora_alpha=lora_alpha(spec),
+    )
 
 
 def with_run_inputs(spec: GrpoSpec, settings: StackSettings) -> GrpoSpec:
