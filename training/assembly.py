@@ -15,6 +15,8 @@ from config.bucket_layout import (
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
+from manifests.capacity import runner_capacity
+from manifests.ray_cluster import WORKER_GROUP
 from payloads.fabric import fabric_check
 from training.grpo_preflight import preflight
 from training.grpo_spec import (
@@ -114,6 +116,9 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,
         recovery=settings.recovery_plan,
+        capacity=runner_capacity(settings, WORKER_GROUP)
+        if settings.capacity_plan.queued_provisioning
+        else None,
     )
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None

@@ -143,6 +143,7 @@ def train(
     command: list[str],
     policy: supervise.Policy | None = None,
     dashboard_url: str = "http://127.0.0.1:8265",
+    capacity: supervise.provreq.CapacityRenewer | None = None,
 ) -> int:
     """Run training unless it already finished for this identity and command; 0 on success."""
     sha = command_sha256(command)
@@ -158,7 +159,7 @@ def train(
         _say(f"the previous attempt's {METRICS_FILE} is kept as {kept}")
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
-    returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say)
+    returncode = supervise.supervise(command, run_dir, policy, dashboard_url, _say, capacity)
     if returncode != 0:
         _say(f"training exited {returncode}")
         return returncode
@@ -201,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_grpo: refused: {problem}", file=sys.stderr, flush=True)
         return IDENTITY_MISMATCH
     policy = supervise.policy_from(args)
-    returncode = train(args.run_dir, args.identity, command, policy, args.dashboard_url)
+    capacity = supervise.capacity_from(args, _say)
+    returncode = train(args.run_dir, args.identity, command, policy, args.dashboard_url, capacity)
     if returncode != 0 or args.export_target is None:
         return returncode
+    supervise.ask_for_export_node(capacity, args.dashboard_url, _say)
     return export(args.run_dir, args.export_target, args.export_option)
 
 
