@@ -27,10 +27,11 @@ import pytest
 
 from manifests import capacity as capacity_manifests
 from manifests.ray_cluster import WORKER_GROUP
-from payloads.export import provreq
+from payloads.export import provreq, supervise
 from tests.program import plan
 from tests.support import schemas
 from tests.support.kube_api import TOKEN, CapacityApi
+from tests.support.ray_head import RayHead
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -187,3 +188,16 @@ def test_the_role_allows_exactly_the_runners_calls() -> None:
     # Only Standard flex-start stacks get it.
     for stack, mode in (("a3u", "standard"), ("a4", "autopilot")):
         assert plan(stack, mode).of_type(ROLE) == []
+
+
+def test_before_the_export_one_node_is_asked_for_when_no_gpu_is_alive(
+    head: RayHead, api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    # The session's Ray head has no GPU node: the state after KubeRay scaled the workers to 0.
+    said: list[str] = []
+    capacity = renewer(api, rendered, tmp_path, said)
+    supervise.ask_for_export_node(capacity, head.dashboard_url, said.append)
+    (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
+    assert posted["spec"]["podSets"][0]["count"] == 1
+    assert posted["metadata"]["name"].endswith("-export")
+    assert consumed(api) == posted["metadata"]["name"]
