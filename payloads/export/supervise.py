@@ -607,7 +607,11 @@ def capacity_from(args: Any, say: Callable[[str], None]) -> provreq.CapacityRene
     if args.kube_api_server:
         client = provreq.KubeClient(args.kube_api_server, args.kube_token_file, None)
     else:
-        client = provreq.KubeClient.in_cluster()
+        try:
+            client = provreq.KubeClient.in_cluster()
+        except (KeyError, OSError) as exc:  # not in a pod, or no service account token
+            say(f"no Kubernetes API here ({exc!r}): GPU nodes will not be asked for again")
+            return None
     return provreq.CapacityRenewer(spec, client, say)
 
 
