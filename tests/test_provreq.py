@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -200,4 +201,23 @@ def test_before_the_export_one_node_is_asked_for_when_no_gpu_is_alive(
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
     assert posted["spec"]["podSets"][0]["count"] == 1
     assert posted["metadata"]["name"].endswith("-export")
+    assert consumed(api) == posted["metadata"]["name"]
+
+
+def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
+    head: RayHead, api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    # No GPU node alive (the session's head has none) and the consumed request spent: the
+    # first attempt's worker pods need a new request for all gpuNodes nodes (16 GPUs, 8 each).
+    said: list[str] = []
+    capacity = renewer(api, rendered, tmp_path, said)
+    policy = supervise.Policy(0, float("inf"), float("inf"), gpus_needed=16)
+    command = [sys.executable, "-c", "print('trained')"]
+    run = supervise.Supervisor(
+        command, tmp_path, policy, supervise.Cluster(head.dashboard_url), said.append, capacity
+    )
+    assert run.run() == 0
+    (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
+    assert posted["spec"]["podSets"][0]["count"] == 2
+    assert posted["metadata"]["name"].endswith("-a001")
     assert consumed(api) == posted["metadata"]["name"]

@@ -388,6 +388,12 @@ class Supervisor:
 
     def run(self) -> int:
         """0 when training finished; otherwise the last attempt's exit status (1 if none)."""
+        if self.capacity is not None and self.policy.gpus_needed > 0:
+            # A later run after scale-to-zero: its pods would consume a spent request.
+            try:
+                self._ask_for_nodes(self.policy.gpus_needed, self.cluster.alive_gpus(), "a001")
+            except Exception as exc:  # the dashboard not answering: the restarts ask again
+                self.say(f"could not count the cluster's GPUs before the start ({exc})")
         while True:
             attempt = Attempt(
                 number=len(self.attempts) + 1,
