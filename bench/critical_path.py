@@ -197,7 +197,7 @@ def _print_recovery(sources: dict[str, int]) -> None:
         )
         print(f"  {stack}/{mode}: {'; '.join(cells)}")
         print(f"    hang on {gpus} GPUs: {today:.0f} GPU-h today, {watched:.0f} GPU-h watched")
-    print(f"  * {recovery_links.PROVREQ_SOURCE}")
+    print(f"  Standard flex-start: {recovery_links.PROVREQ_SOURCE}")
 
 
 def main() -> int:

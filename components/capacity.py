@@ -3,7 +3,9 @@ PodTemplate and the ProvisioningRequest that counts gpuNodes of it (manifests/ca
 
 The Ray workers consume the request by name (their annotations), so no node is billed while
 the others are still waited for, and none is created before Dynamic Workload Scheduler can give
-all of them.
+all of them. A request is provisioned once; after a node loss or scale-to-zero the job's runner
+asks for the nodes again with a request of its own (payloads/export/provreq.py), for which the
+pods' service account gets a Role here.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class GpuCapacityRequestArgs:
 class GpuCapacityRequest(pulumi.ComponentResource):
     pod_template: k8s.core.v1.PodTemplate
     request: k8s.apiextensions.CustomResource
+    runner_role: k8s.rbac.v1.Role
+    runner_role_binding: k8s.rbac.v1.RoleBinding
     name: str
 
     def __init__(
@@ -66,4 +70,22 @@ class GpuCapacityRequest(pulumi.ComponentResource):
             ),
         )
         self.name = body["metadata"]["name"]
+        self._runner_access(name, args)
         self.register_outputs({"name": self.name})
+
+    def _runner_access(self, name: str, args: GpuCapacityRequestArgs) -> None:
+        opts = pulumi.ResourceOptions(
+            parent=self, provider=args.cluster.provider, depends_on=[args.namespace]
+        )
+        role = manifests.runner_role(args.settings)
+        self.runner_role = k8s.rbac.v1.Role(
+            f"{name}-runner-role", metadata=role["metadata"], rules=role["rules"], opts=opts
+        )
+        binding = manifests.runner_role_binding(args.settings)
+        self.runner_role_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-runner-role-binding",
+            metadata=binding["metadata"],
+            role_ref=binding["roleRef"],
+            subjects=binding["subjects"],
+            opts=opts,
+        )

@@ -67,6 +67,8 @@ OUTPUT_KEYS = (
     "first_step",
     "last_seen",
     "user_stop",
+    "attempts",
+    "restarts_used",
 )
 
 

@@ -44,6 +44,10 @@ Outputs: every input, plus
                                        said and when (kept through UNREACHABLE refreshes)
   user_stop: bool | None               a STOPPED run: whether the user stopped it with
                                        `python -m tools.run stop` (jobs/user_stop.py)
+  attempts, restarts_used: int | None  the runner's training attempts and restarts so far (its
+                                       last `verl-gke-recovery:` line in the driver log's last
+                                       RECOVERY_TAIL_LINES lines, jobs/recovery_log.py; kept
+                                       from the previous refresh when none is there)
 
 Lifecycle (DESIGN.md, Decisions and Real contracts):
 - create: submits with a deterministic id, `<stack>-<sha256(entrypoint, runtime_env)[:12]>`, so a
@@ -102,7 +106,15 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi.dynamic
 
-from jobs import dashboard_access, job_evidence, job_wait, provider_errors, user_stop, verl_log
+from jobs import (
+    dashboard_access,
+    job_evidence,
+    job_wait,
+    provider_errors,
+    recovery_log,
+    user_stop,
+    verl_log,
+)
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root
 from jobs.dashboard_client import Dashboard, DashboardUnreachableError
 from jobs.job_inputs import (
@@ -259,8 +271,10 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 result = props.get("result")
             log_tail = log_tail_output(dashboard, id_, info, props)
             stopped_by_user = _user_stop(dashboard, id_, info, props)
+            recovery = _recovery(dashboard, id_, info, props)
             listing = _discover(job.checkpoint_root, _listing_from(props))
             outs = _outputs(job, id_, info, listing, result, dashboard)
+        outs.update(recovery)
         outs["log_tail"] = log_tail
         outs["first_step"] = props.get("first_step")
         outs["user_stop"] = stopped_by_user
@@ -676,6 +690,34 @@ def _user_stop(
         return True if props.get("user_stop") else None
 
 
+# The runner prints its recovery line at each attempt's start and end, with every attempt in it
+# (about 150 characters each, payloads/export/supervise.py): read further back than the failure
+# tail, with longer lines.
+RECOVERY_TAIL_LINES = 1000
+RECOVERY_LINE_MAX_CHARS = 8000
+
+
+def _recovery(
+    dashboard: Dashboard, sid: str, info: JobDetails, props: Mapping[str, Any]
+) -> dict[str, int | None]:
+    """The attempts and restarts of the runner (payloads/export/supervise.py), from its last
+    recovery line; the previous values when the log's end holds none or cannot be read."""
+    previous = {key: props.get(key) for key in ("attempts", "restarts_used")}
+    try:
+        lines = dashboard.log_tail(
+            sid,
+            getattr(info, "driver_node_id", None),
+            lines=RECOVERY_TAIL_LINES,
+            max_chars=RECOVERY_LINE_MAX_CHARS,
+            patience_s=dashboard.reach_s,
+        )
+    except Exception as exc:  # the status was read; the counts are a detail
+        progress(sid, f"could not read the recovery record ({redact(str(exc))[:200]})")
+        return previous
+    record = recovery_log.latest_record("\n".join(lines))
+    return recovery_log.counts(record) if record is not None else previous
+
+
 def _tagged_result(
     dashboard: Dashboard, job: JobInputs, sid: str, info: JobDetails
 ) -> dict[str, Any] | None:
@@ -724,6 +766,8 @@ def _outputs(
         "log_tail": None,
         "first_step": None,
         "user_stop": None,
+        "attempts": None,
+        "restarts_used": None,
         "last_seen": {"status": status, "at": _now_iso(), "head_session": dashboard.session},
     }
 
@@ -752,6 +796,8 @@ class RayJob(pulumi.dynamic.Resource, module="jobs", name="RayJob"):
     first_step: pulumi.Output[dict[str, Any] | None]
     last_seen: pulumi.Output[dict[str, Any] | None]
     user_stop: pulumi.Output[bool | None]
+    attempts: pulumi.Output[int | None]
+    restarts_used: pulumi.Output[int | None]
 
     def __init__(
         self, name: str, args: RayJobArgs, opts: pulumi.ResourceOptions | None = None

@@ -62,3 +62,14 @@ def describe(record: dict[str, Any]) -> list[tuple[str, str]]:
         )
     rows.append(("stacks", str(record.get("stacks_dir"))))
     return rows
+
+
+def counts(record: dict[str, Any] | None) -> dict[str, int | None]:
+    """The `attempts` and `restarts_used` outputs of a record (None for both without one)."""
+    if record is None:
+        return {"attempts": None, "restarts_used": None}
+    used = record.get("restarts_used")
+    return {
+        "attempts": len(record.get("attempts") or []),
+        "restarts_used": int(used) if isinstance(used, int | float) else None,
+    }

@@ -91,19 +91,81 @@ def pod_template(settings: StackSettings) -> Manifest:
     }
 
 
-def provisioning_request(settings: StackSettings) -> Manifest:
-    """All gpuNodes workers' nodes in one request: granted together or not at all."""
+def request_body(namespace: str, name: str, template: str, count: int) -> Manifest:
+    """A ProvisioningRequest for `count` pods of the PodTemplate `template`. The stack's request
+    (below) and the runner's requests after a node loss or scale-to-zero (runner_capacity) are
+    both this body: same class, parameters and PodTemplate."""
     return {
         "apiVersion": PROVISIONING_REQUEST_API,
         "kind": "ProvisioningRequest",
-        "metadata": metadata(request_name(settings), "gpu-capacity", settings.namespace),
+        "metadata": metadata(name, "gpu-capacity", namespace),
         "spec": {
             "provisioningClassName": QUEUED_PROVISIONING_CLASS,
             "parameters": {"maxRunDurationSeconds": str(MAX_RUN_DURATION_SECONDS)},
-            "podSets": [
-                {"count": settings.gpu_nodes, "podTemplateRef": {"name": request_name(settings)}}
-            ],
+            "podSets": [{"count": count, "podTemplateRef": {"name": template}}],
         },
+    }
+
+
+def provisioning_request(settings: StackSettings) -> Manifest:
+    """All gpuNodes workers' nodes in one request: granted together or not at all."""
+    name = request_name(settings)
+    return request_body(settings.namespace, name, name, settings.gpu_nodes)
+
+
+def runner_capacity(settings: StackSettings, worker_group: str) -> dict[str, Any]:
+    """What the job's runner needs to ask for GPU nodes again (payloads/export/provreq.py): the
+    request body it copies (it sets only the name, the count and its own label), the
+    RayCluster and worker group whose template annotation it points at the new request, and the
+    GPUs of one node (to count the nodes missing)."""
+    return {
+        "request": provisioning_request(settings),
+        "ray_cluster": settings.profile.ray_cluster_name,
+        "worker_group": worker_group,
+        "consume_annotation": CONSUME_ANNOTATION,
+        "gpus_per_node": settings.profile.gpus_per_node,
+    }
+
+
+def runner_role_name(settings: StackSettings) -> str:
+    return f"{settings.profile.ray_cluster_name}-capacity-runner"
+
+
+def runner_role(settings: StackSettings) -> Manifest:
+    """Exactly what the runner's calls need (payloads/export/provreq.py): create, list and
+    delete its ProvisioningRequests, get the one the workers consume; get and patch the
+    RayCluster (the worker template's annotation)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(runner_role_name(settings), "gpu-capacity", settings.namespace),
+        "rules": [
+            {
+                "apiGroups": [PROVISIONING_REQUEST_API.split("/")[0]],
+                "resources": ["provisioningrequests"],
+                "verbs": ["create", "get", "list", "delete"],
+            },
+            {
+                "apiGroups": ["ray.io"],
+                "resources": ["rayclusters"],
+                "resourceNames": [settings.profile.ray_cluster_name],
+                "verbs": ["get", "patch"],
+            },
+        ],
+    }
+
+
+def runner_role_binding(settings: StackSettings) -> Manifest:
+    """The Role for the pods' service account (the head's; the workers share it)."""
+    name = runner_role_name(settings)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(name, "gpu-capacity", settings.namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": settings.ksa_name, "namespace": settings.namespace}
+        ],
     }
 
 

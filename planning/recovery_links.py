@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from config.capacity import Capacity
 from planning.startup_links import Link, StartupLinks
 
-# A run whose node was lost on Standard flex-start gets no node from its own request again.
+# A link that never ends (none today; bench/critical_path.py prints it as "never").
 NEVER = math.inf
 # processor.go's BookingExpired/Failed lifecycle skips classes other than check-capacity and
 # best-effort-atomic-scale-up (provisioningrequest/supported_classes.go), so only the pod filter
@@ -24,9 +24,12 @@ NEVER = math.inf
 PROVREQ_SOURCE = (
     "kubernetes/autoscaler cluster-autoscaler/processors/provreq/"
     "provisioning_request_pods_filter.go (an unschedulable pod annotated as consuming a "
-    "ProvisioningRequest never triggers a scale-up); whether GKE serves a consumed "
-    "queued-provisioning.gke.io request again is GKE's own code"
+    "ProvisioningRequest never triggers a scale-up): the runner makes a new request for the "
+    "missing nodes (payloads/export/provreq.py); how fast GKE serves it is GKE's own code"
 )
+# The supervisor counts GPUs only once Ray's GCS has declared a lost node dead:
+# failure_threshold x (period + timeout) = 5 x (3 s + 10 s) (Ray 2.47/2.49 defaults).
+DEATH_GRACE_MINUTES = 65 / 60
 # Until a person notices a hung run today (nothing watches it after the first step; estimate:
 # a run left overnight).
 UNATTENDED_HOURS = 8.0
@@ -40,10 +43,11 @@ def detection() -> Link:
     return _link(
         "loss-detected",
         "trainer fails after the node is lost",
-        0.5,
+        0.5 + DEATH_GRACE_MINUTES,
         "est.: the driver's ray.get fails once the actor's connection drops (seconds, measured "
         "by bench/recovery.py) or once the GCS declares the node dead (health_check_period_ms "
-        "3000 x failure_threshold 5, Ray 2.47/2.49 ray_config_def.h)",
+        "3000 x failure_threshold 5, Ray 2.47/2.49 ray_config_def.h); plus the supervisor's "
+        "wait before counting GPUs, 65 s (Ray's health-check bound, payloads/export/supervise.py)",
         estimate=True,
     )
 
@@ -51,21 +55,16 @@ def detection() -> Link:
 def replacement(capacity: Capacity, mode: str, table: StartupLinks) -> Link:
     """A node for the recreated worker pod (KubeRay recreates a deleted worker pod)."""
     nodes = table.gpu_nodes
-    if capacity is Capacity.FLEX_START and mode == "standard":
-        return _link(
-            "node-replaced",
-            "no node: the run's ProvisioningRequest is consumed",
-            NEVER,
-            PROVREQ_SOURCE,
-            estimate=False,
-        )
     why = {
         Capacity.RESERVATION: "GKE node auto-repair recreates the reservation's node after "
         "~10 min NotReady (GKE 'Node auto-repair'), then it boots as a new node",
         Capacity.SPOT: "the cluster autoscaler adds a Spot node for the pending worker when the "
         "zone has one (none may come while Compute Engine reclaims Spot capacity)",
         Capacity.FLEX_START: "the ComputeClass's autoscaler provisions a node for the pending "
-        "worker (Autopilot flex-start)",
+        "worker (Autopilot flex-start)"
+        if mode != "standard"
+        else "a new ProvisioningRequest for the missing nodes, then queued provisioning "
+        f"(its queue time not modelled; {PROVREQ_SOURCE})",
         Capacity.ON_DEMAND: "the cluster autoscaler adds an on-demand node when the zone has one",
     }[capacity]
     extra = 10.0 if capacity is Capacity.RESERVATION else 0.0

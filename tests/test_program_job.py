@@ -120,6 +120,8 @@ def test_job_outputs_exported(stack: str, mode: str) -> None:
         "checkpoints",
         "latestCheckpoint",
         "latestCheckpointStep",
+        "jobAttempts",
+        "jobRestartsUsed",
     ):
         assert outputs[key] == UNKNOWN_OUTPUT, key
 

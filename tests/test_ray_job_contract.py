@@ -20,6 +20,7 @@ module's own bucket); the session's head, emulator and host serve it (tests/conf
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
@@ -35,6 +36,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
+from payloads.export.supervise import LOG_PREFIX
 from tests.support.dynamic_host import (
     PROVIDER_KEY,
     DynamicHost,
@@ -249,7 +251,6 @@ def test_engine_sequence_from_first_up_to_destroy(
     assert any(stopping in line for line in host.output_once(stopping)), host.output
 
 
-
 def test_a_job_with_a_working_dir_is_unchanged_on_the_next_preview(
     host: DynamicHost, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient, tmp_path: Path
 ) -> None:
@@ -299,3 +300,42 @@ def _until_the_record_stays_deleted(jobs: JobSubmissionClient, sid: str) -> None
             jobs.delete_job(sid)
             quiet_since = time.monotonic()
         time.sleep(0.5)
+
+
+def test_refresh_reads_the_runners_attempts_and_restarts(
+    host: DynamicHost, head: RayHead, jobs: JobSubmissionClient
+) -> None:
+    # The runner prints a summary line at each attempt's start and end (payloads/export/
+    # supervise.py _save); the last one in the log is the state. Two attempts, one restart.
+    first = {"max_restarts": 3, "restarts_used": 0, "attempts": [{"number": 1}]}
+    last = {"max_restarts": 3, "restarts_used": 1, "attempts": [{"number": 1}, {"number": 2}]}
+    script = (
+        f"print({LOG_PREFIX + json.dumps(first)!r}, flush=True)\n"
+        f"print({LOG_PREFIX + json.dumps(last)!r}, flush=True)\n"
+        "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    props = RayJobArgs(
+        entrypoint=shlex.join([sys.executable, "-c", script]),
+        runtime_env={},
+        dashboard=dashboard_access.url_dashboard(head.dashboard_url),
+        checkpoint_root=None,
+        submission_id_prefix="recovery-counts",
+        wait_for="running",
+        deadlines=FAST,
+    ).to_props()
+    checked = host.check(URN, None, news(props))
+    created = host.create(URN, checked.inputs)
+    state = from_wire(created.properties)
+    assert (state.get("attempts"), state.get("restarts_used")) == (None, None)
+    deadline = time.monotonic() + PROGRESS_DEADLINE_S
+    while True:
+        read = host.read(URN, created.id, created.properties, checked.inputs)
+        refreshed = from_wire(read.properties)
+        if refreshed.get("attempts") is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (refreshed["attempts"], refreshed["restarts_used"]) == (2, 1)
+    assert refreshed["status"] == "RUNNING"
+    host.delete(URN, created.id, read.properties)
+    assert jobs.get_job_status(created.id) == JobStatus.STOPPED

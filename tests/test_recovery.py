@@ -22,8 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from payloads.export import supervise
+from manifests import capacity
+from manifests.ray_cluster import WORKER_GROUP
+from payloads.export import provreq, supervise
 from tests.support import recovery_scenarios as scenarios
+from tests.support.kube_api import TOKEN, CapacityApi
 from tests.support.require import require
 
 pytestmark = pytest.mark.integration
@@ -126,3 +129,57 @@ def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Pat
     assert done.returncode != 0
     assert _causes(tmp_path) == [supervise.OUT_OF_MEMORY, supervise.OUT_OF_MEMORY]
     assert "out of memory at step 2 twice" in done.stdout
+
+
+def test_on_flex_start_the_lost_node_is_asked_for_again_before_the_restart(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    # The stack's request was consumed (BookingExpired, processor.go at 0cc6feb); a request of
+    # an earlier run's restart is Provisioned and expired too. The replacement node is started
+    # only once the runner asked for it, as GKE's queued provisioning does.
+    stack_request = "rec-gpu-capacity"
+    spec = {
+        "request": capacity.request_body("default", stack_request, stack_request, 2),
+        "ray_cluster": "rec",
+        "worker_group": WORKER_GROUP,
+        "consume_annotation": capacity.CONSUME_ANNOTATION,
+        "gpus_per_node": 1,
+    }
+    expired = {"conditions": [{"type": "BookingExpired", "status": "True"}]}
+    earlier = provreq.CapacitySpec(**spec).body(f"{stack_request}-1-a002", 2)
+    annotations = {capacity.CONSUME_ANNOTATION: earlier["metadata"]["name"]}
+    ray_cluster = {
+        "metadata": {"name": "rec"},
+        "spec": {
+            "workerGroupSpecs": [
+                {"groupName": WORKER_GROUP, "template": {"metadata": {"annotations": annotations}}}
+            ]
+        },
+    }
+    requests = {
+        stack_request: {**spec["request"], "status": expired},
+        earlier["metadata"]["name"]: {**earlier, "status": expired},
+    }
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with CapacityApi("default", ray_cluster, requests) as api:
+        options = (
+            "--capacity-request", json.dumps(spec),
+            "--kube-api-server", api.endpoint, "--kube-token-file", str(token),
+        )  # fmt: skip
+        figures = scenarios.worker_node_lost(
+            cluster,
+            tmp_path / "run",
+            runner_options=options,
+            replace_after=lambda: any(call[0] == "POST" for call in api.calls),
+        )
+        assert figures["outcome"] == "resumed", figures
+        (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
+        assert posted["spec"]["podSets"][0]["count"] == 1  # one node lost of two
+        name = posted["metadata"]["name"]
+        assert name.startswith(f"{stack_request}-") and name.endswith("-a002")
+        template = ray_cluster["spec"]["workerGroupSpecs"][0]["template"]
+        assert template["metadata"]["annotations"][capacity.CONSUME_ANNOTATION] == name
+        # Provisioned (the stand-in says so on create): the earlier runner request is deleted,
+        # the stack's own (Pulumi's) is kept.
+        assert set(api.requests) == {stack_request, name}

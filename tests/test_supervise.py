@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -218,3 +219,32 @@ def test_a_slow_save_is_not_a_hang_within_its_allowance(
         assert code != 0 and causes == ["hang"], said
     else:
         assert code == 0 and causes == ["succeeded"], said
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", ["2.47.0", "2.49.0"])
+def test_the_gpu_count_waits_for_rays_node_death_bound(version: str) -> None:
+    # Ray's GCS declares a node dead after health_check_failure_threshold failed checks, one
+    # every health_check_period_ms, each failing after at most health_check_timeout_ms
+    # (ray_config_def.h; defaults 5, 3000, 10000 in both releases). The runner reads them from
+    # the RAY_ environment it shares with the head, as the GCS does.
+    python = RAY_VENVS / version / "bin" / "python"
+    require(python.exists(), f"Ray {version} virtualenv at {python}")
+    code = "from payloads.export.supervise import Cluster; print(Cluster('x').death_grace_s())"
+    repo = Path(__file__).resolve().parents[1]
+
+    def grace(**settings: str) -> float:
+        env = {**os.environ, "PYTHONPATH": str(repo), **settings}
+        done = subprocess.run(
+            [str(python), "-c", code], cwd=repo, env=env, capture_output=True, text=True,
+            timeout=300, check=True,
+        )  # fmt: skip
+        return float(done.stdout.strip().splitlines()[-1])
+
+    assert grace() == 5 * (3.0 + 10.0)
+    shortened = {
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+        "RAY_health_check_timeout_ms": "3000",
+    }
+    assert grace(**shortened) == 3 * (1.0 + 3.0)

@@ -16,6 +16,8 @@ from config.bucket_layout import (
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
 from config.verl_source import VERL_SOURCE_ENV, verl_source_label
+from manifests.capacity import runner_capacity
+from manifests.ray_cluster import WORKER_GROUP
 from payloads.fabric import fabric_check
 from training.grpo_preflight import preflight, train_batch_step
 from training.grpo_spec import (
@@ -220,6 +222,9 @@ def _runner(
         length=run_length(spec),
         keep_checkpoints=checkpoints_to_keep(spec),
         lora_alpha=lora_alpha(spec),
+        capacity=runner_capacity(settings, WORKER_GROUP)
+        if settings.capacity_plan.queued_provisioning
+        else None,
     )
 
 

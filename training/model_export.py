@@ -17,7 +17,7 @@ from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
 from config.recovery import RecoveryPlan
-from payloads.export import export_model, run_grpo, supervise
+from payloads.export import export_model, provreq, run_grpo, supervise
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
@@ -59,7 +59,7 @@ def export_url(bucket: str, experiment: str) -> str:
 
 def _payload_sha256() -> str:
     digest = hashlib.sha256()
-    for module in (run_grpo, supervise, export_model):
+    for module in (run_grpo, supervise, provreq, export_model):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
@@ -76,10 +76,12 @@ def runner_job(
     lora_alpha: int | None = None,
     recovery: RecoveryPlan | None = None,
     saves: SaveWatch | None = None,
+    capacity: Mapping[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
     export_experiment is given; restarts and hang watchdog per `recovery`, none without it), and
-    the runtime env that ships the runner."""
+    the runtime env that ships the runner. `capacity` (Standard flex-start:
+    manifests/capacity.runner_capacity) lets the runner ask for GPU nodes again."""
     command = [
         "python3",
         RUNNER,
@@ -100,6 +102,8 @@ def runner_job(
         command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
         if saves is not None:
             command += saves.runner_arguments()
+    if capacity is not None:
+        command += ["--capacity-request", json.dumps(dict(capacity), separators=(",", ":"))]
     env_vars = {
         **runtime_env.get("env_vars", {}),
         SHA_ENV: _payload_sha256(),

@@ -206,6 +206,7 @@ def train(
     keep: int | None = None,
     policy: supervise.Policy | None = None,
     dashboard_url: str = "http://127.0.0.1:8265",
+    capacity: supervise.provreq.CapacityRenewer | None = None,
 ) -> int:
     """Run training unless the run is finished (finished_reason); 0 on success."""
     sha = command_sha256(command)
@@ -219,7 +220,8 @@ def train(
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
     with pruning(run_dir, keep):
         returncode = supervise.supervise(
-            command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir)
+            command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir),
+            capacity,
         )
     if returncode != 0:
         how, status = signal_exit(returncode)
@@ -358,12 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_target is not None:
         label_superseded_export(args.export_target, args.run_dir)
     policy = supervise.policy_from(args)
+    capacity = supervise.capacity_from(args, _say)
     returncode = train(
         args.run_dir, args.identity, command, args.length, args.keep_checkpoints,
-        policy, args.dashboard_url,
+        policy, args.dashboard_url, capacity,
     )
     if returncode != 0 or args.export_target is None:
         return returncode
+    supervise.ask_for_export_node(capacity, args.dashboard_url, _say)
     lora = [] if args.lora_alpha is None else ["--lora-alpha", str(args.lora_alpha)]
     return export(args.run_dir, args.export_target, [*lora, *args.export_option])
 

@@ -14,7 +14,9 @@ lines) and read on the way:
 * the exit is classified from the last lines of output (classify()): infrastructure causes are
   retried, everything else fails the job with its cause, as without the supervisor.
 * before a restart the cluster must hold the GPUs of the whole worker group again
-  (``wait_for_gpus``), so a replacement node that is still being created is waited for.
+  (``wait_for_gpus``), so a replacement node that is still being created is waited for. On
+  Standard flex-start the missing nodes are asked for again first (provreq.py: a request is
+  provisioned once).
 * every attempt is recorded in ``<run folder>/recovery.json`` (when, cause, resumed from which
   step, steps lost), which tools.run and the provider show.
 
@@ -44,6 +46,11 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
+
+try:
+    from . import provreq  # imported as payloads.export.supervise (the program, tests)
+except ImportError:
+    import provreq  # run as a script on the head: this folder is sys.path[0]
 
 # The record's summary is also printed to the driver log on this prefix, one JSON object per line
 # (jobs/recovery_log.py reads the last one for tools.run and the provider).
@@ -227,6 +234,21 @@ class Cluster:
     def __init__(self, dashboard_url: str) -> None:
         self.dashboard_url = dashboard_url.rstrip("/")
 
+    def death_grace_s(self) -> float:
+        """How long Ray's GCS may still call a lost node ALIVE: it is declared dead after
+        health_check_failure_threshold failed checks, one every health_check_period_ms, each
+        failing at the latest after health_check_timeout_ms (Ray 2.47/2.49 ray_config_def.h:
+        5, 3000 ms, 10000 ms: 65 s). Ray's state API has no heartbeat to check instead
+        (ray.util.state NodeState: state, start/end time only). This process reads the same
+        RAY_ settings as the head's GCS (it runs in the head pod)."""
+        try:
+            from ray._raylet import Config
+
+            period = Config.health_check_period_ms() + Config.health_check_timeout_ms()
+            return Config.health_check_failure_threshold() * period / 1000.0
+        except Exception:  # Ray's private config moved: its defaults
+            return 65.0
+
     def alive_gpus(self) -> float:
         from ray.util.state import list_nodes
 
@@ -364,6 +386,7 @@ class Supervisor:
         cluster: Cluster,
         say: Callable[[str], None],
         before_attempt: Callable[[], None] = lambda: None,
+        capacity: provreq.CapacityRenewer | None = None,
     ) -> None:
         self.command = command
         self.before_attempt = before_attempt
@@ -371,6 +394,7 @@ class Supervisor:
         self.policy = policy
         self.cluster = cluster
         self.say = say
+        self.capacity = capacity
         self.attempts: list[Attempt] = []
         self.stopping = threading.Event()
         self._current: _Trainer | None = None
@@ -385,6 +409,12 @@ class Supervisor:
     def run(self) -> int:
         """0 when training finished; otherwise the last attempt's exit status (1 if none), -S for
         a trainer killed by signal S."""
+        if self.capacity is not None and self.policy.gpus_needed > 0:
+            # A later run after scale-to-zero: its pods would consume a spent request.
+            try:
+                self._ask_for_nodes(self.policy.gpus_needed, self.cluster.alive_gpus(), "a001")
+            except Exception as exc:  # the dashboard not answering: the restarts ask again
+                self.say(f"could not count the cluster's GPUs before the start ({exc})")
         while True:
             self.before_attempt()
             attempt = Attempt(
@@ -496,12 +526,23 @@ class Supervisor:
         """Until the cluster's alive nodes hold the worker group's GPUs again."""
         started = time.monotonic()
         need = self.policy.gpus_needed
+        asked = self.capacity is None
+        # A node lost before the attempt ended is counted as ALIVE until the GCS declares it
+        # dead: count only after that.
+        grace = self.cluster.death_grace_s() if need > 0 else 0.0
+        if grace > 0:
+            self.say(f"counting the GPUs in {grace:.0f} s (Ray's node health checks)")
+        self.stopping.wait(grace)
         while not self.stopping.is_set():
             try:
                 have = self.cluster.alive_gpus() if need > 0 else need
             except Exception as exc:  # the head's dashboard restarting: ask again
                 self.say(f"could not read the cluster's GPUs ({exc}); asking again")
                 have = -1.0
+            if not asked and have >= 0:
+                asked = self._ask_for_nodes(need, have, f"a{attempt.number + 1:03d}")
+            elif self.capacity is not None:
+                self._settle()
             if have >= need:
                 attempt.waited_for_gpus_s = round(time.monotonic() - started, 1)
                 self._save()
@@ -515,6 +556,30 @@ class Supervisor:
                 return False
             time.sleep(max(self.policy.poll_s, 2.0))
         return False
+
+    def _ask_for_nodes(self, need: float, have: float, suffix: str) -> bool:
+        """Standard flex-start: a new ProvisioningRequest for the nodes missing, unless the one
+        the workers consume still books capacity; True once done (or nothing was missing).
+        A failed call is said and tried again at the next poll."""
+        assert self.capacity is not None
+        try:
+            missing = provreq.nodes_missing(self.capacity.spec, need, have)
+            if missing:
+                self.capacity.renew(missing, f"{int(time.time())}-{suffix}")
+            return True
+        except provreq.KubeError as exc:
+            self.say(
+                f"could not ask for GPU nodes again ({exc}); asking again. Check the Role "
+                f"{self.capacity.spec.ray_cluster}-capacity-runner and the RayCluster"
+            )
+            return False
+
+    def _settle(self) -> None:
+        assert self.capacity is not None
+        try:
+            self.capacity.settle()
+        except provreq.KubeError as exc:
+            self.say(f"could not check the ProvisioningRequests ({exc}); checking again")
 
     def _save(self) -> None:
         record = {
@@ -562,6 +627,42 @@ def add_arguments(parser: Any) -> None:
     # The head's own dashboard: the head pod serves it on 0.0.0.0:8265 (manifests/ray_cluster.py
     # DASHBOARD_PORT, rayStartParams dashboard-host), and the runner runs in that pod.
     group.add_argument("--dashboard-url", default="http://127.0.0.1:8265")
+    # Standard flex-start: manifests/capacity.runner_capacity as JSON (provreq.py).
+    group.add_argument("--capacity-request", type=provreq.CapacitySpec.from_json)
+    # Tests only: a stand-in API server and token file instead of the pod's service account.
+    group.add_argument("--kube-api-server")
+    group.add_argument("--kube-token-file", type=Path)
+
+
+def capacity_from(args: Any, say: Callable[[str], None]) -> provreq.CapacityRenewer | None:
+    spec = args.capacity_request
+    if spec is None:
+        return None
+    if args.kube_api_server:
+        client = provreq.KubeClient(args.kube_api_server, args.kube_token_file, None)
+    else:
+        try:
+            client = provreq.KubeClient.in_cluster()
+        except (KeyError, OSError) as exc:  # not in a pod, or no service account token
+            say(f"no Kubernetes API here ({exc!r}): GPU nodes will not be asked for again")
+            return None
+    return provreq.CapacityRenewer(spec, client, say)
+
+
+def ask_for_export_node(
+    capacity: provreq.CapacityRenewer | None, dashboard_url: str, say: Callable[[str], None]
+) -> None:
+    """The export's merge runs on a GPU worker node (export_model.py): after scale-to-zero on
+    Standard flex-start, one node is asked for again first. A failure is said, not fatal: the
+    export then reports the node it did not get."""
+    if capacity is None:
+        return
+    try:
+        have = Cluster(dashboard_url).alive_gpus()
+        if have < capacity.spec.gpus_per_node:
+            capacity.renew(1, f"{int(time.time())}-export")
+    except Exception as exc:
+        say(f"could not ask for a GPU node for the export ({exc})")
 
 
 def policy_from(args: Any) -> Policy:
@@ -586,11 +687,14 @@ def supervise(
     dashboard_url: str,
     say: Callable[[str], None],
     before_attempt: Callable[[], None] = lambda: None,
+    capacity: provreq.CapacityRenewer | None = None,
 ) -> int:
     """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
     entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
     them without a restart."""
-    supervisor = Supervisor(command, run_dir, policy, Cluster(dashboard_url), say, before_attempt)
+    supervisor = Supervisor(
+        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt, capacity
+    )
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())

@@ -219,6 +219,98 @@ class GkeApi(_LocalServer):
         )
 
 
+@dataclass
+class CapacityApi(_LocalServer):
+    """The API server as the runner's ProvisioningRequest calls see it (payloads/export/
+    provreq.py): ProvisioningRequests (autoscaling.x-k8s.io/v1) created, read, listed by label
+    and deleted; one RayCluster read and changed by a JSON patch (RFC 6902 `test` and `add`, as
+    the API server applies application/json-patch+json). A created request is given
+    `provisioned_on_create` as its Provisioned condition (GKE's own controller does this once
+    the nodes exist). Every call is kept in `calls` as (method, path, content type, body)."""
+
+    namespace: str
+    ray_cluster: dict[str, Any]
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    provisioned_on_create: bool = True
+    calls: list[tuple[str, str, str, Any]] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = field(default=None, repr=False)
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(handler.path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = json.loads(handler.rfile.read(length)) if length else None
+        kind = handler.headers.get("Content-Type", "")
+        self.calls.append((handler.command, url.path, kind, body))
+        if handler.headers.get("Authorization") != f"Bearer {TOKEN}":
+            _reply(handler, 401, _status(401, "Unauthorized", "Unauthorized"))
+            return
+        ns = re.escape(self.namespace)
+        provreq = re.fullmatch(
+            rf"/apis/autoscaling\.x-k8s\.io/v1/namespaces/{ns}/provisioningrequests(?:/([^/]+))?",
+            url.path,
+        )
+        cluster = self.ray_cluster["metadata"]["name"]
+        if provreq:
+            self._requests(handler, provreq.group(1), url.query, body)
+        elif url.path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{cluster}":
+            self._cluster(handler, kind, body)
+        else:
+            _reply(handler, 404, _status(404, "NotFound", "the server could not find it"))
+
+    def _requests(
+        self, handler: BaseHTTPRequestHandler, name: str | None, query: str, body: Any
+    ) -> None:
+        method = handler.command
+        if method == "POST" and name is None:
+            created = body["metadata"]["name"]
+            if created in self.requests:
+                _reply(handler, 409, _status(409, "AlreadyExists", f"{created} already exists"))
+                return
+            if self.provisioned_on_create:
+                condition = {"type": "Provisioned", "status": "True", "reason": "Provisioned"}
+                body = {**body, "status": {"conditions": [condition]}}
+            self.requests[created] = body
+            _reply(handler, 201, body)
+        elif method == "GET" and name is None:
+            selector = parse_qs(query).get("labelSelector", [""])[0]
+            key, _, value = selector.partition("=")
+            items = [
+                r
+                for r in self.requests.values()
+                if r["metadata"].get("labels", {}).get(key) == value
+            ]
+            _reply(handler, 200, {"kind": "ProvisioningRequestList", "items": items})
+        elif name not in self.requests:
+            _reply(handler, 404, _not_found("provisioningrequests.autoscaling.x-k8s.io", name))
+        elif method == "GET":
+            _reply(handler, 200, self.requests[name])
+        elif method == "DELETE":
+            _reply(handler, 200, self.requests.pop(name))
+        else:
+            _reply(handler, 405, _status(405, "MethodNotAllowed", method))
+
+    def _cluster(self, handler: BaseHTTPRequestHandler, kind: str, body: Any) -> None:
+        if handler.command == "GET":
+            _reply(handler, 200, self.ray_cluster)
+            return
+        if handler.command != "PATCH" or kind != "application/json-patch+json":
+            _reply(handler, 415, _status(415, "UnsupportedMediaType", kind))
+            return
+        for op in body:
+            *parents, last = [
+                part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]
+            ]
+            target: Any = self.ray_cluster
+            for part in parents:
+                target = target[int(part)] if isinstance(target, list) else target[part]
+            if op["op"] == "test" and target[last] != op["value"]:
+                _reply(handler, 422, _status(422, "Invalid", f"test failed at {op['path']}"))
+                return
+            if op["op"] == "add":
+                target[last] = op["value"]
+        _reply(handler, 200, self.ray_cluster)
+
+
 # -- shared plumbing ------------------------------------------------------------------------
 
 
@@ -234,6 +326,9 @@ def _serve(handle: Any) -> ThreadingHTTPServer:
             handle(self)
 
         def do_DELETE(self) -> None:
+            handle(self)
+
+        def do_PATCH(self) -> None:
             handle(self)
 
         def log_message(self, format: str, *args: object) -> None:

@@ -32,9 +32,15 @@ CONFIG_ERROR = REPO / "tests" / "job_fixtures" / "verl_config_error.py"
 WORLD_SIZE = 2
 HANG_FLOOR_S = 8.0
 WAIT_S = 420.0
-# GCS declares a silent raylet dead after failure_threshold x period (Ray's defaults 5 x 3 s,
-# ray_config_def.h, Ray 2.47/2.49); shortened here so a lost node is noticed sooner.
-HEAD_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+# GCS declares a silent raylet dead after failure_threshold failed checks, one every period,
+# each failing after at most timeout (Ray's defaults 5, 3 s, 10 s: ray_config_def.h, Ray
+# 2.47/2.49); shortened here so a lost node is noticed sooner. The runner gets the same settings
+# (in a pod it shares the head's environment): it waits that bound before counting GPUs.
+HEAD_ENV = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "3000",
+}
 
 
 @dataclass
@@ -113,6 +119,7 @@ def start(
     run_dir: Path,
     trainer: list[str] | None = None,
     max_restarts: int = 2,
+    runner_options: tuple[str, ...] = (),
     **trainer_options: Any,
 ) -> Run:
     """The runner, as the job's entrypoint runs it on the head, supervising `trainer` (by
@@ -131,9 +138,9 @@ def start(
         "--max-restarts", str(max_restarts), "--first-step-bound-s", "240",
         "--hang-floor-s", str(HANG_FLOOR_S), "--gpus-needed", str(WORLD_SIZE),
         "--capacity-wait-s", str(WAIT_S), "--dashboard-url", made.head.dashboard_url,
-        "--", *trainer,
+        *runner_options, "--", *trainer,
     ]  # fmt: skip
-    env = {**os.environ, **LOOPBACK_ENV, "RAY_ADDRESS": made.head.gcs_address}
+    env = {**os.environ, **LOOPBACK_ENV, **HEAD_ENV, "RAY_ADDRESS": made.head.gcs_address}
     log = run_dir / "runner.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -164,10 +171,16 @@ def _step_after(log: str, marker: str) -> bool:
     return bool(found) and "step:" in after
 
 
-def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
-    """A GPU node SIGKILLed mid-run, a replacement started: resumed from the last checkpoint."""
+def worker_node_lost(
+    made: Cluster,
+    run_dir: Path,
+    runner_options: tuple[str, ...] = (),
+    replace_after: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """A GPU node SIGKILLed mid-run, a replacement started (once `replace_after` holds: on
+    flex-start the node comes only for a request): resumed from the last checkpoint."""
     made.whole()
-    run = start(made, run_dir, steps=10, step_seconds=1.0)
+    run = start(made, run_dir, runner_options=runner_options, steps=10, step_seconds=1.0)
     run.wait_for("checkpoint 2", lambda: run.checkpoint() >= 2)
     made.lose_node()
     detected = run.wait_for(
@@ -175,6 +188,8 @@ def worker_node_lost(made: Cluster, run_dir: Path) -> dict[str, Any]:
         lambda: run.record()["attempts"][0].get("cause") is not None,
     )
     lost_at = time.monotonic() - detected
+    if replace_after is not None:
+        run.wait_for("the runner to ask for a node", replace_after)
     made.whole()  # the replacement node (the supervisor waits for it)
     run.wait_for("a step of attempt 2", lambda: _step_after(run.log_text(), "attempt 2 ("))
     training_again_s = round(time.monotonic() - lost_at, 1)

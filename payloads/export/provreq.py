@@ -1,0 +1,203 @@
+"""Ask for GPU nodes again on GKE Standard flex-start (queued provisioning), from the Ray head.
+
+The worker pods consume a ProvisioningRequest named in the RayCluster's worker template
+(`autoscaling.x-k8s.io/consume-provisioning-request`). In kubernetes/autoscaler's
+cluster-autoscaler a pod consuming a request never triggers an ordinary scale-up
+(processors/provreq/pods_filter.go at 54cc606), and a request stops booking capacity once it is
+BookingExpired (10 min after Provisioned, or once all its pods are scheduled) or Failed
+(processors/provreq/processor.go at 0cc6feb). So the nodes of a request come once: after a node
+loss, after KubeRay's autoscaler scaled the workers to zero, or for a later run, this module
+creates a new request for the missing nodes (the stack's request body, rendered by
+manifests/capacity.runner_capacity, with a new name and count) and points the worker template's
+annotation at it. KubeRay builds each new worker pod from the group's template and does not
+recreate running pods when the template changes (ray-operator/controllers/ray/
+raycluster_controller.go at v1.7.0: shouldRecreatePodsForUpgrade only with
+upgradeStrategy Recreate, which the RayCluster does not set). The runner's earlier requests are
+deleted once the new one is Provisioned or Failed.
+
+Stdlib only. In the pod: the API server from KUBERNETES_SERVICE_HOST/PORT, the service account's
+token (re-read for every call: kubelet rotates it) and TLS verified against its ca.crt.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Marks the requests the runner made (the stack's own request is Pulumi's and stays).
+RUNNER_LABEL = "verl-gke/requested-by"
+RUNNER_VALUE = "runner"
+PROVISIONED = "Provisioned"
+FAILED = "Failed"
+BOOKING_EXPIRED = "BookingExpired"
+
+
+class KubeError(RuntimeError):
+    """A Kubernetes API call failed; the message names the call and the server's answer."""
+
+
+class KubeClient:
+    def __init__(self, server: str, token_file: Path, ca_file: Path | None) -> None:
+        self.server = server.rstrip("/")
+        self.token_file = token_file
+        self.context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+
+    @classmethod
+    def in_cluster(cls) -> KubeClient:
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        host = f"[{host}]" if ":" in host else host  # an IPv6 service address
+        return cls(f"https://{host}:{port}", SERVICE_ACCOUNT / "token", SERVICE_ACCOUNT / "ca.crt")
+
+    def call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> dict[str, Any] | None:
+        """The answer's object; None for 404 on GET and DELETE."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token_file.read_text().strip()}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and method in ("GET", "DELETE"):
+                return None
+            text = exc.read().decode(errors="replace")
+            try:
+                text = json.loads(text).get("message", text)
+            except (json.JSONDecodeError, AttributeError):
+                pass
+            raise KubeError(f"{method} {path}: HTTP {exc.code}: {text}") from None
+        except OSError as exc:
+            raise KubeError(f"{method} {path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    """manifests/capacity.runner_capacity, as the runner receives it (--capacity-request)."""
+
+    request: dict[str, Any]
+    ray_cluster: str
+    worker_group: str
+    consume_annotation: str
+    gpus_per_node: float
+
+    @classmethod
+    def from_json(cls, text: str) -> CapacitySpec:
+        return cls(**json.loads(text))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.request["metadata"]["namespace"])
+
+    def requests_path(self, name: str = "") -> str:
+        api = self.request["apiVersion"]
+        tail = f"/{name}" if name else ""
+        return f"/apis/{api}/namespaces/{self.namespace}/provisioningrequests{tail}"
+
+    def cluster_path(self) -> str:
+        return f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.ray_cluster}"
+
+    def body(self, name: str, count: int) -> dict[str, Any]:
+        """The stack's request with another name and count, labelled as the runner's."""
+        body = copy.deepcopy(self.request)
+        body["metadata"]["name"] = name
+        body["metadata"].setdefault("labels", {})[RUNNER_LABEL] = RUNNER_VALUE
+        body["spec"]["podSets"][0]["count"] = count
+        return body
+
+
+def condition_true(request: dict[str, Any] | None, kind: str) -> bool:
+    conditions = ((request or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def books_capacity(request: dict[str, Any] | None) -> bool:
+    """Whether the autoscaler still holds or seeks nodes for a request: it exists and is neither
+    BookingExpired nor Failed (provisioningrequest/conditions ShouldCapacityBeBooked)."""
+    return request is not None and not (
+        condition_true(request, BOOKING_EXPIRED) or condition_true(request, FAILED)
+    )
+
+
+def nodes_missing(spec: CapacitySpec, gpus_needed: float, gpus_alive: float) -> int:
+    return max(0, math.ceil((gpus_needed - gpus_alive) / spec.gpus_per_node))
+
+
+class CapacityRenewer:
+    """One new request at a time; the runner's older ones go once it is Provisioned or Failed."""
+
+    def __init__(self, spec: CapacitySpec, client: KubeClient, say: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.client = client
+        self.say = say
+        self.pending: str | None = None  # created, not yet Provisioned or Failed
+
+    def _group_index(self, cluster: dict[str, Any]) -> tuple[int, str | None]:
+        for index, group in enumerate(cluster["spec"]["workerGroupSpecs"]):
+            if group.get("groupName") == self.spec.worker_group:
+                annotations = group["template"].get("metadata", {}).get("annotations", {})
+                return index, annotations.get(self.spec.consume_annotation)
+        raise KubeError(f"RayCluster {self.spec.ray_cluster} has no group {self.spec.worker_group}")
+
+    def renew(self, count: int, suffix: str) -> str | None:
+        """A new request for `count` nodes, consumed by the next worker pods; None when the
+        request the workers consume still books capacity (its nodes are coming)."""
+        cluster = self.client.call("GET", self.spec.cluster_path())
+        if cluster is None:
+            raise KubeError(f"RayCluster {self.spec.namespace}/{self.spec.ray_cluster} not found")
+        index, current = self._group_index(cluster)
+        if current and books_capacity(self.client.call("GET", self.spec.requests_path(current))):
+            return None
+        name = f"{self.spec.request['metadata']['name']}-{suffix}"
+        self.client.call("POST", self.spec.requests_path(), self.spec.body(name, count))
+        key = self.spec.consume_annotation.replace("~", "~0").replace("/", "~1")
+        group = f"/spec/workerGroupSpecs/{index}"
+        patch = [
+            {"op": "test", "path": f"{group}/groupName", "value": self.spec.worker_group},
+            {"op": "add", "path": f"{group}/template/metadata/annotations/{key}", "value": name},
+        ]
+        self.client.call("PATCH", self.spec.cluster_path(), patch, "application/json-patch+json")
+        self.pending = name
+        self.say(f"asked for {count} GPU node(s) again: ProvisioningRequest {name}")
+        return name
+
+    def settle(self) -> None:
+        """Once the pending request is Provisioned or Failed, delete the runner's others."""
+        if self.pending is None:
+            return
+        request = self.client.call("GET", self.spec.requests_path(self.pending))
+        if condition_true(request, FAILED) or request is None:
+            self.say(f"ProvisioningRequest {self.pending} failed: {_conditions(request)}")
+        elif not condition_true(request, PROVISIONED):
+            return
+        keep, self.pending = self.pending, None
+        selector = f"?labelSelector={RUNNER_LABEL}%3D{RUNNER_VALUE}"
+        listed = self.client.call("GET", self.spec.requests_path() + selector) or {}
+        for item in listed.get("items", []):
+            name = item["metadata"]["name"]
+            if name != keep:
+                self.client.call("DELETE", self.spec.requests_path(name))
+                self.say(f"deleted the earlier ProvisioningRequest {name}")
+
+
+def _conditions(request: dict[str, Any] | None) -> str:
+    if request is None:
+        return "it no longer exists"
+    conditions = (request.get("status") or {}).get("conditions") or []
+    return "; ".join(
+        f"{c.get('type')}={c.get('status')} {c.get('message', '')}" for c in conditions
+    )
