@@ -198,6 +198,23 @@ def _head_node_selector(settings: StackSettings, cpu_pool_name: str | None) -> d
     return selector
 
 
+def _upgrade_strategy(settings: StackSettings) -> dict[str, Any]:
+    """Recreate: a changed spec (verlRef in the verl copy's script, the image, any pod setting)
+    deletes every pod and KubeRay creates them from the new spec; without it KubeRay never rolls
+    pods (raycluster_controller.go shouldRecreatePodsForUpgrade, KubeRay v1.7.0; the hash leaves
+    out replicas, tolerations and scheduling gates, so the autoscaler's scaling recreates nothing;
+    config/verl_source.py refuses an operator older than 1.6.0, which lacks the field).
+    Not on Standard flex-start: there the runner points the worker template's
+    consume-provisioning-request annotation at a new request to get nodes again
+    (payloads/export/provreq.py), and the hash covers the templates' metadata
+    (utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete), so Recreate would delete every
+    pod, the head and the running job with it. A verlRef change there reaches the pods created
+    after it (docs/real-systems.md)."""
+    if settings.capacity_plan.queued_provisioning:
+        return {}
+    return {"upgradeStrategy": {"type": "Recreate"}}
+
+
 def _head_group(settings: StackSettings, cpu_pool_name: str | None) -> dict[str, Any]:
     profile = settings.profile
     start_params = {"dashboard-host": "0.0.0.0"}
@@ -362,13 +379,7 @@ def _ray_cluster_body(
             settings,
             {
                 "rayVersion": settings.ray_version,
-                # A changed spec (verlRef in the verl copy's script, the image, any pod setting)
-                # deletes every pod and KubeRay creates them from the new spec; without it
-                # KubeRay never rolls pods (raycluster_controller.go shouldRecreatePodsForUpgrade,
-                # KubeRay v1.7.0; the hash leaves out replicas, tolerations and scheduling gates,
-                # so the autoscaler's scaling recreates nothing). config/verl_source.py refuses
-                # an operator older than 1.6.0, which lacks the field.
-                "upgradeStrategy": {"type": "Recreate"},
+                **_upgrade_strategy(settings),
                 "headGroupSpec": _head_group(settings, cpu_pool_name),
                 "workerGroupSpecs": [_worker_group(settings, networking)],
             },

@@ -214,7 +214,8 @@ def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
     policy = supervise.Policy(0, float("inf"), float("inf"), gpus_needed=16)
     command = [sys.executable, "-c", "print('trained')"]
     run = supervise.Supervisor(
-        command, tmp_path, policy, supervise.Cluster(head.dashboard_url), said.append, capacity
+        command, tmp_path, policy, supervise.Cluster(head.dashboard_url), said.append,
+        capacity=capacity,
     )
     assert run.run() == 0
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]

@@ -221,7 +221,7 @@ def train(
     with pruning(run_dir, keep):
         returncode = supervise.supervise(
             command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir),
-            capacity,
+            capacity=capacity,
         )
     if returncode != 0:
         how, status = signal_exit(returncode)

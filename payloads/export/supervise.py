@@ -386,6 +386,7 @@ class Supervisor:
         cluster: Cluster,
         say: Callable[[str], None],
         before_attempt: Callable[[], None] = lambda: None,
+        *,
         capacity: provreq.CapacityRenewer | None = None,
     ) -> None:
         self.command = command
@@ -687,13 +688,14 @@ def supervise(
     dashboard_url: str,
     say: Callable[[str], None],
     before_attempt: Callable[[], None] = lambda: None,
+    *,
     capacity: provreq.CapacityRenewer | None = None,
 ) -> int:
     """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
     entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
     them without a restart."""
     supervisor = Supervisor(
-        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt, capacity
+        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt, capacity=capacity
     )
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
