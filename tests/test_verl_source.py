@@ -90,6 +90,18 @@ def test_an_operator_without_upgrade_strategy_is_refused() -> None:
     assert verl_source.chart_rolls_pods("1.6.0") and not verl_source.chart_rolls_pods("1.5.2")
 
 
+@pytest.mark.parametrize("version", ["1.5.3", "1.4.9", "1.0.1", "1.5.2", "1.6.5", "1.70.0"])
+def test_every_chart_fix_offered_is_accepted(version: str) -> None:
+    # Two rules judge the chart version: it must be published (config/known_values.py) and have
+    # upgradeStrategy (KubeRay >= 1.6.0). The fix each offers must pass both.
+    message = _refusal(kuberayChartVersion=version)
+    fixes = re.findall(r"pulumi config set verl-gke:kuberayChartVersion (\S+) -s a3u", message)
+    assert fixes, message
+    for fix in fixes:
+        values = {**GOOD, "verl-gke:kuberayChartVersion": fix}
+        assert load_settings("a3u", values, offline=False).settings.kuberay_chart_version == fix
+
+
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
 def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
