@@ -496,9 +496,7 @@ def _dra_charts(profile: AcceleratorProfile) -> tuple[str, ...]:
 def _kuberay_charts() -> tuple[str, ...]:
     """Published KubeRay charts the RayCluster can use: those with spec.upgradeStrategy
     (verl_source.chart_problem), so a nearest-version fix is one that rule accepts too."""
-    return tuple(
-        v for v in known_values.KUBERAY_CHART_VERSIONS if verl_source.chart_rolls_pods(v)
-    )
+    return tuple(v for v in known_values.KUBERAY_CHART_VERSIONS if verl_source.chart_rolls_pods(v))
 
 
 def _check_chart_version(

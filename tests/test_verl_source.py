@@ -28,7 +28,7 @@ from config import run_inputs, verl_source
 from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
-from tests.program import REAL, plan
+from tests.program import COMBINATIONS, REAL, plan
 from tests.support.require import require
 from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
 
@@ -36,6 +36,7 @@ RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 V09 = {"verl-gke__verlRef": "v0.9.0", "verl-gke__verlImage": "verlai/verl:vllm024.latest"}
 GOOD = {**REAL, "verl-gke:mode": "standard"}
+SPOT = {"verl-gke__capacity": "spot"}
 
 
 def _refusal(**config: str) -> str:
@@ -65,6 +66,48 @@ def test_a_new_verl_ref_changes_every_pod_template_and_the_job() -> None:
     new_env = new.one(RAY_JOB, "grpo-job").inputs["runtime_env"]["env_vars"]
     assert old_env[verl_source.VERL_SOURCE_ENV].endswith(" at v0.6.1")
     assert new_env[verl_source.VERL_SOURCE_ENV].endswith(" at v0.9.0")
+
+
+# The RayCluster fields KubeRay leaves out of the hash whose change recreates every pod
+# (ray-operator/controllers/ray/utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete,
+# KubeRay v1.7.0; ScaleStrategy holds only workersToDelete, apis/ray/v1/raycluster_types.go).
+KUBERAY_UNHASHED = (
+    "replicas",
+    "minReplicas",
+    "maxReplicas",
+    "scaleStrategy",
+    "tolerations",
+    "schedulingGates",
+    "upgradeStrategy",
+)
+
+
+@pytest.mark.parametrize(
+    ("stack", "mode", "capacity"),
+    [
+        *((stack, mode, "stack's own") for stack, mode in COMBINATIONS),
+        # Autoscaled workers (the ignored replica fields); A4X is reservation-bound.
+        *((stack, mode, "spot") for stack, mode in COMBINATIONS if stack != "a4x"),
+    ],
+)
+def test_every_change_kuberay_recreates_the_pods_for_resubmits_the_job(
+    stack: str, mode: str, capacity: str
+) -> None:
+    # KubeRay's Recreate deletes the head, and with it the running Ray job, whenever the hashed
+    # spec changes. Every such change must also resubmit the job: Pulumi replaces the RayCluster
+    # on any change under `spec` (replaceOnChanges), except the paths it ignores, which must be
+    # ones KubeRay leaves out of the hash, and the job is replaced with the cluster (replaceWith).
+    if capacity == "spot":
+        result = plan(stack, mode, unset=("verl-gke:reservation",), **SPOT)
+    else:
+        result = plan(stack, mode)
+    cluster = result.one(RAY_CLUSTER)
+    assert "spec" in cluster.replace_on_changes and cluster.delete_before_replace
+    for path in cluster.ignore_changes:
+        assert path.startswith("spec.") and path.rsplit(".", 1)[-1] in KUBERAY_UNHASHED, path
+    if capacity == "spot":
+        assert cluster.ignore_changes  # the autoscaler's fields: the case the rule is about
+    assert cluster.urn in result.one(RAY_JOB, "grpo-job").replace_with
 
 
 def test_a_ref_the_images_vllm_cannot_run_is_refused_naming_one_that_can() -> None:
