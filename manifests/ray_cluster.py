@@ -362,12 +362,15 @@ def _ray_cluster_body(
             settings,
             {
                 "rayVersion": settings.ray_version,
-                # A changed spec (verlRef in the verl copy's script, the image, any pod setting)
-                # deletes every pod and KubeRay creates them from the new spec; without it
-                # KubeRay never rolls pods (raycluster_controller.go shouldRecreatePodsForUpgrade,
-                # KubeRay v1.7.0; the hash leaves out replicas, tolerations and scheduling gates,
-                # so the autoscaler's scaling recreates nothing). config/verl_source.py refuses
-                # an operator older than 1.6.0, which lacks the field.
+                # A change of this spec from `pulumi up` (verlRef in the verl copy's script, the
+                # image, any pod setting) replaces the whole RayCluster, and the job with it
+                # (components/ray_cluster.py replace_on_changes, components/grpo_training.py
+                # replace_with). Recreate covers a spec changed in the cluster by other means:
+                # KubeRay deletes every pod when the spec's hash changes
+                # (raycluster_controller.go shouldRecreatePodsForUpgrade, KubeRay v1.7.0; the hash
+                # leaves out replicas, tolerations and scheduling gates, so the autoscaler's
+                # scaling recreates nothing). config/verl_source.py refuses an operator older
+                # than 1.6.0, which lacks the field.
                 "upgradeStrategy": {"type": "Recreate"},
                 "headGroupSpec": _head_group(settings, cpu_pool_name),
                 "workerGroupSpecs": [_worker_group(settings, networking)],
