@@ -97,6 +97,7 @@ def problems(
             s,
             "kuberay_chart_version",
             known_values.KUBERAY_CHART_VERSIONS,
+            _kuberay_charts(),
             released_since=known_values.KUBERAY_CHART_VERSIONS_READ,
         ),
         _check_chart_version(
@@ -490,6 +491,12 @@ def _dra_charts(profile: AcceleratorProfile) -> tuple[str, ...]:
         return known_values.DRA_DRIVER_CHART_VERSIONS
     floor = version_tuple(DRA_DRIVER_MIN_CHART)
     return tuple(v for v in known_values.DRA_DRIVER_CHART_VERSIONS if version_tuple(v) >= floor)
+
+
+def _kuberay_charts() -> tuple[str, ...]:
+    """Published KubeRay charts the RayCluster can use: those with spec.upgradeStrategy
+    (verl_source.chart_problem), so a nearest-version fix is one that rule accepts too."""
+    return tuple(v for v in known_values.KUBERAY_CHART_VERSIONS if verl_source.chart_rolls_pods(v))
 
 
 def _check_chart_version(

@@ -3,9 +3,11 @@
 A verl checkout (verl-gke:verlSource=checkout, the default) runs on the image's vLLM and
 transformers: a ref whose requirements the image does not meet fails once the GPUs are up
 (verl's rollout imports vLLM in the workers). A change of the ref or the image must reach the
-pods: the label below is in the pod template (manifests/fuse_mounts.py) and the job's runtime env
-(training/assembly.py), and the RayCluster's upgradeStrategy Recreate (KubeRay >= 1.6.0) then
-recreates every pod of a changed spec.
+pods: the ref is in the pod template (manifests/fuse_mounts.py), so the RayCluster's spec changes
+and `pulumi up` replaces the cluster and the job (components/ray_cluster.py replace_on_changes,
+components/grpo_training.py replace_with); the label below also names it in the job's runtime env
+(training/assembly.py). The RayCluster's upgradeStrategy Recreate (KubeRay >= 1.6.0) recreates
+the pods of a spec changed in the cluster by other means.
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ def image_fit_problem(settings: StackSettings) -> str | None:
 
 # KubeRay added RayCluster spec.upgradeStrategy (Recreate: a changed spec deletes every pod, which
 # KubeRay then creates from the new spec) in v1.6.0 (ray-operator/apis/ray/v1/raycluster_types.go:
-# absent at v1.5.0, present at v1.6.0 and v1.7.0). Without it KubeRay never rolls pods on a
-# pod-template change, and the pods keep the verl they copied when they started.
+# absent at v1.5.1, present at v1.6.0 and v1.7.0). The RayCluster carries the field, which an
+# older operator's CRD does not define.
 UPGRADE_STRATEGY_SINCE = (1, 6, 0)
 
 
@@ -103,10 +105,10 @@ def chart_problem(settings: StackSettings) -> str | None:
         return None
     key = config_key("kuberay_chart_version")
     return (
-        f"{key} = {settings.kuberay_chart_version!r}: the RayCluster's upgradeStrategy, which "
-        "recreates the Ray pods when verl, the image or any pod setting changes, exists from "
-        "KubeRay 1.6.0; with an older operator a changed verlRef would never reach the running "
-        f"pods. Fix: pulumi config set {key} 1.7.0 -s {settings.stack}"
+        f"{key} = {settings.kuberay_chart_version!r}: the RayCluster sets upgradeStrategy "
+        "Recreate (KubeRay recreates the Ray pods of a spec changed in the cluster), which "
+        "exists from KubeRay 1.6.0; an older operator's CRD does not define it. "
+        f"Fix: pulumi config set {key} 1.7.0 -s {settings.stack}"
     )
 
 

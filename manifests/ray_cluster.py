@@ -199,17 +199,18 @@ def _head_node_selector(settings: StackSettings, cpu_pool_name: str | None) -> d
 
 
 def _upgrade_strategy(settings: StackSettings) -> dict[str, Any]:
-    """Recreate: a changed spec (verlRef in the verl copy's script, the image, any pod setting)
-    deletes every pod and KubeRay creates them from the new spec; without it KubeRay never rolls
-    pods (raycluster_controller.go shouldRecreatePodsForUpgrade, KubeRay v1.7.0; the hash leaves
-    out replicas, tolerations and scheduling gates, so the autoscaler's scaling recreates nothing;
-    config/verl_source.py refuses an operator older than 1.6.0, which lacks the field).
-    Not on Standard flex-start: there the runner points the worker template's
+    """A change of the spec from `pulumi up` (verlRef in the verl copy's script, the image, any
+    pod setting) replaces the whole RayCluster, and the job with it (components/ray_cluster.py
+    replace_on_changes, components/grpo_training.py replace_with). Recreate covers a spec changed
+    in the cluster by other means: KubeRay deletes every pod when the spec's hash changes
+    (raycluster_controller.go shouldRecreatePodsForUpgrade, KubeRay v1.7.0; the hash leaves out
+    replicas, tolerations and scheduling gates, so the autoscaler's scaling recreates nothing);
+    config/verl_source.py refuses an operator older than 1.6.0, which lacks the field.
+    Not on Standard flex-start: there the runner itself points the worker template's
     consume-provisioning-request annotation at a new request to get nodes again
     (payloads/export/provreq.py), and the hash covers the templates' metadata
     (utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete), so Recreate would delete every
-    pod, the head and the running job with it. A verlRef change there reaches the pods created
-    after it (docs/real-systems.md)."""
+    pod, the head and the running job with it."""
     if settings.capacity_plan.queued_provisioning:
         return {}
     return {"upgradeStrategy": {"type": "Recreate"}}

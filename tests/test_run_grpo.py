@@ -332,3 +332,18 @@ def test_a_restart_keeps_the_lost_attempts_metrics(tmp_path: Path) -> None:
     kept = run_dir / "metrics" / "attempt-001.jsonl"
     assert json.loads(kept.read_text())["step"] == 1
     assert json.loads((run_dir / "metrics.jsonl").read_text())["step"] == 2
+
+
+@pytest.mark.parametrize(("rank", "flag"), [(4, 8), (8, 8), (48, 64), (300, 320), (512, 512)])
+def test_the_serve_command_names_a_max_lora_rank_vllm_accepts(
+    tmp_path: Path, rank: int, flag: int
+) -> None:
+    # vLLM's --max-lora-rank takes only the values of MaxLoRARanks (vllm/config/lora.py, vLLM
+    # 0.11: 1, 8, 16, 32, 64, 128, 256, 320, 512); the adapter needs one at or above its rank.
+    adapter = tmp_path / export_model.LORA_DIR
+    adapter.mkdir()
+    written = {"r": rank, "lora_alpha": 0, "target_modules": ["q_proj"]}
+    (adapter / "adapter_config.json").write_text(json.dumps(written))
+    serve = export_model.lora_contents(tmp_path, 16)["serve"]
+    assert serve.endswith(f"--max-lora-rank {flag}")
+    assert flag in (1, 8, 16, 32, 64, 128, 256, 320, 512) and flag >= rank

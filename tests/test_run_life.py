@@ -26,6 +26,7 @@ from tests.program import REAL
 from tests.support.require import require
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
+from training.run_life import DATALOADER_KEYS
 
 GOOD = {**REAL, "verl-gke:mode": "standard"}
 
@@ -67,6 +68,39 @@ def test_the_runner_gets_the_runs_length() -> None:
     )
     assert longer["total_training_steps"] == 40
     assert "--keep-checkpoints" not in _runner_args(_job().entrypoint)
+
+
+@pytest.mark.parametrize(
+    ("override", "config"),
+    [
+        ("data.train_max_samples=512", {}),
+        ("+data.gen_batch_size=64", {}),
+        (None, {"job": json.dumps({"maxPromptLength": 256})}),
+    ],
+)
+def test_what_changes_the_dataloaders_length_changes_the_runs_length(
+    override: str | None, config: dict[str, str]
+) -> None:
+    # A finished run trains again only when its length changes (payloads/export/run_grpo.py).
+    before = json.loads(_runner_args(_job().entrypoint)["--length"])
+    values = {**GOOD, **{f"verl-gke:{k}": v for k, v in config.items()}}
+    if override is not None:
+        values["verl-gke:job"] = json.dumps({"extraOverrides": [override]})
+    after_job = training_job(load_settings("a3u", values, offline=False).settings)
+    assert json.loads(_runner_args(after_job.entrypoint)["--length"]) != before
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_the_length_keys_are_what_verls_dataloader_reads(release: str) -> None:
+    # verl/trainer/ppo/ray_trainer.py _create_dataloader: the dataset's max_samples and the
+    # dataloader's batch size; rl_dataset.py drops prompts over max_prompt_length when filtering.
+    trainer = _verl_source(release, "trainer/ppo/ray_trainer.py")
+    body = trainer[trainer.index("def _create_dataloader") :]
+    body = body[: body.index("\n    def ", 1)]
+    for key in DATALOADER_KEYS:
+        assert f'self.config.data.get("{key.removeprefix("data.")}"' in body, key
+    dataset = _verl_source(release, "utils/dataset/rl_dataset.py")
+    assert "self.max_prompt_length" in dataset and "filter_overlong_prompts" in dataset
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from config import run_inputs, verl_source
 from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
-from tests.program import REAL, plan
+from tests.program import COMBINATIONS, REAL, plan
 from tests.support.require import require
 from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
 
@@ -36,6 +36,7 @@ RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 V09 = {"verl-gke__verlRef": "v0.9.0", "verl-gke__verlImage": "verlai/verl:vllm024.latest"}
 GOOD = {**REAL, "verl-gke:mode": "standard"}
+SPOT = {"verl-gke__capacity": "spot"}
 
 
 def _refusal(**config: str) -> str:
@@ -67,6 +68,48 @@ def test_a_new_verl_ref_changes_every_pod_template_and_the_job() -> None:
     assert new_env[verl_source.VERL_SOURCE_ENV].endswith(" at v0.9.0")
 
 
+# The RayCluster fields KubeRay leaves out of the hash whose change recreates every pod
+# (ray-operator/controllers/ray/utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete,
+# KubeRay v1.7.0; ScaleStrategy holds only workersToDelete, apis/ray/v1/raycluster_types.go).
+KUBERAY_UNHASHED = (
+    "replicas",
+    "minReplicas",
+    "maxReplicas",
+    "scaleStrategy",
+    "tolerations",
+    "schedulingGates",
+    "upgradeStrategy",
+)
+
+
+@pytest.mark.parametrize(
+    ("stack", "mode", "capacity"),
+    [
+        *((stack, mode, "stack's own") for stack, mode in COMBINATIONS),
+        # Autoscaled workers (the ignored replica fields); A4X is reservation-bound.
+        *((stack, mode, "spot") for stack, mode in COMBINATIONS if stack != "a4x"),
+    ],
+)
+def test_every_change_kuberay_recreates_the_pods_for_resubmits_the_job(
+    stack: str, mode: str, capacity: str
+) -> None:
+    # KubeRay's Recreate deletes the head, and with it the running Ray job, whenever the hashed
+    # spec changes. Every such change must also resubmit the job: Pulumi replaces the RayCluster
+    # on any change under `spec` (replaceOnChanges), except the paths it ignores, which must be
+    # ones KubeRay leaves out of the hash, and the job is replaced with the cluster (replaceWith).
+    if capacity == "spot":
+        result = plan(stack, mode, unset=("verl-gke:reservation",), **SPOT)
+    else:
+        result = plan(stack, mode)
+    cluster = result.one(RAY_CLUSTER)
+    assert "spec" in cluster.replace_on_changes and cluster.delete_before_replace
+    for path in cluster.ignore_changes:
+        assert path.startswith("spec.") and path.rsplit(".", 1)[-1] in KUBERAY_UNHASHED, path
+    if capacity == "spot":
+        assert cluster.ignore_changes  # the autoscaler's fields: the case the rule is about
+    assert cluster.urn in result.one(RAY_JOB, "grpo-job").replace_with
+
+
 def test_a_ref_the_images_vllm_cannot_run_is_refused_naming_one_that_can() -> None:
     message = _refusal(verlRef="v0.9.0")
     assert "verl-gke:verlRef = 'v0.9.0' with verl-gke:verlImage = 'verlai/verl:vllm011.latest'" in (
@@ -88,6 +131,18 @@ def test_an_operator_without_upgrade_strategy_is_refused() -> None:
     assert "exists from KubeRay 1.6.0" in message
     assert "pulumi config set verl-gke:kuberayChartVersion 1.7.0 -s a3u" in message
     assert verl_source.chart_rolls_pods("1.6.0") and not verl_source.chart_rolls_pods("1.5.2")
+
+
+@pytest.mark.parametrize("version", ["1.5.3", "1.4.9", "1.0.1", "1.5.2", "1.6.5", "1.70.0"])
+def test_every_chart_fix_offered_is_accepted(version: str) -> None:
+    # Two rules judge the chart version: it must be published (config/known_values.py) and have
+    # upgradeStrategy (KubeRay >= 1.6.0). The fix each offers must pass both.
+    message = _refusal(kuberayChartVersion=version)
+    fixes = re.findall(r"pulumi config set verl-gke:kuberayChartVersion (\S+) -s a3u", message)
+    assert fixes, message
+    for fix in fixes:
+        values = {**GOOD, "verl-gke:kuberayChartVersion": fix}
+        assert load_settings("a3u", values, offline=False).settings.kuberay_chart_version == fix
 
 
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])

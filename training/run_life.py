@@ -32,16 +32,31 @@ def extra_override_value(spec: GrpoSpec, key: str) -> str | None:
     return values[-1] if values else None
 
 
+# The data keys besides train_files and train_batch_size that decide len(train_dataloader)
+# (verl/trainer/ppo/ray_trainer.py _create_dataloader, v0.6.1 and 0.9.0): the dataset keeps at
+# most data.train_max_samples rows, and the dataloader's batch is data.gen_batch_size when set.
+DATALOADER_KEYS = ("data.train_max_samples", "data.gen_batch_size")
+
+
 def run_length(spec: GrpoSpec) -> dict[str, Any]:
     """What decides the run's step count: verl trains trainer.total_training_steps when set, else
     len(train_dataloader) x total_epochs, the dataloader being train_files in batches of
-    train_batch_size (verl/trainer/ppo/ray_trainer.py _create_dataloader, v0.6.1)."""
-    return {
+    train_batch_size (verl/trainer/ppo/ray_trainer.py _create_dataloader, v0.6.1), or of
+    DATALOADER_KEYS where set. Every run drops the prompts over max_prompt_length
+    (grpo_spec.FIXED_OVERRIDES data.filter_overlong_prompts; rl_dataset.py
+    maybe_filter_out_long_prompts), so that length decides how many rows remain."""
+    length: dict[str, Any] = {
         "total_training_steps": _as_int(extra_override_value(spec, TOTAL_STEPS_KEY)),
         "total_epochs": spec.total_epochs,
         "train_batch_size": spec.train_batch_size,
         "train_files": spec.train_files,
+        "max_prompt_length": spec.max_prompt_length,
     }
+    for key in DATALOADER_KEYS:
+        value = extra_override_value(spec, key)
+        if value is not None:
+            length[key] = value
+    return length
 
 
 def checkpoints_to_keep(spec: GrpoSpec) -> int | None:

@@ -128,6 +128,19 @@ def merge_on_node(argv: list[str], resource: str) -> dict[str, Any]:
     return ray.get(ref)
 
 
+# The values vLLM's --max-lora-rank accepts (vllm/config/lora.py MaxLoRARanks, vLLM 0.11: a
+# Literal the CLI turns into choices); any other value, e.g. a LoRA rank of 4 or 48, is refused.
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_max_lora_rank(rank: object) -> int | str:
+    """The smallest --max-lora-rank vLLM accepts that serves an adapter of rank `rank` (the
+    rank itself where it is no int or above every choice, for the user to see)."""
+    if not isinstance(rank, int):
+        return str(rank)
+    return next((m for m in VLLM_MAX_LORA_RANKS if m >= rank), rank)
+
+
 def lora_contents(target_dir: Path, lora_alpha: int | None) -> dict[str, Any]:
     """What the folder holds and how to serve it. For a LoRA run verl's merger writes the frozen
     base weights as the model and the trained adapter to lora_adapter/ with lora_alpha 0
@@ -148,14 +161,15 @@ def lora_contents(target_dir: Path, lora_alpha: int | None) -> dict[str, Any]:
             "actor_rollout_ref.model.lora_alpha"
         )
     adapter = target_dir / LORA_DIR
+    rank = config.get("r")
     return {
         "contents": "the untrained base model + the trained LoRA adapter (lora_adapter/)",
         "lora_alpha": config["lora_alpha"],
-        "lora_rank": config.get("r"),
+        "lora_rank": rank,
         # vLLM's LoRA serving: --enable-lora, --lora-modules name=path, --max-lora-rank >= r.
         "serve": (
             f"vllm serve {target_dir} --enable-lora --lora-modules trained={adapter} "
-            f"--max-lora-rank {config.get('r')}"
+            f"--max-lora-rank {vllm_max_lora_rank(rank)}"
         ),
     }
 

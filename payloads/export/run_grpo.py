@@ -10,7 +10,8 @@
    no recorded identity is accepted only when its latest shards are of this world size.
 2. Training runs unless the run is finished (finished_reason): `training.done` names this
    identity and this training command, or this identity and the same length (--length: total
-   steps, epochs, batch size, train files) with no checkpoint since, or the latest checkpoint is
+   steps, epochs, batch size, train files, prompt length and the other keys that decide verl's
+   dataloader length) with no checkpoint since, or the latest checkpoint is
    at or past an explicit total step count. At verl v0.6.1 a run resumed at its last step trains
    one more step (fit() has no guard past total_training_steps), so a change of lr or a logger
    must not start verl again. Before every attempt (a resubmission's or a restart's) the
