@@ -195,7 +195,34 @@ def test_moe_model_is_refused_by_the_job_naming_the_model_key(tmp_path: Path) ->
         training_job(_settings(model="Qwen/Qwen3-30B-A3B", modelConfig=str(path)))
     (problem,) = caught.value.problems
     assert problem.startswith("verl-gke:model = 'Qwen/Qwen3-30B-A3B': it is a mixture-of-experts")
-    assert problem.endswith("Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u")
+    # The facts came from verl-gke:modelConfig: a new id alone would still be planned from it.
+    assert problem.endswith(
+        "Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u and pulumi config rm "
+        "verl-gke:modelConfig -s a3u (the facts of Qwen/Qwen3-8B are known without it)"
+    )
+
+
+def test_model_config_of_another_model_than_a_table_id_is_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_MOE))
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model="Qwen/Qwen3-8B", modelConfig=str(path)))
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        f"verl-gke:modelConfig = '{path}' describes another model than verl-gke:model = "
+        "'Qwen/Qwen3-8B', whose facts are known (from committed table"
+    )
+    assert "model_type 'qwen3_moe' (there: 'qwen3')" in problem
+    assert problem.endswith(
+        "Fix: pulumi config rm verl-gke:modelConfig -s a3u "
+        "(the facts of Qwen/Qwen3-8B are known without it)"
+    )
+    # The same model's config.json is accepted, and so is the fix: no modelConfig.
+    path.write_text(json.dumps(table_facts_config("Qwen/Qwen3-8B")))
+    assert training_job(_settings(model="Qwen/Qwen3-8B", modelConfig=str(path))).model
+    assert training_job(_settings(model="Qwen/Qwen3-8B")).model.source.startswith("committed")
 
 
 # --- the Hub, as `pulumi up` reads it ------------------------------------------------------------
@@ -283,6 +310,21 @@ def test_missing_repository_or_config_is_refused(hub: list, hub_id: str, reason:
     (problem,) = caught.value.problems
     assert problem.startswith(f"verl-gke:model = '{hub_id}': {reason}")
     assert "Fix: pulumi config set verl-gke:model " in problem
+
+
+def test_model_config_that_differs_from_the_hub_s_config_json_is_refused(
+    hub: list, tmp_path: Path
+) -> None:
+    # The Hub answers for Qwen/Qwen2.5-7B-Instruct (qwen2); the file given is Qwen3-8B's.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(table_facts_config("Qwen/Qwen3-8B")))
+    settings = _settings(model="Qwen/Qwen2.5-7B-Instruct", modelConfig=str(path))
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(settings, hub=True)
+    (problem,) = caught.value.problems
+    assert "whose facts are known (from the Hub (http://127.0.0.1:" in problem
+    assert "model_type 'qwen3' (there: 'qwen2')" in problem
+    assert "Fix: pulumi config rm verl-gke:modelConfig -s a3u" in problem
 
 
 def test_an_unreachable_hub_falls_back_to_the_table_and_refuses_an_unknown_model(

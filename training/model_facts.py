@@ -31,6 +31,10 @@ from training.model_table import MODEL_TABLE, table_entry
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+# A dense model of the table that fits every profile: the fix for a model that cannot be trained.
+_DENSE = "Qwen/Qwen3-8B"
+
+
 class HubUnreachableError(ModelFactsError):
     """The Hub did not answer: no verdict on the model, unlike a refusal (gated, missing)."""
 
@@ -77,20 +81,77 @@ def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:
             # plan would use serve, and the data-prep Job (in the cluster) downloads it later.
             config, source = _offline_config(settings, unreachable=str(unreachable))
             source = f"{source}; {unreachable}, so gated access was not checked"
+        else:
+            if settings.model_config_file:
+                _cross_check(settings, _config_file(settings.model_config_file)[0], config, source)
         return _facts(hub_id, config, source)
+    except ModelConfigMismatchError as error:
+        raise ModelFactsError(f"{error}. Fix: {_rm_model_config(settings, hub_id)}") from None
     except ModelFactsError as error:
         raise ModelFactsError(
             f"{config_key('model')} = {hub_id!r}: {error}. Fix: {_fix(settings, str(error))}"
         ) from None
 
 
+class ModelConfigMismatchError(ModelFactsError):
+    """verl-gke:modelConfig describes another model than the one verl-gke:model names."""
+
+
+# The config.json facts that tell one model from another: its family and class (transformers'
+# model_type and architectures) and the shape keys the memory fit reads (training/model_config.py).
+_IDENTITY_KEYS = (
+    "model_type",
+    "architectures",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+)
+
+
+def _cross_check(
+    settings: StackSettings,
+    given: Mapping[str, Any],
+    known: Mapping[str, Any],
+    known_source: str,
+) -> None:
+    """Refuse a verl-gke:modelConfig whose identity facts differ from the model's known ones
+    (the committed table or the Hub's config.json), naming both: the facts of one model would
+    otherwise be planned under the id of another."""
+    differ = [
+        f"{key} {given.get(key)!r} (there: {known.get(key)!r})"
+        for key in _IDENTITY_KEYS
+        if key in given and key in known and given[key] != known[key]
+    ]
+    if not differ:
+        return
+    raise ModelConfigMismatchError(
+        f"{config_key('model_config_file')} = {settings.model_config_file!r} describes another "
+        f"model than {config_key('model')} = {settings.model!r}, whose facts are known (from "
+        f"{known_source}): its config.json has {'; '.join(differ)}"
+    )
+
+
+def _rm_model_config(settings: StackSettings, model: str) -> str:
+    # Without verl-gke:modelConfig the known facts (the table's or the Hub's) serve.
+    return (
+        f"pulumi config rm {config_key('model_config_file')} -s {settings.stack} (the facts of "
+        f"{model} are known without it)"
+    )
+
+
 def _offline_config(
     settings: StackSettings, unreachable: str | None = None
 ) -> tuple[Mapping[str, Any], str]:
     """verl-gke:modelConfig's config.json, else the committed table's entry."""
-    if settings.model_config_file:
-        return _config_file(settings.model_config_file)
     entry = table_entry(settings.model)
+    if settings.model_config_file:
+        config, source = _config_file(settings.model_config_file)
+        if entry is not None:
+            _cross_check(settings, config, entry.config, entry.source)
+        return config, source
     if entry is None:
         why = _not_in_table(settings)
         raise ModelFactsError(f"{unreachable}, and it is {why}" if unreachable else why)
@@ -106,11 +167,15 @@ def _fix(settings: StackSettings, reason: str) -> str:
         )
     if "not in the committed table" in reason:
         return (
-            f"{settings.fix('model', 'Qwen/Qwen3-8B')} (or, to train this model, give its "
+            f"{settings.fix('model', _DENSE)} (or, to train this model, give its "
             f"config.json: pulumi config set {config_key('model_config_file')} "
             f"PATH/config.json -s {settings.stack}, a copy in your repository)"
         )
-    return settings.fix("model", "Qwen/Qwen3-8B")
+    if settings.model_config_file:
+        # The facts came from verl-gke:modelConfig: a new model id alone would still be planned
+        # from that file, so the fix replaces both.
+        return f"{settings.fix('model', _DENSE)} and {_rm_model_config(settings, _DENSE)}"
+    return settings.fix("model", _DENSE)
 
 
 def _not_in_table(settings: StackSettings) -> str:
