@@ -148,13 +148,13 @@ def _follow(typed: dict[str, str], err: str) -> dict[str, str] | None:
     for line in err.splitlines():
         if "Fix: " not in line:
             continue
-        first = re.split(r", or |\(or", line.split("Fix: ", 1)[1])[0]
+        first = re.split(r"[,;] or |\(or", line.split("Fix: ", 1)[1])[0]
         for key in _LEAVE_OUT.findall(first):
             changed.pop(key, None)
             found = True
         for _flag, item in _SET.findall(_LEAVE_OUT.sub("", first)):
             key, _, value = item.partition("=")
-            changed[key] = value
+            changed[key] = value.strip("'")  # as the shell reads --set KEY='VALUE'
             found = True
     return changed if found else None
 
@@ -201,3 +201,26 @@ def test_following_each_model_fix_ends_without_a_loop(
     seen, code = _plan_until_settled(typed, capsys)
     assert code == 0, seen
     assert len(seen) <= 1 if config is not _DENSE else seen == []
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        # A local file with a MATH-style mapping: the fix is the bucket folder, without the mapping.
+        {"verl-gke:dataset": "./data/math.parquet",
+         "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer"}'},
+        # GSM8K has no `problem` column: the mapping is corrected, then verl's own preprocessing.
+        {"verl-gke:dataset": "openai/gsm8k",
+         "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer"}'},
+        {"verl-gke:dataset": "gsm8k"},  # the bare name of a known id
+    ],
+)  # fmt: skip
+def test_following_each_dataset_fix_ends_without_a_loop_or_the_tutorial_s_values(
+    dataset: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen, code = _plan_until_settled(dataset, capsys)
+    assert code == 0, seen
+    assert seen, "the typed dataset was refused first"
+    if dataset["verl-gke:dataset"].startswith("./"):
+        assert "gs://example-project-verl-a3u/math" in seen[0]
+        assert "openai/gsm8k" not in seen[0]
