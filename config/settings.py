@@ -150,6 +150,11 @@ class StackSettings(BaseModel):
     verl_ref: str = Field(description="verl release tag or commit the job runs")
     ray_version: str = Field(description="Ray version of the images (default: the profile's)")
     model: str = Field(default=DEFAULT_MODEL, description="Hugging Face model trained")
+    # A Hub commit of verl-gke:model (40 hex digits): the data-prep Job downloads that commit
+    # (snapshot_download(revision=...)) into a folder that names it; unset, the branch main.
+    model_revision: str | None = Field(
+        default=None, description="Hub commit (40 hex) of verl-gke:model to train (unset: main)"
+    )
     # A config.json of the model in the user's repository (relative to Pulumi.yaml's folder): the
     # offline plan's architecture facts for a model not in training/model_table.py.
     model_config_file: str | None = Field(

@@ -228,6 +228,7 @@ def test_model_config_of_another_model_than_a_table_id_is_refused_naming_both(
 # --- the Hub, as `pulumi up` reads it ------------------------------------------------------------
 
 GATED = "meta-llama/Llama-3.1-8B-Instruct"
+PINNED = "0123456789abcdef" * 2 + "01234567"  # the one commit the fake Hub knows besides main
 NO_CONFIG = "my-org/datasets-only"
 
 
@@ -238,8 +239,11 @@ class _Hub(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.seen.append((self.path, self.headers.get("Authorization")))
-        repo = self.path.removesuffix("/resolve/main/config.json").lstrip("/")
-        if repo == GATED:
+        path = self.path.removesuffix("/config.json").lstrip("/")
+        repo, _, revision = path.partition("/resolve/")
+        if revision not in ("main", PINNED):
+            self._send(404, b"Revision not found", "RevisionNotFound")
+        elif repo == GATED:
             self._send(403, b"Access to model is restricted.", "GatedRepo")
         elif repo == NO_CONFIG:
             self._send(404, b"Entry not found", "EntryNotFound")
@@ -286,6 +290,16 @@ def test_pulumi_up_reads_config_json_from_the_hub_with_the_token_once(hub: list)
     assert job.model.source.startswith("the Hub (http://127.0.0.1:")
     assert "config.json at 0123abcd" in job.model.source
     assert hub == [("/Qwen/Qwen3-8B/resolve/main/config.json", f"Bearer {TOKEN}")]
+
+
+def test_a_pinned_revision_is_read_at_that_commit_and_reaches_the_job(hub: list) -> None:
+    job = training_job(_settings(model="Qwen/Qwen3-8B", modelRevision=PINNED), hub=True)
+    assert hub == [(f"/Qwen/Qwen3-8B/resolve/{PINNED}/config.json", f"Bearer {TOKEN}")]
+    assert job.model.revision == PINNED
+    assert job.spec.model_path == f"/data/Qwen3-8B-{PINNED[:12]}"
+    other = "f" * 40  # a commit the repository does not have
+    with pytest.raises(GrpoPreflightError, match=r"has no revision 'f{40}'.*modelRevision"):
+        training_job(_settings(model="Qwen/Qwen3-8B", modelRevision=other), hub=True)
 
 
 def test_gated_model_without_access_is_refused_with_its_licence_page(hub: list) -> None:

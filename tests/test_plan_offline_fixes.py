@@ -224,3 +224,40 @@ def test_following_each_dataset_fix_ends_without_a_loop_or_the_tutorial_s_values
     if dataset["verl-gke:dataset"].startswith("./"):
         assert "gs://example-project-verl-a3u/math" in seen[0]
         assert "openai/gsm8k" not in seen[0]
+
+
+_COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        {"verl-gke:model": "Qwen/Qwen3-8B@main"},  # the branch: the id alone, unpinned
+        {"verl-gke:model": f"Qwen/Qwen3-8B@{_COMMIT}"},  # the commit: its own setting
+        {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": "main"},
+        {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": _COMMIT.upper()},
+    ],
+)
+def test_following_each_revision_fix_keeps_the_user_s_model(
+    typed: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen, code = _plan_until_settled(typed, capsys)
+    assert code == 0 and len(seen) == 1, seen
+    assert "Qwen/Qwen2.5-32B-Instruct" not in seen[0]  # never the tutorial's model
+
+
+def test_a_pinned_revision_reaches_the_data_prep_job_the_job_and_the_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": _COMMIT}
+    result = run_stack("a3u", typed)
+    (prep,) = [r for r in result.of_type("kubernetes:batch/v1:Job") if r.name == "data-prep-job"]
+    command = prep.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    folder = f"Qwen3-8B-{_COMMIT[:12]}"
+    assert command[command.index("--model-revision") + 1] == _COMMIT
+    assert command[command.index("--model-folder") + 1] == folder
+    jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
+    (job,) = [r for r in jobs if r.name == "grpo-job"]
+    assert f"actor_rollout_ref.model.path=/data/{folder}" in job.inputs["entrypoint"]
+    assert plan_cli.main(["a3u", *(f"--set={k}={v}" for k, v in typed.items())]) == 0
+    assert f"revision: {_COMMIT} (pinned)" in capsys.readouterr().out

@@ -51,11 +51,16 @@ class ModelFacts:
     # config.json max_position_embeddings: the longest prompt + response the rollout serves
     # (training/sequence_limits.py); None when config.json has none.
     max_position_embeddings: int | None = None
+    # verl-gke:modelRevision: the Hub commit the data-prep Job downloads; None: the branch main.
+    revision: str | None = None
 
 
-def _facts(hub_id: str, config: Mapping[str, Any], source: str) -> ModelFacts:
+def _facts(
+    hub_id: str, config: Mapping[str, Any], source: str, revision: str | None = None
+) -> ModelFacts:
     return ModelFacts(
         hub_id=hub_id,
+        revision=revision,
         arch=arch_from_config(config, hub_id),
         model_type=str(config.get("model_type", "")),
         source=source,
@@ -70,12 +75,14 @@ def _positive_int(value: object) -> int | None:
 def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:
     """The facts of verl-gke:model: from the Hub when `hub` (a real `pulumi up`), else from
     verl-gke:modelConfig or the committed table. ModelFactsError names the key and a fix."""
-    hub_id = settings.model
+    hub_id, revision = settings.model, settings.model_revision
     try:
         if not hub:
-            return _facts(hub_id, *_offline_config(settings))
+            return _facts(hub_id, *_offline_config(settings), revision)
         try:
-            config, source = hub_config(hub_id, settings.hf_token.get_secret_value())
+            config, source = hub_config(
+                hub_id, settings.hf_token.get_secret_value(), revision or "main"
+            )
         except HubUnreachableError as unreachable:
             # The Hub down or blocked from this machine is no verdict on the model: the facts a
             # plan would use serve, and the data-prep Job (in the cluster) downloads it later.
@@ -84,7 +91,7 @@ def model_facts(settings: StackSettings, *, hub: bool = False) -> ModelFacts:
         else:
             if settings.model_config_file:
                 _cross_check(settings, _config_file(settings.model_config_file)[0], config, source)
-        return _facts(hub_id, config, source)
+        return _facts(hub_id, config, source, revision)
     except ModelConfigMismatchError as error:
         raise ModelFactsError(f"{error}. Fix: {_rm_model_config(settings, hub_id)}") from None
     except ModelFactsError as error:
@@ -202,15 +209,18 @@ def _config_file(path_text: str) -> tuple[Mapping[str, Any], str]:
     return config, f"{key} ({path_text})"
 
 
-def hub_config(hub_id: str, token: str) -> tuple[Mapping[str, Any], str]:
-    """The model's config.json from the Hub (revision main), read once per process."""
-    return _hub_config(hub_endpoint(), hub_id, token)
+def hub_config(hub_id: str, token: str, revision: str = "main") -> tuple[Mapping[str, Any], str]:
+    """The model's config.json from the Hub at `revision` (verl-gke:modelRevision, else the
+    branch main), read once per process."""
+    return _hub_config(hub_endpoint(), hub_id, token, revision)
 
 
 @lru_cache(maxsize=8)
-def _hub_config(endpoint: str, hub_id: str, token: str) -> tuple[Mapping[str, Any], str]:
+def _hub_config(
+    endpoint: str, hub_id: str, token: str, revision: str = "main"
+) -> tuple[Mapping[str, Any], str]:
     # The Hub's file URL (huggingface_hub file_download.hf_hub_url): /{repo}/resolve/{rev}/{file}.
-    url = f"{endpoint}/{hub_id}/resolve/main/config.json"
+    url = f"{endpoint}/{hub_id}/resolve/{revision}/config.json"
     try:
         answer = hub_get(url, token)
     except HubNotAnsweringError as error:
@@ -222,14 +232,20 @@ def _hub_config(endpoint: str, hub_id: str, token: str) -> tuple[Mapping[str, An
             config = json.loads(answer.body)
         except ValueError:
             raise ModelFactsError("the Hub returned a config.json that is not JSON") from None
-        revision = answer.revision or "main"
-        return config, f"the Hub ({endpoint}/{hub_id}, config.json at {revision})"
-    raise ModelFactsError(_hub_refusal(hub_id, answer))
+        at = answer.revision or revision
+        return config, f"the Hub ({endpoint}/{hub_id}, config.json at {at})"
+    raise ModelFactsError(_hub_refusal(hub_id, answer, revision))
 
 
-def _hub_refusal(hub_id: str, answer: HubAnswer) -> str:
+def _hub_refusal(hub_id: str, answer: HubAnswer, revision: str = "main") -> str:
     code = answer.error_code or ""
     status = answer.status
+    if code == "RevisionNotFound":
+        # huggingface_hub utils/_http.py: X-Error-Code RevisionNotFound for an unknown revision.
+        return (
+            f"its Hub repository has no revision {revision!r} (HTTP {status}); check "
+            f"{config_key('model_revision')} against https://huggingface.co/{hub_id}/commits/main"
+        )
     if code == "GatedRepo":
         return (
             f"it is a gated model and the token of {config_key('hf_token')} has no access "
