@@ -10,7 +10,7 @@ from typing import TypeVar
 import pulumi_gcp as gcp
 
 from config.gpu_zones import ComputeAnswers, ComputeUnansweredError, location_problems
-from config.settings import SettingsError, StackSettings
+from config.settings import StackSettings, report
 
 T = TypeVar("T")
 
@@ -51,12 +51,5 @@ def check_gpu_location(
     settings: StackSettings, warn: Callable[[str], None], api: ComputeAnswers | None = None
 ) -> None:
     """location_problems raised as a SettingsError; a note (no answer) goes to `warn`."""
-    problems, notes = location_problems(settings, api or compute_answers(settings.project))
-    for note in notes:
-        warn(note)
-    if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
-        raise SettingsError(
-            f"stack {settings.stack!r}: the Compute API refuses the GPU location, nothing was "
-            f"created:\n{lines}"
-        )
+    found = location_problems(settings, api or compute_answers(settings.project))
+    report(settings.stack, "the Compute API refuses the GPU location", found, warn)

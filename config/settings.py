@@ -390,6 +390,19 @@ class StackSettings(BaseModel):
         return f"pulumi config set {config_key(field_name)} {value} -s {self.stack}"
 
 
+def report(
+    stack: str, what: str, found: tuple[list[str], list[str]], warn: Callable[[str], None]
+) -> None:
+    """A remote check's (problems, notes) before any resource exists: each note goes to `warn`,
+    the problems are raised as one SettingsError that says `what` refused them."""
+    problems, notes = found
+    for note in notes:
+        warn(note)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise SettingsError(f"stack {stack!r}: {what}, nothing was created:\n{lines}")
+
+
 # Validation context key: a callable (gpu_nodes -> bool) that says whether the whole stack,
 # the GRPO job included, accepts that node count (load_settings builds it from `job_check`).
 ACCEPT_GPU_NODES = "accept_gpu_nodes"

@@ -87,10 +87,10 @@ def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does()
 
 
 def test_a_path_set_job_field_reaches_the_job() -> None:
-    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=8192"))
+    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=2048"))
     jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
     (job,) = [r for r in jobs if r.name == "grpo-job"]
-    assert "data.max_response_length=8192" in job.inputs["entrypoint"]
+    assert "data.max_response_length=2048" in job.inputs["entrypoint"]
 
 
 def test_a_job_item_that_is_no_object_is_refused_naming_it() -> None:
