@@ -186,6 +186,9 @@ def test_model_config_that_is_not_json_is_refused_naming_the_key(tmp_path: Path)
     path.write_text("{not json")
     with pytest.raises(GrpoPreflightError, match=r"verl-gke:modelConfig = '.*' cannot be read"):
         training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
+    # The file is wrong, not the model: the fix points the setting at a config.json.
+    with pytest.raises(GrpoPreflightError, match=r"Fix: pulumi config set verl-gke:modelConfig "):
+        training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
 
 
 def test_moe_model_is_refused_by_the_job_naming_the_model_key(tmp_path: Path) -> None:

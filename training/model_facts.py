@@ -31,6 +31,8 @@ from training.model_table import MODEL_TABLE, table_entry
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+# How a verl-gke:modelConfig that is no config.json is refused (its fix names the file).
+_UNREADABLE = "cannot be read as a config.json"
 # A dense model of the table that fits every profile: the fix for a model that cannot be trained.
 _DENSE = "Qwen/Qwen3-8B"
 
@@ -178,6 +180,13 @@ def _fix(settings: StackSettings, reason: str) -> str:
             f"config.json: pulumi config set {config_key('model_config_file')} "
             f"PATH/config.json -s {settings.stack}, a copy in your repository)"
         )
+    if _UNREADABLE in reason:
+        # The file, not the model, is wrong: point the setting at the model's config.json.
+        return (
+            f"{settings.fix('model_config_file', 'PATH/config.json')} (relative to the folder of "
+            f"Pulumi.yaml), or pulumi config rm {config_key('model_config_file')} -s "
+            f"{settings.stack}"
+        )
     if settings.model_config_file:
         # The facts came from verl-gke:modelConfig: a new model id alone would still be planned
         # from that file, so the fix replaces both.
@@ -201,11 +210,10 @@ def _config_file(path_text: str) -> tuple[Mapping[str, Any], str]:
         config = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ModelFactsError(
-            f"{key} = {path_text!r} cannot be read as a config.json "
-            f"({type(error).__name__}: {error})"
+            f"{key} = {path_text!r} {_UNREADABLE} ({type(error).__name__}: {error})"
         ) from None
     if not isinstance(config, dict):
-        raise ModelFactsError(f"{key} = {path_text!r} holds no JSON object")
+        raise ModelFactsError(f"{key} = {path_text!r} {_UNREADABLE} (it holds no JSON object)")
     return config, f"{key} ({path_text})"
 
 
