@@ -27,22 +27,28 @@ def compute_answers(project: str) -> ComputeAnswers:
     filtered by name) through pulumi_gcp's get_regions, get_zones and get_machine_types."""
 
     def regions() -> Sequence[str]:
-        return _asked("regions.list", lambda: gcp.compute.get_regions(project=project).names)
+        return _asked("regions.list", lambda: list(gcp.compute.get_regions(project=project).names))
 
     def zones(region: str) -> Sequence[str]:
         return _asked(
             f"zones.list of {region}",
-            lambda: gcp.compute.get_zones(project=project, region=region).names,
+            lambda: list(gcp.compute.get_zones(project=project, region=region).names),
         )
 
     def offers(zone: str, machine: str) -> bool:
+        # A successful call is an answer: no list (the bridge may leave an empty one out) means
+        # the zone offers no machine type of that name.
         found = _asked(
             f"machineTypes.list of {zone}",
-            lambda: gcp.compute.get_machine_types(
-                project=project, zone=zone, filter=f"name = {machine}"
-            ).machine_types,
+            lambda: [
+                item.name
+                for item in gcp.compute.get_machine_types(
+                    project=project, zone=zone, filter=f"name = {machine}"
+                ).machine_types
+                or []
+            ],
         )
-        return any(item.name == machine for item in found)
+        return machine in found
 
     return ComputeAnswers(regions=regions, zones=zones, offers=offers)
 

@@ -39,9 +39,13 @@ def location_problems(s: StackSettings, api: ComputeAnswers) -> tuple[list[str],
     machine = s.profile.machine_type
     try:
         regions = list(api.regions())
+        if not regions:  # every project sees regions: an empty list is no answer
+            raise ComputeUnansweredError("regions.list returned no region")
         if s.region not in regions:
             return [_region_problem(s, regions, api)], []
         zones = list(api.zones(s.region))
+        if not zones:  # a listed region has zones: an empty list is no answer
+            raise ComputeUnansweredError(f"zones.list of {s.region} returned no zone")
         if s.zone not in zones:
             return [_zone_problem(s, zones, api, "is not a zone of")], []
         if not api.offers(s.zone, machine):
