@@ -16,6 +16,7 @@ from components.host_network import HostNetwork, HostNetworkArgs
 from components.image_prepull import ImagePrepull, ImagePrepullArgs
 from components.image_registry import ImageRegistry, ImageRegistryArgs
 from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
+from components.location_check import check_gpu_location
 from components.node_identity import NodeIdentity, NodeIdentityArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -51,6 +52,9 @@ settings = loaded.settings
 # (and so the offline plan and the tests) asks nothing of the network.
 if not pulumi.runtime.is_dry_run():
     check_stack_access(settings, pulumi.log.warn)
+    # The Compute API: the region and zone exist and the zone offers the profile's machine type
+    # (config/gpu_zones.py); an API that does not answer is a warning, never a refusal.
+    check_gpu_location(settings, pulumi.log.warn)
 grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(run_block(grpo, settings))
 # Prices: the user's own rate, else the Cloud Billing catalog (read by `pulumi up` only, never by a

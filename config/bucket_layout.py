@@ -48,16 +48,18 @@ DATA_PREP_HF_HOME = f"{DATA_MOUNT}/.cache/huggingface"
 GRPO_HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 
 
-def model_folder_name(model_id: str) -> str:
+def model_folder_name(model_id: str, revision: str | None = None) -> str:
     """The model's folder name in the bucket: the last part of the Hugging Face id
-    ("Qwen/Qwen2.5-32B-Instruct" -> "Qwen2.5-32B-Instruct")."""
-    return model_id.rstrip("/").rsplit("/", 1)[-1]
+    ("Qwen/Qwen2.5-32B-Instruct" -> "Qwen2.5-32B-Instruct"), and for a pinned commit its first
+    12 hex digits ("Qwen3-8B-0123456789ab"), so each commit has its own folder."""
+    name = model_id.rstrip("/").rsplit("/", 1)[-1]
+    return f"{name}-{revision[:12]}" if revision else name
 
 
-def model_path(model_id: str) -> str:
+def model_path(model_id: str, revision: str | None = None) -> str:
     """The model's mounted path: where the data-prep Job puts the model and the GRPO job loads
     it from (its last part is model_folder_name)."""
-    return f"{DATA_MOUNT}/{model_folder_name(model_id)}"
+    return f"{DATA_MOUNT}/{model_folder_name(model_id, revision)}"
 
 
 def checkpoint_dir(experiment: str) -> str:
@@ -95,7 +97,7 @@ def model_export_dir(experiment: str) -> str:
     return f"{MODELS_ROOT}/{experiment}"
 
 
-def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
+def rewritten_by_data_prep(model_id: str, revision: str | None = None) -> tuple[str, ...]:
     """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
     return (
         VERL_CHECKOUT,
@@ -103,7 +105,7 @@ def rewritten_by_data_prep(model_id: str) -> tuple[str, ...]:
         PREP_MARKERS,
         DATASETS_ROOT,
         REWARDS_ROOT,
-        model_path(model_id),
+        model_path(model_id, revision),
     )
 
 

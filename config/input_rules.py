@@ -68,6 +68,15 @@ _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_
 _HUB_URL = re.compile(r"^https?://(?:www\.)?(?:huggingface\.co|hf\.co)/(?P<id>[^/?#]+/[^/?#]+)")
 
 
+# A Hub commit id: 40 lowercase hex digits (huggingface_hub file_download.py REGEX_COMMIT_HASH,
+# 0.36.2); any other revision is a branch or tag, which moves.
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_commit(value: str) -> bool:
+    return bool(_COMMIT.match(value))
+
+
 def model_problem(value: str, default: str) -> tuple[str, str] | None:
     """(reason, suggested id) when `value` is not a Hugging Face ORG/NAME id."""
     if _MODEL_ID.match(value) and ".." not in value:

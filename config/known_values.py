@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 # --- regions and zones -----------------------------------------------------------------------
 # Compute Engine regions and their zone letters from the public "Regions and zones" table
-# (cloud.google.com/compute/docs/regions-zones), as listed in 2025. The table is not every
+# (cloud.google.com/compute/docs/regions-zones), as listed in 2025: a partial list. It is not every
 # location a project can use: AI zones (`us-central1-ai1a`, `us-south1-ai1b`; "AI zones",
 # docs.cloud.google.com/compute/docs/regions-zones/ai-zones) are visible only to projects with
 # reserved capacity there, and regions such as us-east7 are not in the public table. So a

@@ -10,6 +10,7 @@ Pure apart from reading the reward file (parsed with `ast`, never imported).
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import json
 import re
@@ -151,6 +152,19 @@ _GS_FOLDER = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,220})/(?P<folder
 _COLUMN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _REWARD = re.compile(r"(?P<file>[A-Za-z0-9_./-]+\.py):(?P<function>[A-Za-z_][A-Za-z0-9_]*)")
 COLUMN_KEYS = ("prompt", "answer", "trainSplit", "testSplit", "subset", "instruction")
+# A path of the user's machine (absolute, ./ ../ ~, a Windows drive, or a data file's name): the
+# pods cannot read it.
+_LOCAL_PATH = re.compile(
+    r"(?:/|~|\.{1,2}/|[A-Za-z]:[\\/]).*|.*\.(?:parquet|jsonl?|csv|arrow|txt)/?", re.IGNORECASE
+)
+# The columns of Hub datasets known without the network, by the role each plays. openai/gsm8k
+# (configurations main and socratic): question and answer, the two verl's
+# examples/data_preprocess/gsm8k.py (v0.6.1) pops from each row. Other datasets' columns are
+# checked by the data-prep Job, which fails naming the columns the split has
+# (payloads/prepare_data.py load_splits).
+KNOWN_COLUMNS: dict[str, dict[str, str]] = {
+    "openai/gsm8k": {"prompt": "question", "answer": "answer"}
+}
 COLUMNS_EXAMPLE = '{"prompt":"question","answer":"answer"}'
 # A reward file the repository carries, so a fix that names it is accepted as it stands.
 REWARD_EXAMPLE = "docs/examples/exact_match.py:compute_score"
@@ -289,11 +303,10 @@ def dataset_problems(
     gs = _GS_FOLDER.fullmatch(dataset)
     if dataset.startswith("gs://"):
         return _bucket_dataset_problems(dataset, gs, columns_text, bucket, stack)
+    if _LOCAL_PATH.fullmatch(dataset):
+        return [_local_path_problem(dataset, columns_text, bucket, stack)]
     if not _HUB_ID.fullmatch(dataset):
-        return [
-            f"{DATASET_KEY} = {dataset!r}: neither a Hugging Face dataset id (owner/name) nor a "
-            f"gs://{bucket}/FOLDER folder. Fix: {_fix(DATASET_KEY, DEFAULT_DATASET, stack)}"
-        ]
+        return [_not_an_id_problem(dataset, bucket, stack)]
     if columns_text is None:
         if dataset == DEFAULT_DATASET:
             return []
@@ -313,6 +326,8 @@ def dataset_problems(
             f"{_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} (your column names; optional keys "
             'trainSplit, testSplit, subset, instruction, e.g. "subset":"main")'
         ]
+    if (unknown := _unknown_columns(dataset, columns_text, stack)) is not None:
+        return [unknown]
     if reward is None and not verl_scores(dataset):
         hub_ids = [source for source in VERL_SCORED_SOURCES if "/" in source]
         return [
@@ -325,6 +340,65 @@ def dataset_problems(
     if reward is None and dataset in EXTRACTED_ANSWER:
         return [_extracted_answer_problem(dataset, columns_text, stack)]
     return []
+
+
+def _reserved_folders() -> set[str]:
+    """The bucket's top-level folders the program writes."""
+    return {
+        p.removeprefix(f"{DATA_MOUNT}/").split("/")[0]
+        for p in (VERL_CHECKOUT, PREP_MARKERS, GSM8K_TRAIN, DATASETS_ROOT, REWARDS_ROOT)
+    }
+
+
+def _local_path_problem(dataset: str, columns_text: str | None, bucket: str, stack: str) -> str:
+    name = re.split(r"[/\\]", dataset.rstrip("/\\"))[-1]  # a POSIX or a Windows path
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(name).stem).strip("-")
+    folder = stem if stem and stem not in _reserved_folders() else "my-dataset"
+    rm = f" and pulumi config rm {COLUMNS_KEY} -s {stack}" if columns_text is not None else ""
+    return (
+        f"{DATASET_KEY} = {dataset!r}: a path of this machine, which the pods cannot read; the "
+        f"dataset is a Hugging Face dataset id (its columns named by {COLUMNS_KEY}) or a "
+        f"gs://{bucket}/FOLDER holding train.parquet and test.parquet in verl's format. Fix: "
+        "write your rows in verl's format (docs/own-run.md, \"A dataset already in verl's "
+        f'format"), copy them with `gcloud storage cp train.parquet test.parquet '
+        f"gs://{bucket}/{folder}/`, then "
+        f"{_fix(DATASET_KEY, f'gs://{bucket}/{folder}', stack)}{rm}; or push them to the Hub as "
+        f"a dataset your token reads and set {DATASET_KEY} to its id"
+    )
+
+
+def _not_an_id_problem(dataset: str, bucket: str, stack: str) -> str:
+    # A near spelling of a dataset the program knows is the fix; otherwise the form to use.
+    known = [DEFAULT_DATASET, *(s for s in VERL_SCORED_SOURCES if "/" in s)]
+    by_name = {hub_id.split("/")[1].lower(): hub_id for hub_id in known}
+    near = [by_name[dataset.lower()]] if dataset.lower() in by_name else []
+    near = near or difflib.get_close_matches(dataset, known, n=1, cutoff=0.6)
+    fix = (
+        _fix(DATASET_KEY, near[0], stack)
+        if near
+        else f"the full id from the dataset's page (huggingface.co/datasets/OWNER/NAME) or the "
+        f"bucket folder: {_fix(DATASET_KEY, 'OWNER/NAME', stack)}"
+    )
+    return (
+        f"{DATASET_KEY} = {dataset!r}: neither a Hugging Face dataset id (owner/name) nor a "
+        f"gs://{bucket}/FOLDER folder. Fix: {fix}"
+    )
+
+
+def _unknown_columns(dataset: str, columns_text: str, stack: str) -> str | None:
+    """A mapping naming a column the dataset lacks, where its columns are known offline."""
+    known = KNOWN_COLUMNS.get(dataset)
+    if known is None:
+        return None
+    raw = json.loads(columns_text)
+    wrong = sorted({raw[role] for role in known if raw[role] not in known.values()})
+    if not wrong:
+        return None
+    corrected = json.dumps({**raw, **known}, separators=(",", ":"))
+    return (
+        f"{COLUMNS_KEY} = {columns_text!r}: {dataset} has no column {wrong} (its columns: "
+        f"{', '.join(known.values())}). Fix: {_fix(COLUMNS_KEY, corrected, stack)}"
+    )
 
 
 def _extracted_answer_problem(dataset: str, columns_text: str, stack: str) -> str:
@@ -351,10 +425,7 @@ def _bucket_dataset_problems(
         ]
     folder = gs["folder"].strip("/")
     parts = folder.split("/")
-    reserved = {
-        p.removeprefix(f"{DATA_MOUNT}/").split("/")[0]
-        for p in (VERL_CHECKOUT, PREP_MARKERS, GSM8K_TRAIN, DATASETS_ROOT, REWARDS_ROOT)
-    }
+    reserved = _reserved_folders()
     if any(part in ("", ".", "..") for part in parts) or parts[0] in reserved:
         return [
             f"{DATASET_KEY} = {dataset!r}: the folder must be a plain path outside the folders "

@@ -150,6 +150,11 @@ class StackSettings(BaseModel):
     verl_ref: str = Field(description="verl release tag or commit the job runs")
     ray_version: str = Field(description="Ray version of the images (default: the profile's)")
     model: str = Field(default=DEFAULT_MODEL, description="Hugging Face model trained")
+    # A Hub commit of verl-gke:model (40 hex digits): the data-prep Job downloads that commit
+    # (snapshot_download(revision=...)) into a folder that names it; unset, the branch main.
+    model_revision: str | None = Field(
+        default=None, description="Hub commit (40 hex) of verl-gke:model to train (unset: main)"
+    )
     # A config.json of the model in the user's repository (relative to Pulumi.yaml's folder): the
     # offline plan's architecture facts for a model not in training/model_table.py.
     model_config_file: str | None = Field(
@@ -383,6 +388,19 @@ class StackSettings(BaseModel):
 
     def fix(self, field_name: str, value: object) -> str:
         return f"pulumi config set {config_key(field_name)} {value} -s {self.stack}"
+
+
+def report(
+    stack: str, what: str, found: tuple[list[str], list[str]], warn: Callable[[str], None]
+) -> None:
+    """A remote check's (problems, notes) before any resource exists: each note goes to `warn`,
+    the problems are raised as one SettingsError that says `what` refused them."""
+    problems, notes = found
+    for note in notes:
+        warn(note)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise SettingsError(f"stack {stack!r}: {what}, nothing was created:\n{lines}")
 
 
 # Validation context key: a callable (gpu_nodes -> bool) that says whether the whole stack,

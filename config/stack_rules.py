@@ -553,14 +553,54 @@ def _bucket_suggestion(s: StackSettings) -> str:
     return f"verl-{s.profile_name}-checkpoints"
 
 
+def _model_revision_problems(s: StackSettings) -> list[str | None]:
+    """`model@REV` (the revision is its own setting) and a modelRevision that is no commit."""
+    hub_id, at, revision = s.model.partition("@")
+    rev_key = config_key("model_revision")
+    problems: list[str | None] = []
+    if at and input_rules.model_problem(hub_id, DEFAULT_MODEL) is None:
+        if input_rules.is_commit(revision.lower()):
+            fix = f"{s.fix('model', hub_id)} and {s.fix('model_revision', revision.lower())}"
+        else:
+            fix = (
+                f"{s.fix('model', hub_id)} (its main branch, not pinned); to pin it, set "
+                f"{rev_key} to the 40-hex commit shown at https://huggingface.co/{hub_id}/commits/"
+                f"{revision or 'main'}"
+            )
+        problems.append(
+            f"{config_key('model')} = {s.model!r}: the id is {hub_id!r}; a revision is set with "
+            f"{rev_key}, and only a commit pins one. Fix: {fix}"
+        )
+    elif at:
+        problems.append(
+            f"{config_key('model')} = {s.model!r}: not a Hub model id ORG/NAME. Fix: "
+            f"{s.fix('model', DEFAULT_MODEL)}"
+        )
+    revision = s.model_revision
+    if revision is not None and not input_rules.is_commit(revision):
+        if input_rules.is_commit(revision.lower()):
+            fix = s.fix("model_revision", revision.lower())
+        else:
+            fix = (
+                f"pulumi config rm {rev_key} -s {s.stack} (main, not pinned), or set it to the "
+                f"commit shown at https://huggingface.co/{hub_id}/commits/{revision}"
+            )
+        problems.append(
+            f"{rev_key} = {revision!r}: not a commit (40 hex digits); a branch or tag moves, so "
+            f"the run could train other weights on its next download. Fix: {fix}"
+        )
+    return problems
+
+
 def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list[str | None]:
     problems: list[str | None] = [
         _check_image(s, name, getattr(profile, name)) for name in image_fields()
     ]
     problems.append(_reason(s, "ray_version", input_rules.ray_version_problem, profile.ray_version))
     problems.append(_reason(s, "verl_ref", input_rules.git_ref_problem, profile.verl_ref))
+    problems.extend(_model_revision_problems(s))
     model = input_rules.model_problem(s.model, DEFAULT_MODEL)
-    if model is not None:
+    if model is not None and "@" not in s.model:
         problems.append(
             f"{config_key('model')} = {s.model!r}: {model[0]}. Fix: {s.fix('model', model[1])}"
         )

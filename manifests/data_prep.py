@@ -126,7 +126,8 @@ def command(settings: StackSettings, spec: GrpoSpec) -> list[str]:
         settings.model,
         # The script cannot import the program: the bucket layout's owner names the folder.
         "--model-folder",
-        model_folder_name(settings.model),
+        model_folder_name(settings.model, settings.model_revision),
+        *(["--model-revision", settings.model_revision] if settings.model_revision else []),
         *run_input_args(settings),
         *length_args(spec),
     ]

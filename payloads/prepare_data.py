@@ -16,7 +16,8 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
                                                    written by hub_rows below)
     or dataset --dataset-dir/{train,test}.parquet  a Hub dataset through --dataset-columns
     or dataset --check-dataset                     parquet already in verl's format, checked
-    model   <data-root>/<model-folder>             the model, staged in <model-folder>.partial
+    model   <data-root>/<model-folder>             the model (at --model-revision, a commit, when
+                                                   given), staged in <model-folder>.partial
     lengths <data-root>/.prep/prompt-lengths.json  prompts longer than --max-prompt-length
                                                    counted with the model's chat template (as
                                                    verl measures them); refused when verl would
@@ -619,18 +620,22 @@ def progress_log(step: str, folder: Path) -> Iterator[None]:
 HUB_IGNORE_PATTERNS = ("original/*",)
 
 
-def download_from_hub(step: str, model: str, staging: Path, token: str | None) -> None:
+def download_from_hub(
+    step: str, model: str, staging: Path, token: str | None, revision: str | None = None
+) -> None:
     # Progress bars make megabytes of carriage returns in pod logs; progress_log reports instead.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from huggingface_hub import snapshot_download  # in the image; tests use a local source
 
     token_state = "set" if token else "unset"
-    log(step, f"downloading {model} from the Hugging Face Hub (HF_TOKEN {token_state})")
+    at = f"commit {revision}" if revision else "branch main"
+    log(step, f"downloading {model} at {at} from the Hugging Face Hub (HF_TOKEN {token_state})")
     # With local_dir, huggingface_hub keeps per-file metadata in <local_dir>/.cache/huggingface:
     # finished files are not fetched again and .incomplete ones resume, so keeping the staging
     # folder between attempts makes a retried Job continue where it stopped.
     snapshot_download(
         repo_id=model,
+        revision=revision,  # None: the default branch (main)
         local_dir=str(staging),
         token=token,
         ignore_patterns=list(HUB_IGNORE_PATTERNS),
@@ -677,13 +682,20 @@ def verify_model(folder: Path) -> int:
 
 
 def prepare_model(
-    root: Path, model: str, model_folder: str, source: str, token: str | None
+    root: Path,
+    model: str,
+    model_folder: str,
+    source: str,
+    token: str | None,
+    revision: str | None = None,
 ) -> None:
     step = "model"
     name = f"model-{model_folder}"
     final = root / model_folder
     staging = root / f"{model_folder}.partial"
     inputs = {"model": model, "model_folder": model_folder, "source": source}
+    if revision:
+        inputs["revision"] = revision
     if is_done(root, name, inputs) and (final / "config.json").is_file():
         log(step, f"skipped: {final} already holds {model} ({marker_path(root, name)})")
         return
@@ -694,7 +706,7 @@ def prepare_model(
     staging.mkdir(parents=True, exist_ok=True)
     with progress_log(step, staging):
         if source == "hub":
-            download_from_hub(step, model, staging, token)
+            download_from_hub(step, model, staging, token, revision)
         else:
             copy_from_directory(step, Path(source), staging)
     shards = verify_model(staging)
@@ -816,6 +828,13 @@ def check_prompt_lengths(
 # --- command line -------------------------------------------------------------------------------
 
 
+def commit_arg(value: str) -> str:
+    # A commit id as huggingface_hub tells one (file_download.py REGEX_COMMIT_HASH, 0.36.2).
+    if not re.fullmatch(r"[0-9a-f]{40}", value):
+        raise argparse.ArgumentTypeError(f"--model-revision must be 40 hex digits, got {value!r}")
+    return value
+
+
 def model_folder_arg(value: str) -> str:
     if not value or value in RESERVED_DIRS or Path(value).name != value or value in {".", ".."}:
         raise argparse.ArgumentTypeError(
@@ -893,6 +912,31 @@ def add_length_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
+    )
+    parser.add_argument(
+        "--model-folder",
+        type=model_folder_arg,
+        required=True,
+        help="folder under --data-root for the model, e.g. Qwen2.5-32B-Instruct",
+    )
+    parser.add_argument(
+        "--model-revision",
+        type=commit_arg,
+        default=None,
+        help="the Hub commit (40 hex digits) of --model to download (default: branch main)",
+    )
+    parser.add_argument(
+        "--model-source",
+        default="hub",
+        help="'hub' (default) to download --model from the Hugging Face Hub, or "
+        "a local directory to copy it from through the same staging, "
+        "verification and marker path (tests)",
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Prepare verl source, GSM8K and the model on the training volume. Each step "
@@ -914,22 +958,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add_run_input_args(parser)
     add_length_args(parser)
-    parser.add_argument(
-        "--model", required=True, help="Hugging Face model id, e.g. Qwen/Qwen2.5-32B-Instruct"
-    )
-    parser.add_argument(
-        "--model-folder",
-        type=model_folder_arg,
-        required=True,
-        help="folder under --data-root for the model, e.g. Qwen2.5-32B-Instruct",
-    )
-    parser.add_argument(
-        "--model-source",
-        default="hub",
-        help="'hub' (default) to download --model from the Hugging Face Hub, or "
-        "a local directory to copy it from through the same staging, "
-        "verification and marker path (tests)",
-    )
+    add_model_args(parser)
     parser.add_argument(
         "--termination-log",
         type=Path,
@@ -987,7 +1016,12 @@ def run_steps(
     default = args.dataset is None and args.check_dataset is None and not args.verl_from_image
     steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))
     steps.append(
-        ("model", lambda: prepare_model(root, args.model, args.model_folder, source, token))
+        (
+            "model",
+            lambda: prepare_model(
+                root, args.model, args.model_folder, source, token, args.model_revision
+            ),
+        )
     )
     if args.max_prompt_length is not None:  # needs the dataset and the model's tokenizer
         data, model_dir = data_folder(args, root), root / args.model_folder

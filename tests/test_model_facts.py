@@ -186,6 +186,9 @@ def test_model_config_that_is_not_json_is_refused_naming_the_key(tmp_path: Path)
     path.write_text("{not json")
     with pytest.raises(GrpoPreflightError, match=r"verl-gke:modelConfig = '.*' cannot be read"):
         training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
+    # The file is wrong, not the model: the fix points the setting at a config.json.
+    with pytest.raises(GrpoPreflightError, match=r"Fix: pulumi config set verl-gke:modelConfig "):
+        training_job(_settings(model="my-org/my-finetune", modelConfig=str(path)))
 
 
 def test_moe_model_is_refused_by_the_job_naming_the_model_key(tmp_path: Path) -> None:
@@ -195,12 +198,40 @@ def test_moe_model_is_refused_by_the_job_naming_the_model_key(tmp_path: Path) ->
         training_job(_settings(model="Qwen/Qwen3-30B-A3B", modelConfig=str(path)))
     (problem,) = caught.value.problems
     assert problem.startswith("verl-gke:model = 'Qwen/Qwen3-30B-A3B': it is a mixture-of-experts")
-    assert problem.endswith("Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u")
+    # The facts came from verl-gke:modelConfig: a new id alone would still be planned from it.
+    assert problem.endswith(
+        "Fix: pulumi config set verl-gke:model Qwen/Qwen3-8B -s a3u and pulumi config rm "
+        "verl-gke:modelConfig -s a3u (the facts of Qwen/Qwen3-8B are known without it)"
+    )
+
+
+def test_model_config_of_another_model_than_a_table_id_is_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_MOE))
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model="Qwen/Qwen3-8B", modelConfig=str(path)))
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        f"verl-gke:modelConfig = '{path}' describes another model than verl-gke:model = "
+        "'Qwen/Qwen3-8B', whose facts are known (from committed table"
+    )
+    assert "model_type 'qwen3_moe' (there: 'qwen3')" in problem
+    assert problem.endswith(
+        "Fix: pulumi config rm verl-gke:modelConfig -s a3u "
+        "(the facts of Qwen/Qwen3-8B are known without it)"
+    )
+    # The same model's config.json is accepted, and so is the fix: no modelConfig.
+    path.write_text(json.dumps(table_facts_config("Qwen/Qwen3-8B")))
+    assert training_job(_settings(model="Qwen/Qwen3-8B", modelConfig=str(path))).model
+    assert training_job(_settings(model="Qwen/Qwen3-8B")).model.source.startswith("committed")
 
 
 # --- the Hub, as `pulumi up` reads it ------------------------------------------------------------
 
 GATED = "meta-llama/Llama-3.1-8B-Instruct"
+PINNED = "0123456789abcdef" * 2 + "01234567"  # the one commit the fake Hub knows besides main
 NO_CONFIG = "my-org/datasets-only"
 
 
@@ -211,8 +242,11 @@ class _Hub(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.seen.append((self.path, self.headers.get("Authorization")))
-        repo = self.path.removesuffix("/resolve/main/config.json").lstrip("/")
-        if repo == GATED:
+        path = self.path.removesuffix("/config.json").lstrip("/")
+        repo, _, revision = path.partition("/resolve/")
+        if revision not in ("main", PINNED):
+            self._send(404, b"Revision not found", "RevisionNotFound")
+        elif repo == GATED:
             self._send(403, b"Access to model is restricted.", "GatedRepo")
         elif repo == NO_CONFIG:
             self._send(404, b"Entry not found", "EntryNotFound")
@@ -261,6 +295,16 @@ def test_pulumi_up_reads_config_json_from_the_hub_with_the_token_once(hub: list)
     assert hub == [("/Qwen/Qwen3-8B/resolve/main/config.json", f"Bearer {TOKEN}")]
 
 
+def test_a_pinned_revision_is_read_at_that_commit_and_reaches_the_job(hub: list) -> None:
+    job = training_job(_settings(model="Qwen/Qwen3-8B", modelRevision=PINNED), hub=True)
+    assert hub == [(f"/Qwen/Qwen3-8B/resolve/{PINNED}/config.json", f"Bearer {TOKEN}")]
+    assert job.model.revision == PINNED
+    assert job.spec.model_path == f"/data/Qwen3-8B-{PINNED[:12]}"
+    other = "f" * 40  # a commit the repository does not have
+    with pytest.raises(GrpoPreflightError, match=r"has no revision 'f{40}'.*modelRevision"):
+        training_job(_settings(model="Qwen/Qwen3-8B", modelRevision=other), hub=True)
+
+
 def test_gated_model_without_access_is_refused_with_its_licence_page(hub: list) -> None:
     with pytest.raises(GrpoPreflightError) as caught:
         training_job(_settings(model=GATED), hub=True)
@@ -283,6 +327,21 @@ def test_missing_repository_or_config_is_refused(hub: list, hub_id: str, reason:
     (problem,) = caught.value.problems
     assert problem.startswith(f"verl-gke:model = '{hub_id}': {reason}")
     assert "Fix: pulumi config set verl-gke:model " in problem
+
+
+def test_model_config_that_differs_from_the_hub_s_config_json_is_refused(
+    hub: list, tmp_path: Path
+) -> None:
+    # The Hub answers for Qwen/Qwen2.5-7B-Instruct (qwen2); the file given is Qwen3-8B's.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(table_facts_config("Qwen/Qwen3-8B")))
+    settings = _settings(model="Qwen/Qwen2.5-7B-Instruct", modelConfig=str(path))
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(settings, hub=True)
+    (problem,) = caught.value.problems
+    assert "whose facts are known (from the Hub (http://127.0.0.1:" in problem
+    assert "model_type 'qwen3' (there: 'qwen2')" in problem
+    assert "Fix: pulumi config rm verl-gke:modelConfig -s a3u" in problem
 
 
 def test_an_unreachable_hub_falls_back_to_the_table_and_refuses_an_unknown_model(

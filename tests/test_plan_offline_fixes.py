@@ -130,3 +130,142 @@ def test_the_readme_own_run_md_and_its_table_agree_on_the_settings_of_an_own_run
     said_doc = re.search(r"(\w+) settings change it", OWN_RUN)
     assert said_readme and said_doc
     assert COUNTS[said_readme[1].lower()] == COUNTS[said_doc[1].lower()] == len(table), table
+
+
+# --- following each fix ends: accepted, or a different, final refusal --------------------------
+
+_LEAVE_OUT = re.compile(r"leave out --set ([\w-]+:[\w.-]+)=\.\.\.")
+# A dense causal LM (the table's Qwen3-8B facts) under an id the table lacks; a mixture-of-experts
+# and an image-text config.json (the refusals of training/model_config.py).
+_DENSE = {
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096,
+    "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+}  # fmt: skip
+_MOE = {**_DENSE, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+        "num_experts": 128, "moe_intermediate_size": 768}  # fmt: skip
+_VISION = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+           "text_config": {"hidden_size": 2560}}  # fmt: skip
+
+
+def _follow(typed: dict[str, str], err: str) -> dict[str, str] | None:
+    """`typed` after the first alternative of every fix in `err`; None when `err` has no fix
+    in the plan's form (a final message)."""
+    changed = dict(typed)
+    found = False
+    for line in err.splitlines():
+        if "Fix: " not in line:
+            continue
+        first = re.split(r"[,;] or |\(or", line.split("Fix: ", 1)[1])[0]
+        for key in _LEAVE_OUT.findall(first):
+            changed.pop(key, None)
+            found = True
+        for _flag, item in _SET.findall(_LEAVE_OUT.sub("", first)):
+            key, _, value = item.partition("=")
+            changed[key] = value.strip("'")  # as the shell reads --set KEY='VALUE'
+            found = True
+    return changed if found else None
+
+
+def _plan_until_settled(
+    typed: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> tuple[list[str], int]:
+    """The refusals met while following each printed fix, and the last exit code."""
+    seen: list[str] = []
+    for _ in range(5):
+        args = [arg for key, value in typed.items() for arg in ("--set", f"{key}={value}")]
+        code = plan_cli.main(["a3u", *args])
+        err = capsys.readouterr().err
+        if code == 0:
+            return seen, code
+        assert err not in seen, f"the fix loops back to a refusal already met: {err}"
+        seen.append(err)
+        followed = _follow(typed, err)
+        if followed is None:
+            return seen, code
+        typed = followed
+    raise AssertionError(f"no end after 5 fixes: {seen}")
+
+
+@pytest.mark.parametrize(
+    ("model", "config"),
+    [
+        ("my-org/my-moe", _MOE),  # the issue's loop: an MoE config.json, then a new id
+        ("Qwen/Qwen3-8B", _MOE),  # a known id with another model's config.json
+        ("my-org/my-vlm", _VISION),
+        ("my-org/my-finetune", None),  # not in the table, no config.json
+        ("my-org/my-finetune", _DENSE),  # accepted at once
+    ],
+)
+def test_following_each_model_fix_ends_without_a_loop(
+    model: str, config: dict | None, tmp_path: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    typed = {"verl-gke:model": model}
+    if config is not None:
+        path = tmp_path / "config.json"  # type: ignore[operator]
+        path.write_text(json.dumps(config))
+        typed["verl-gke:modelConfig"] = str(path)
+    seen, code = _plan_until_settled(typed, capsys)
+    assert code == 0, seen
+    assert len(seen) <= 1 if config is not _DENSE else seen == []
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        # A local file with a MATH-style mapping: the fix is the bucket folder, without the mapping.
+        {"verl-gke:dataset": "./data/math.parquet",
+         "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer"}'},
+        # GSM8K has no `problem` column: the mapping is corrected, then verl's own preprocessing.
+        {"verl-gke:dataset": "openai/gsm8k",
+         "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer"}'},
+        {"verl-gke:dataset": "gsm8k"},  # the bare name of a known id
+    ],
+)  # fmt: skip
+def test_following_each_dataset_fix_ends_without_a_loop_or_the_tutorial_s_values(
+    dataset: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen, code = _plan_until_settled(dataset, capsys)
+    assert code == 0, seen
+    assert seen, "the typed dataset was refused first"
+    if dataset["verl-gke:dataset"].startswith("./"):
+        assert "gs://example-project-verl-a3u/math" in seen[0]
+        assert "openai/gsm8k" not in seen[0]
+
+
+_COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        {"verl-gke:model": "Qwen/Qwen3-8B@main"},  # the branch: the id alone, unpinned
+        {"verl-gke:model": f"Qwen/Qwen3-8B@{_COMMIT}"},  # the commit: its own setting
+        {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": "main"},
+        {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": _COMMIT.upper()},
+    ],
+)
+def test_following_each_revision_fix_keeps_the_user_s_model(
+    typed: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen, code = _plan_until_settled(typed, capsys)
+    assert code == 0 and len(seen) == 1, seen
+    assert "Qwen/Qwen2.5-32B-Instruct" not in seen[0]  # never the tutorial's model
+
+
+def test_a_pinned_revision_reaches_the_data_prep_job_the_job_and_the_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": _COMMIT}
+    result = run_stack("a3u", typed)
+    (prep,) = [r for r in result.of_type("kubernetes:batch/v1:Job") if r.name == "data-prep-job"]
+    command = prep.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    folder = f"Qwen3-8B-{_COMMIT[:12]}"
+    assert command[command.index("--model-revision") + 1] == _COMMIT
+    assert command[command.index("--model-folder") + 1] == folder
+    jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
+    (job,) = [r for r in jobs if r.name == "grpo-job"]
+    assert f"actor_rollout_ref.model.path=/data/{folder}" in job.inputs["entrypoint"]
+    assert plan_cli.main(["a3u", *(f"--set={k}={v}" for k, v in typed.items())]) == 0
+    assert f"revision: {_COMMIT} (pinned)" in capsys.readouterr().out

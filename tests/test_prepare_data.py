@@ -425,11 +425,47 @@ def test_hub_source_goes_through_snapshot_download(
     assert marker(data, f"model-{MODEL_FOLDER}")["inputs"]["source"] == "hub"  # type: ignore[index]
     expected = {
         "repo_id": "org/tiny-model",
+        "revision": None,
         "token": "hf_dummy",
         "ignore_patterns": ["original/*"],
         "progress_bars_disabled": "1",
     }
     assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
+
+
+def test_a_pinned_revision_is_downloaded_into_a_folder_that_names_it(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    from config.bucket_layout import model_folder_name
+
+    data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
+    shutil.copytree(model_source, tmp_path / "hub" / "org" / "tiny-model")
+    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(tmp_path / "hub"),
+           "FAKE_HUB_CALLS": str(calls)}  # fmt: skip
+    commit = "0123456789abcdef" * 2 + "01234567"
+    folder = model_folder_name("org/tiny-model", commit)
+    assert folder == "tiny-model-0123456789ab"
+    python3 = shutil.which("python3")
+    assert python3 is not None
+    cmd = [python3, str(SCRIPT), "--data-root", str(data), "--verl-repo", str(verl_repo.path),
+           "--verl-ref", "v0.2.0", "--model", "org/tiny-model", "--model-folder", folder,
+           "--model-revision", commit, "--model-source", "hub"]  # fmt: skip
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HF_TOKEN": "hf_dummy", **env},
+    )  # fmt: skip
+    out = ok(run)
+    assert f"org/tiny-model at commit {commit}" in out
+    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert call["revision"] == commit
+    assert model_files(data / folder) == model_files(model_source)
+    assert marker(data, f"model-{folder}")["inputs"]["revision"] == commit  # type: ignore[index]
+    # A branch name is no pin: the script refuses it before downloading anything.
+    branch = subprocess.run(
+        [*cmd[:-4], "--model-revision", "main", "--model-source", "hub"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+    assert branch.returncode == 2 and "--model-revision must be 40 hex digits" in branch.stderr
 
 
 def test_the_scripts_folders_are_the_bucket_layouts() -> None:

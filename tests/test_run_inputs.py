@@ -136,6 +136,51 @@ def test_a_hub_dataset_verl_cannot_score_needs_a_reward() -> None:
     assert settings(**{**config, **fix_config(message)}).reward == run_inputs.REWARD_EXAMPLE
 
 
+@pytest.mark.parametrize(
+    "path", ["./data/math.parquet", "/home/me/math/", "~/math.jsonl", "C:\\data\\math.csv",
+             "data/math.parquet"],
+)  # fmt: skip
+def test_a_local_path_is_refused_with_the_bucket_folder_not_the_tutorial_s_dataset(
+    path: str,
+) -> None:
+    config = {"verl-gke:dataset": path, "verl-gke:datasetColumns": '{"prompt":"problem",'
+              '"answer":"answer"}', "verl-gke:reward": f"{REWARDS}:exact"}  # fmt: skip
+    message = problems_of(**config)
+    assert f"verl-gke:dataset = {path!r}: a path of this machine, which the pods cannot" in message
+    assert "openai/gsm8k" not in message and "docs/own-run.md" in message
+    bucket = settings().bucket_name
+    assert f"gcloud storage cp train.parquet test.parquet gs://{bucket}/math/" in message
+    # The fix: that folder, and no column mapping (a bucket folder is already verl's format).
+    assert "pulumi config rm verl-gke:datasetColumns -s a3u" in message
+    fixed = {**config, **fix_config(message)}
+    del fixed["verl-gke:datasetColumns"]
+    assert run_inputs.dataset_of(settings(**fixed)).folder == "/data/math"
+
+
+# openai/gsm8k's columns are question and answer (verl's examples/data_preprocess/gsm8k.py at
+# v0.6.1 pops example["question"] and example["answer"] from the "main" configuration).
+def test_a_gsm8k_mapping_naming_a_column_it_lacks_is_corrected_not_accepted() -> None:
+    config = {
+        "verl-gke:dataset": "openai/gsm8k",
+        "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer","subset":"main"}',
+        "verl-gke:reward": f"{REWARDS}:exact",
+    }
+    message = problems_of(**config)
+    assert "openai/gsm8k has no column ['problem'] (its columns: question, answer)" in message
+    fixed = settings(**{**config, **fix_config(message)})
+    assert json.loads(fixed.dataset_columns or "") == {
+        "prompt": "question", "answer": "answer", "subset": "main"
+    }  # fmt: skip
+
+
+def test_a_bare_dataset_name_gets_the_id_it_names_and_an_unknown_one_the_form() -> None:
+    assert "Fix: pulumi config set verl-gke:dataset 'openai/gsm8k'" in problems_of(
+        **{"verl-gke:dataset": "gsm8k"}
+    )
+    message = problems_of(**{"verl-gke:dataset": "my_math"})
+    assert "openai/gsm8k" not in message and "huggingface.co/datasets/OWNER/NAME" in message
+
+
 # verl's built-in scores for these compare with an answer its own preprocessing takes out of the
 # answer column: gsm8k the number after '####' (verl/utils/reward_score/gsm8k.py,
 # examples/data_preprocess/gsm8k.py), MATH the boxed answer alone (math_reward.py,

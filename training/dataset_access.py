@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from config import run_inputs
 from config.run_inputs import DATASET_KEY
-from config.settings import SettingsError, StackSettings
+from config.settings import StackSettings, report
 from training.hub_client import DEFAULT_HF_ENDPOINT, hub_endpoint, hub_get
 
 # huggingface_hub's hf_raise_for_status: this 401 message means the token itself is refused.
@@ -82,12 +82,5 @@ def check_stack_access(
 ) -> None:
     """stack_access_problems raised as a SettingsError (before any resource is registered);
     the notes go to `warn`."""
-    problems, notes = stack_access_problems(settings, get)
-    for note in notes:
-        warn(note)
-    if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
-        raise SettingsError(
-            f"stack {settings.stack!r}: the Hugging Face Hub refuses the run's dataset or token, "
-            f"nothing was created:\n{lines}"
-        )
+    found = stack_access_problems(settings, get)
+    report(settings.stack, "the Hugging Face Hub refuses the run's dataset or token", found, warn)

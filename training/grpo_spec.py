@@ -438,7 +438,7 @@ def default_grpo_spec(
             f"{[str(m) for m in per_mode]}"
         )
     model = model if model is not None else table_facts(DEFAULT_MODEL)
-    folder = model_path(model.hub_id)
+    folder = model_path(model.hub_id, model.revision)
     name = experiment if experiment is not None else default_experiment_name(profile, model.hub_id)
     values = {
         **per_mode[mode],

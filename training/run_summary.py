@@ -19,6 +19,9 @@ def model_lines(job: TrainingJob) -> list[str]:
         f"{arch.num_key_value_heads} KV heads of dim {arch.head_size}, vocabulary "
         f"{arch.vocab_size}{', tied embeddings' if arch.tie_word_embeddings else ''}",
         f"  facts from: {model.source}",
+        f"  revision: {model.revision} (pinned)"
+        if model.revision
+        else "  revision: main, not pinned (verl-gke:modelRevision COMMIT pins it)",
         f"  job reads it from {job.spec.model_path} (the data-prep Job downloads it there)",
     ]
 

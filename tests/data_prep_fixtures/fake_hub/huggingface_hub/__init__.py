@@ -1,7 +1,8 @@
 """Offline stand-in for huggingface_hub, put first on PYTHONPATH by test_prepare_data.py.
 
 snapshot_download takes the real function's keyword names (checked against huggingface_hub
-2.4.0), leaves out files matching ignore_patterns as the real one does, "downloads"
+2.4.0; revision: _snapshot_download.py of 0.36.2, in the verl 0.6.1 virtualenv), leaves out
+files matching ignore_patterns as the real one does, "downloads"
 $FAKE_HUB_ROOT/<repo_id> into local_dir skipping files already there with the right size (as the
 real one skips finished files), and appends what it was called with to $FAKE_HUB_CALLS as one
 JSON line.
@@ -17,12 +18,14 @@ from pathlib import Path
 def snapshot_download(
     *,
     repo_id: str,
+    revision: str | None = None,
     local_dir: str,
     token: str | None = None,
     ignore_patterns: list[str] | None = None,
 ) -> str:
     call = {
         "repo_id": repo_id,
+        "revision": revision,
         "token": token,
         "ignore_patterns": ignore_patterns,
         "progress_bars_disabled": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"),
