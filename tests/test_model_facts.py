@@ -305,6 +305,21 @@ def test_a_pinned_revision_is_read_at_that_commit_and_reaches_the_job(hub: list)
         training_job(_settings(model="Qwen/Qwen3-8B", modelRevision=other), hub=True)
 
 
+def test_an_unknown_revision_is_fixed_by_the_revision_keeping_the_model(hub: list) -> None:
+    # The Hub's X-Error-Code RevisionNotFound (huggingface_hub 0.36.2 utils/_http.py
+    # hf_raise_for_status): the revision is wrong, so the fix changes verl-gke:modelRevision and
+    # keeps the user's model; the fix it prints (unpinned) is then accepted.
+    model = "Qwen/Qwen2.5-7B-Instruct"
+    with pytest.raises(GrpoPreflightError) as caught:
+        training_job(_settings(model=model, modelRevision="f" * 40), hub=True)
+    (problem,) = caught.value.problems
+    fix = problem.split("Fix: ", 1)[1]
+    assert fix.startswith("pulumi config rm verl-gke:modelRevision -s ")
+    assert f"https://huggingface.co/{model}/commits/main" in fix
+    assert "config set verl-gke:model " not in fix
+    assert training_job(_settings(model=model), hub=True).model.revision is None
+
+
 def test_gated_model_without_access_is_refused_with_its_licence_page(hub: list) -> None:
     with pytest.raises(GrpoPreflightError) as caught:
         training_job(_settings(model=GATED), hub=True)

@@ -33,6 +33,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 # How a verl-gke:modelConfig that is no config.json is refused (its fix names the file).
 _UNREADABLE = "cannot be read as a config.json"
+# How a verl-gke:modelRevision the Hub does not know is refused (its fix names the revision).
+_NO_REVISION = "has no revision"
 # A dense model of the table that fits every profile: the fix for a model that cannot be trained.
 _DENSE = "Qwen/Qwen3-8B"
 
@@ -174,6 +176,13 @@ def _fix(settings: StackSettings, reason: str) -> str:
             f"{config_key('hf_token')}, then run pulumi up again; or "
             f"{settings.fix('model', DEFAULT_MODEL)}"
         )
+    if _NO_REVISION in reason:
+        # verl-gke:modelRevision, not the model, is wrong: pin another commit or unpin it.
+        return (
+            f"pulumi config rm {config_key('model_revision')} -s {settings.stack} (branch main, "
+            f"not pinned), or set it to a commit listed at "
+            f"https://huggingface.co/{settings.model}/commits/main"
+        )
     if "not in the committed table" in reason:
         return (
             f"{settings.fix('model', _DENSE)} (or, to train this model, give its "
@@ -251,7 +260,7 @@ def _hub_refusal(hub_id: str, answer: HubAnswer, revision: str = "main") -> str:
     if code == "RevisionNotFound":
         # huggingface_hub utils/_http.py: X-Error-Code RevisionNotFound for an unknown revision.
         return (
-            f"its Hub repository has no revision {revision!r} (HTTP {status}); check "
+            f"its Hub repository {_NO_REVISION} {revision!r} (HTTP {status}); check "
             f"{config_key('model_revision')} against https://huggingface.co/{hub_id}/commits/main"
         )
     if code == "GatedRepo":
