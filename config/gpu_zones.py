@@ -59,21 +59,29 @@ def location_problems(s: StackSettings, api: ComputeAnswers) -> tuple[list[str],
     return [], []
 
 
-def _offering_zones(zones: Sequence[str], machine: str, api: ComputeAnswers) -> list[str]:
-    return [zone for zone in sorted(zones) if api.offers(zone, machine)]
+def _offering_zones(
+    zones: Callable[[], Sequence[str]], machine: str, api: ComputeAnswers
+) -> list[str] | None:
+    """The zones that offer `machine`, for a fix; None when the API stopped answering after its
+    verdict (the verdict stands, the fix then says how to find a zone)."""
+    try:
+        return [zone for zone in sorted(zones()) if api.offers(zone, machine)]
+    except ComputeUnansweredError:
+        return None
 
 
 def _zone_problem(s: StackSettings, zones: Sequence[str], api: ComputeAnswers, what: str) -> str:
     machine = s.profile.machine_type
-    offering = _offering_zones(zones, machine, api)
+    offering = _offering_zones(lambda: zones, machine, api)
     where = f"{config_key('zone')} = {s.zone!r} {what} gcp:region {s.region!r}"
     if offering:
         return (
             f"{where} (the Compute API: zones offering {machine} there: {', '.join(offering)}). "
             f"Fix: {s.fix('zone', offering[0])} (the zone of your reservation, if you have one)"
         )
+    none_there = f", and no zone of {s.region} offers {machine}" if offering == [] else ""
     return (
-        f"{where}, and no zone of {s.region} offers {machine} (the Compute API). Fix: choose a "
+        f"{where}{none_there} (the Compute API). Fix: choose a "
         f'region and zone that do (`gcloud compute machine-types list --filter="name={machine}"`'
         f"), then pulumi config set gcp:region REGION -s {s.stack} and "
         f"{s.fix('zone', 'ZONE')}"
@@ -86,7 +94,7 @@ def _region_problem(s: StackSettings, regions: Sequence[str], api: ComputeAnswer
         f"gcp:region = {s.region!r}: the Compute API lists no such region for project {s.project}"
     )
     near = difflib.get_close_matches(s.region, regions, n=1, cutoff=0.0)
-    offering = _offering_zones(api.zones(near[0]), machine, api) if near else []
+    offering = _offering_zones(lambda: api.zones(near[0]), machine, api) if near else None
     if offering:
         return (
             f"{where} (nearest: {near[0]}, where {offering[0]} offers {machine}). Fix: "

@@ -103,6 +103,33 @@ def test_an_api_that_does_not_answer_is_a_warning_never_a_refusal() -> None:
     assert "were not checked against the Compute API (regions.list failed: 403" in note
 
 
+@pytest.mark.parametrize(
+    ("stack", "region", "zone", "named"),
+    [
+        ("a3u", "us-central9", "us-central9-b", "gcp:region = 'us-central9': the Compute API"),
+        ("a4x", "us-central1", "us-central1-a", "does not offer a4x-highgpu-4g, in gcp:region"),
+    ],
+)
+def test_a_refusal_stands_when_the_api_stops_answering_while_a_fix_is_sought(
+    stack: str, region: str, zone: str, named: str
+) -> None:
+    # regions.list and zones.list answer, and so does machineTypes.list of the stack's own zone,
+    # so the verdict is definite (Compute Engine API v1); the calls that only look for a zone to
+    # suggest fail.
+    table = _table_api()
+
+    def offers(asked: str, machine: str) -> bool:
+        if asked == zone:
+            return table.offers(asked, machine)
+        raise ComputeUnansweredError("machineTypes.list failed: 503")
+
+    api = ComputeAnswers(regions=table.regions, zones=table.zones, offers=offers)
+    (problem,), notes = location_problems(_settings(stack, region, zone), api)
+    assert named in problem and notes == []
+    assert "no zone of" not in problem  # not known: the API did not say
+    assert 'gcloud compute machine-types list --filter="name=' in problem
+
+
 # --- the real pulumi_gcp invokes, answered by the Pulumi runtime's mocks -------------------------
 
 
