@@ -326,7 +326,7 @@ def dataset_problems(
             f"{_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} (your column names; optional keys "
             'trainSplit, testSplit, subset, instruction, e.g. "subset":"main")'
         ]
-    if (unknown := _unknown_columns(dataset, columns_text, stack)) is not None:
+    if (unknown := _unknown_columns(dataset, columns_text, reward, stack)) is not None:
         return [unknown]
     if reward is None and not verl_scores(dataset):
         hub_ids = [source for source in VERL_SCORED_SOURCES if "/" in source]
@@ -385,8 +385,12 @@ def _not_an_id_problem(dataset: str, bucket: str, stack: str) -> str:
     )
 
 
-def _unknown_columns(dataset: str, columns_text: str, stack: str) -> str | None:
-    """A mapping naming a column the dataset lacks, where its columns are known offline."""
+def _unknown_columns(
+    dataset: str, columns_text: str, reward: str | None, stack: str
+) -> str | None:
+    """A mapping naming a column the dataset lacks, where its columns are known offline. The fix
+    also sets the reward where the corrected mapping alone would be refused for lacking one
+    (_extracted_answer_problem), so following it once is enough."""
     known = KNOWN_COLUMNS.get(dataset)
     if known is None:
         return None
@@ -395,9 +399,15 @@ def _unknown_columns(dataset: str, columns_text: str, stack: str) -> str | None:
     if not wrong:
         return None
     corrected = json.dumps({**raw, **known}, separators=(",", ":"))
+    reward_fix = ""
+    if reward is None and dataset in EXTRACTED_ANSWER:
+        reward_fix = (
+            f" and {_fix(REWARD_KEY, REWARD_EXAMPLE, stack)} (with a mapping, verl's built-in "
+            "score would compare with the raw answer column)"
+        )
     return (
         f"{COLUMNS_KEY} = {columns_text!r}: {dataset} has no column {wrong} (its columns: "
-        f"{', '.join(known.values())}). Fix: {_fix(COLUMNS_KEY, corrected, stack)}"
+        f"{', '.join(known.values())}). Fix: {_fix(COLUMNS_KEY, corrected, stack)}{reward_fix}"
     )
 
 

@@ -173,6 +173,21 @@ def test_a_gsm8k_mapping_naming_a_column_it_lacks_is_corrected_not_accepted() ->
     }  # fmt: skip
 
 
+def test_a_gsm8k_mapping_without_a_reward_gets_one_fix_that_is_accepted() -> None:
+    # The corrected mapping alone would be refused next: verl's gsm8k score needs the number
+    # verl's own preprocessing takes out of the answer column (verl/utils/reward_score/gsm8k.py,
+    # v0.6.1), so the fix sets the reward too.
+    config = {
+        "verl-gke:dataset": "openai/gsm8k",
+        "verl-gke:datasetColumns": '{"prompt":"problem","answer":"answer"}',
+    }
+    message = problems_of(**config)
+    assert "openai/gsm8k has no column ['problem']" in message
+    fixed = settings(**{**config, **fix_config(message)})
+    assert json.loads(fixed.dataset_columns or "") == {"prompt": "question", "answer": "answer"}
+    assert fixed.reward == run_inputs.REWARD_EXAMPLE
+
+
 def test_a_bare_dataset_name_gets_the_id_it_names_and_an_unknown_one_the_form() -> None:
     assert "Fix: pulumi config set verl-gke:dataset 'openai/gsm8k'" in problems_of(
         **{"verl-gke:dataset": "gsm8k"}
