@@ -385,9 +385,7 @@ def _not_an_id_problem(dataset: str, bucket: str, stack: str) -> str:
     )
 
 
-def _unknown_columns(
-    dataset: str, columns_text: str, reward: str | None, stack: str
-) -> str | None:
+def _unknown_columns(dataset: str, columns_text: str, reward: str | None, stack: str) -> str | None:
     """A mapping naming a column the dataset lacks, where its columns are known offline. The fix
     also sets the reward where the corrected mapping alone would be refused for lacking one
     (_extracted_answer_problem), so following it once is enough."""

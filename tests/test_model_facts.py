@@ -120,11 +120,15 @@ def table_facts_config(hub_id: str) -> dict[str, Any]:
     return dict(MODEL_TABLE[hub_id].config)
 
 
-def test_kv_heads_default_to_heads_as_in_transformers() -> None:
-    # transformers' configs set num_key_value_heads = num_attention_heads when it is absent.
-    config = table_facts_config("Qwen/Qwen2.5-7B-Instruct")
-    del config["num_key_value_heads"]
-    assert arch_from_config(config, "x/y").num_key_value_heads == 28
+def test_absent_kv_heads_read_as_transformers_reads_them() -> None:
+    # transformers 4.57.1: LlamaConfig(num_key_value_heads=None) takes num_attention_heads;
+    # Qwen2Config's default is 32 (configuration_qwen2.py), not the heads.
+    llama = table_facts_config("meta-llama/Llama-3.1-8B-Instruct")
+    del llama["num_key_value_heads"]
+    assert arch_from_config(llama, "x/y").num_key_value_heads == llama["num_attention_heads"]
+    qwen2 = table_facts_config("Qwen/Qwen2.5-7B-Instruct")
+    del qwen2["num_key_value_heads"]
+    assert arch_from_config(qwen2, "x/y").num_key_value_heads == 32
 
 
 def test_best_tp_is_the_nearest_that_vllm_can_shard() -> None:

@@ -21,20 +21,33 @@ _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3_text"})
 _QK_NORM_TYPES = frozenset({"qwen3", "gemma3_text"})
 # What transformers (4.57.1, verl 0.6.1's) uses when config.json omits a key read here: the
 # __init__ defaults of configuration_<model_type>.py. Gemma 2's published config.json has no
-# tie_word_embeddings, and Gemma2Config ties by default. A model_type not listed reads absent
-# keys as untied, no bias, head_dim = hidden_size / heads, no softcap.
+# tie_word_embeddings, and Gemma2Config ties by default. num_key_value_heads defaults to a number
+# (32, 8, 4), not to num_attention_heads, except in LlamaConfig (None -> num_attention_heads). A
+# model_type not listed reads absent keys as untied, no bias, head_dim = hidden_size / heads, no
+# softcap, as many KV heads as heads.
 _TRANSFORMERS_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "qwen2": {"tie_word_embeddings": False},
-    "qwen3": {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128},
+    "qwen2": {"tie_word_embeddings": False, "num_key_value_heads": 32},
+    "qwen3": {
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "head_dim": 128,
+        "num_key_value_heads": 32,
+    },
     "llama": {"tie_word_embeddings": False, "attention_bias": False},
-    "mistral": {"tie_word_embeddings": False},
+    "mistral": {"tie_word_embeddings": False, "num_key_value_heads": 8},
     "gemma2": {
         "tie_word_embeddings": True,
         "attention_bias": False,
         "head_dim": 256,
         "final_logit_softcapping": 30.0,
+        "num_key_value_heads": 4,
     },
-    "gemma3_text": {"tie_word_embeddings": True, "attention_bias": False, "head_dim": 256},
+    "gemma3_text": {
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "head_dim": 256,
+        "num_key_value_heads": 4,
+    },
 }
 # Model classes whose q/k/v biases do not follow config.json's attention_bias: nn.Linear(...,
 # bias=True) in modeling_qwen2.py Qwen2Attention, bias=False in modeling_mistral.py.
