@@ -555,10 +555,13 @@ def _bucket_suggestion(s: StackSettings) -> str:
 
 def _model_revision_problems(s: StackSettings) -> list[str | None]:
     """`model@REV` (the revision is its own setting) and a modelRevision that is no commit."""
-    hub_id, at, revision = s.model.partition("@")
+    typed_id, at, revision = s.model.partition("@")
+    # The id part, corrected as model_problem corrects a bare id (`Qwen3-8B` -> `Qwen/Qwen3-8B`).
+    bad_id = input_rules.model_problem(typed_id, DEFAULT_MODEL)
+    hub_id = typed_id if bad_id is None else bad_id[1]
     rev_key = config_key("model_revision")
     problems: list[str | None] = []
-    if at and input_rules.model_problem(hub_id, DEFAULT_MODEL) is None:
+    if at:
         if input_rules.is_commit(revision.lower()):
             fix = f"{s.fix('model', hub_id)} and {s.fix('model_revision', revision.lower())}"
         else:
@@ -567,14 +570,10 @@ def _model_revision_problems(s: StackSettings) -> list[str | None]:
                 f"{rev_key} to the 40-hex commit shown at https://huggingface.co/{hub_id}/commits/"
                 f"{revision or 'main'}"
             )
+        id_is = f"the id is {hub_id!r}" if bad_id is None else f"{typed_id!r} {bad_id[0]}"
         problems.append(
-            f"{config_key('model')} = {s.model!r}: the id is {hub_id!r}; a revision is set with "
+            f"{config_key('model')} = {s.model!r}: {id_is}; a revision is set with "
             f"{rev_key}, and only a commit pins one. Fix: {fix}"
-        )
-    elif at:
-        problems.append(
-            f"{config_key('model')} = {s.model!r}: not a Hub model id ORG/NAME. Fix: "
-            f"{s.fix('model', DEFAULT_MODEL)}"
         )
     revision = s.model_revision
     if revision is not None and not input_rules.is_commit(revision):

@@ -242,6 +242,7 @@ _COMMIT = "0123456789abcdef" * 2 + "01234567"
     [
         {"verl-gke:model": "Qwen/Qwen3-8B@main"},  # the branch: the id alone, unpinned
         {"verl-gke:model": f"Qwen/Qwen3-8B@{_COMMIT}"},  # the commit: its own setting
+        {"verl-gke:model": "Qwen3-8B@main"},  # no organisation: the id model_problem suggests
         {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": "main"},
         {"verl-gke:model": "Qwen/Qwen3-8B", "verl-gke:modelRevision": _COMMIT.upper()},
     ],
