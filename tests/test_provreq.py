@@ -171,6 +171,22 @@ def test_a_provisioned_request_books_its_nodes_for_the_booking_window_only(
     assert consumed(api) == (name if asks_again else stack_name)
 
 
+def test_a_failed_patch_is_retried_without_a_second_request(
+    api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    # The supervisor retries renew() at every poll after a KubeError (supervise.py
+    # _wait_for_gpus): each retry must not create another request that GKE would provision.
+    api.forbidden_patches = 2
+    renew = renewer(api, rendered, tmp_path, [])
+    for attempt in ("1-a002", "2-a002"):
+        with pytest.raises(provreq.KubeError, match="HTTP 403"):
+            renew.renew(1, attempt)
+    name = renew.renew(1, "3-a002")
+    posts = [call for call in api.calls if call[0] == "POST"]
+    assert len(posts) == 1 and name == posts[0][3]["metadata"]["name"]
+    assert consumed(api) == name
+
+
 def test_earlier_runner_requests_go_once_the_new_one_is_provisioned(
     api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
 ) -> None:

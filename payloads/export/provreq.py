@@ -175,6 +175,7 @@ class CapacityRenewer:
         self.client = client
         self.say = say
         self.pending: str | None = None  # created, not yet Provisioned or Failed
+        self.unpatched: str | None = None  # created, the worker template not yet pointed at it
 
     def _group_index(self, cluster: dict[str, Any]) -> tuple[int, str | None]:
         for index, group in enumerate(cluster["spec"]["workerGroupSpecs"]):
@@ -192,8 +193,11 @@ class CapacityRenewer:
         index, current = self._group_index(cluster)
         if current and books_capacity(self.client.call("GET", self.spec.requests_path(current))):
             return None
-        name = f"{self.spec.request['metadata']['name']}-{suffix}"
-        self.client.call("POST", self.spec.requests_path(), self.spec.body(name, count))
+        if self.unpatched is None:  # after a failed patch, the request already made is reused
+            name = f"{self.spec.request['metadata']['name']}-{suffix}"
+            self.client.call("POST", self.spec.requests_path(), self.spec.body(name, count))
+            self.unpatched = name
+        name = self.unpatched
         key = self.spec.consume_annotation.replace("~", "~0").replace("/", "~1")
         group = f"/spec/workerGroupSpecs/{index}"
         patch = [
@@ -201,7 +205,7 @@ class CapacityRenewer:
             {"op": "add", "path": f"{group}/template/metadata/annotations/{key}", "value": name},
         ]
         self.client.call("PATCH", self.spec.cluster_path(), patch, "application/json-patch+json")
-        self.pending = name
+        self.pending, self.unpatched = name, None
         self.say(f"asked for {count} GPU node(s) again: ProvisioningRequest {name}")
         return name
 
