@@ -21,6 +21,7 @@ import json
 import shlex
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,56 @@ def test_no_new_request_while_the_consumed_one_still_books_capacity(
     assert consumed(api) == stack_name
 
 
+def _rfc3339(seconds_ago: float) -> str:
+    stamp = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("conditions", "asks_again"),
+    [
+        # Provisioned within the booking window: its nodes may still be coming.
+        ([{"type": "Provisioned", "status": "True", "lastTransitionTime": _rfc3339(60)}], False),
+        # Provisioned longer ago, and no BookingExpired: cluster-autoscaler's refresh sets that
+        # only for the classes it serves (provisioningrequest/supported_classes.go at
+        # cluster-autoscaler-1.36.1), not for queued-provisioning.gke.io.
+        ([{"type": "Provisioned", "status": "True", "lastTransitionTime": _rfc3339(660)}], True),
+        # autoscaling.x-k8s.io/v1 types.go: CapacityRevoked, the resources are no longer valid.
+        ([{"type": "CapacityRevoked", "status": "True", "lastTransitionTime": _rfc3339(5)}], True),
+    ],
+)
+def test_a_provisioned_request_books_its_nodes_for_the_booking_window_only(
+    api: CapacityApi,
+    rendered: tuple[dict[str, Any], Any],
+    tmp_path: Path,
+    conditions: list[dict[str, str]],
+    asks_again: bool,
+) -> None:
+    """processors/provreq/processor.go defaultReservationTime (10 min, cluster-autoscaler-1.36.1):
+    a request's nodes wait that long for its pods."""
+    stack_name = rendered[0]["request"]["metadata"]["name"]
+    api.requests[stack_name]["status"] = {"conditions": conditions}
+    name = renewer(api, rendered, tmp_path, []).renew(1, "1700000000-a002")
+    assert (name is not None) is asks_again
+    assert consumed(api) == (name if asks_again else stack_name)
+
+
+def test_a_failed_patch_is_retried_without_a_second_request(
+    api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    # The supervisor retries renew() at every poll after a KubeError (supervise.py
+    # _wait_for_gpus): each retry must not create another request that GKE would provision.
+    api.forbidden_patches = 2
+    renew = renewer(api, rendered, tmp_path, [])
+    for attempt in ("1-a002", "2-a002"):
+        with pytest.raises(provreq.KubeError, match="HTTP 403"):
+            renew.renew(1, attempt)
+    name = renew.renew(1, "3-a002")
+    posts = [call for call in api.calls if call[0] == "POST"]
+    assert len(posts) == 1 and name == posts[0][3]["metadata"]["name"]
+    assert consumed(api) == name
+
+
 def test_earlier_runner_requests_go_once_the_new_one_is_provisioned(
     api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
 ) -> None:
@@ -214,7 +265,11 @@ def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
     policy = supervise.Policy(0, float("inf"), float("inf"), gpus_needed=16)
     command = [sys.executable, "-c", "print('trained')"]
     run = supervise.Supervisor(
-        command, tmp_path, policy, supervise.Cluster(head.dashboard_url), said.append,
+        command,
+        tmp_path,
+        policy,
+        supervise.Cluster(head.dashboard_url),
+        said.append,
         capacity=capacity,
     )
     assert run.run() == 0

@@ -186,6 +186,8 @@ def test_a_step_that_saves_gets_the_save_allowance() -> None:
     assert [policy.step_bound(step, 10.0) for step in (4, 5, 10, 11, 12)] == [
         10.0, 110.0, 110.0, 10.0, 110.0,
     ]
+    # The count verl printed outranks the plan's (filter_overlong_prompts may drop rows).
+    assert [policy.step_bound(step, 10.0, printed_total=11) for step in (11, 12)] == [110.0, 10.0]
     unknown_total = supervise.Policy(0, 60.0, 10.0, save_freq=5, save_allowance_s=100.0)
     assert unknown_total.step_bound(7, 10.0) == 110.0  # any step may be the last
     assert supervise.Policy(0, 60.0, 10.0).step_bound(5, 10.0) == 10.0  # saves never
@@ -200,17 +202,32 @@ print("step:2 - training/global_step:2 - timing_s/step:3.0", flush=True)
 """
 
 
-@pytest.mark.parametrize(("allowance_s", "hung"), [(60.0, False), (0.0, True)])
+# verl prints its step count as its TaskRunner actor's line (ray_trainer.py, v0.6.1 and 0.9.0);
+# here 2, fewer than the plan's 12 (rows dropped as overlong), so step 2 is the last and saves.
+COUNTED_TRAINER = (
+    'print("(TaskRunner pid=7) Total training steps: 2", flush=True)\n' + SAVING_TRAINER
+)
+
+
+@pytest.mark.parametrize(
+    ("allowance_s", "planned_total", "trainer", "hung"),
+    [
+        (60.0, 2, SAVING_TRAINER, False),
+        (0.0, 2, SAVING_TRAINER, True),
+        (60.0, 12, COUNTED_TRAINER, False),
+        (60.0, 12, SAVING_TRAINER, True),  # without the printed count step 2 is not a save
+    ],
+)
 def test_a_slow_save_is_not_a_hang_within_its_allowance(
-    tmp_path: Path, allowance_s: float, hung: bool
+    tmp_path: Path, allowance_s: float, planned_total: int, trainer: str, hung: bool
 ) -> None:
     policy = supervise.Policy(
         max_restarts=0, first_step_bound_s=120.0, hang_floor_s=1.0, hang_factor=1.0,
-        save_freq=2, save_allowance_s=allowance_s, total_steps=2,
+        save_freq=5, save_allowance_s=allowance_s, total_steps=planned_total,
     )  # fmt: skip
     said: list[str] = []
     code = supervise.supervise(
-        [sys.executable, "-c", SAVING_TRAINER], tmp_path, policy, "http://127.0.0.1:9", said.append
+        [sys.executable, "-c", trainer], tmp_path, policy, "http://127.0.0.1:9", said.append
     )
     record = supervise.read_record(tmp_path)
     assert record is not None

@@ -5,7 +5,9 @@ The worker pods consume a ProvisioningRequest named in the RayCluster's worker t
 cluster-autoscaler a pod consuming a request never triggers an ordinary scale-up
 (processors/provreq/pods_filter.go at 54cc606), and a request stops booking capacity once it is
 BookingExpired (10 min after Provisioned, or once all its pods are scheduled) or Failed
-(processors/provreq/processor.go at 0cc6feb). So the nodes of a request come once: after a node
+(processors/provreq/processor.go at 0cc6feb; only for the classes that code serves, so for
+queued-provisioning.gke.io the runner applies the 10 minutes itself: books_capacity). So the
+nodes of a request come once: after a node
 loss, after KubeRay's autoscaler scaled the workers to zero, or for a later run, this module
 creates a new request for the missing nodes (the stack's request body, rendered by
 manifests/capacity.runner_capacity, with a new name and count) and points the worker template's
@@ -26,10 +28,12 @@ import json
 import math
 import os
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,13 @@ RUNNER_VALUE = "runner"
 PROVISIONED = "Provisioned"
 FAILED = "Failed"
 BOOKING_EXPIRED = "BookingExpired"
+CAPACITY_REVOKED = "CapacityRevoked"
+# A Provisioned request holds its nodes for the pods that consume it this long
+# (cluster-autoscaler processors/provreq/processor.go defaultReservationTime, 10 min, at
+# cluster-autoscaler-1.36.1). That code marks BookingExpired only for the classes it serves
+# (provisioningrequest/supported_classes.go: check-capacity, best-effort-atomic-scale-up), not
+# queued-provisioning.gke.io, so the runner does not wait for GKE to set the condition.
+BOOKING_WINDOW_S = 600.0
 
 
 class KubeError(RuntimeError):
@@ -125,12 +136,31 @@ def condition_true(request: dict[str, Any] | None, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
-def books_capacity(request: dict[str, Any] | None) -> bool:
-    """Whether the autoscaler still holds or seeks nodes for a request: it exists and is neither
-    BookingExpired nor Failed (provisioningrequest/conditions ShouldCapacityBeBooked)."""
-    return request is not None and not (
-        condition_true(request, BOOKING_EXPIRED) or condition_true(request, FAILED)
-    )
+def _provisioned_at(request: dict[str, Any]) -> float | None:
+    """When the request became Provisioned (its condition's lastTransitionTime, RFC 3339)."""
+    for condition in (request.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == PROVISIONED and condition.get("status") == "True":
+            stamp = str(condition.get("lastTransitionTime") or "").replace("Z", "+00:00")
+            try:
+                return datetime.fromisoformat(stamp).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def books_capacity(request: dict[str, Any] | None, now: float | None = None) -> bool:
+    """Whether nodes may still come for a request: it exists, is neither BookingExpired, Failed
+    (provisioningrequest/conditions ShouldCapacityBeBooked) nor CapacityRevoked
+    (autoscaling.x-k8s.io/v1 types.go: its resources are no longer valid), and is not Provisioned
+    longer ago than BOOKING_WINDOW_S (a request's nodes come once). A Provisioned condition
+    without a readable time counts as recent."""
+    if request is None or any(
+        condition_true(request, kind) for kind in (BOOKING_EXPIRED, FAILED, CAPACITY_REVOKED)
+    ):
+        return False
+    provisioned = _provisioned_at(request)
+    now = time.time() if now is None else now
+    return provisioned is None or now - provisioned <= BOOKING_WINDOW_S
 
 
 def nodes_missing(spec: CapacitySpec, gpus_needed: float, gpus_alive: float) -> int:
@@ -145,6 +175,7 @@ class CapacityRenewer:
         self.client = client
         self.say = say
         self.pending: str | None = None  # created, not yet Provisioned or Failed
+        self.unpatched: str | None = None  # created, the worker template not yet pointed at it
 
     def _group_index(self, cluster: dict[str, Any]) -> tuple[int, str | None]:
         for index, group in enumerate(cluster["spec"]["workerGroupSpecs"]):
@@ -162,8 +193,11 @@ class CapacityRenewer:
         index, current = self._group_index(cluster)
         if current and books_capacity(self.client.call("GET", self.spec.requests_path(current))):
             return None
-        name = f"{self.spec.request['metadata']['name']}-{suffix}"
-        self.client.call("POST", self.spec.requests_path(), self.spec.body(name, count))
+        if self.unpatched is None:  # after a failed patch, the request already made is reused
+            name = f"{self.spec.request['metadata']['name']}-{suffix}"
+            self.client.call("POST", self.spec.requests_path(), self.spec.body(name, count))
+            self.unpatched = name
+        name = self.unpatched
         key = self.spec.consume_annotation.replace("~", "~0").replace("/", "~1")
         group = f"/spec/workerGroupSpecs/{index}"
         patch = [
@@ -171,7 +205,7 @@ class CapacityRenewer:
             {"op": "add", "path": f"{group}/template/metadata/annotations/{key}", "value": name},
         ]
         self.client.call("PATCH", self.spec.cluster_path(), patch, "application/json-patch+json")
-        self.pending = name
+        self.pending, self.unpatched = name, None
         self.say(f"asked for {count} GPU node(s) again: ProvisioningRequest {name}")
         return name
 

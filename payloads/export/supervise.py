@@ -66,6 +66,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STEP_LINE = re.compile(r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s+)?step:(\d+)(?: - (.*))?$")
 _REPEATED_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _TRAINING_KEYS = ("timing_s/step", "training/global_step")
+# verl prints its step count before training (verl/trainer/ppo/ray_trainer.py
+# _create_dataloader: "Total training steps: N", v0.6.1 and 0.9.0), after the overlong prompts
+# are filtered out: it decides the last step, which saves (Policy.step_bound).
+_TOTAL_STEPS = re.compile(r"Total training steps: (\d+)")
 
 
 def training_step(line: str) -> int | None:
@@ -200,11 +204,11 @@ class Policy:
     save_allowance_s: float = 0.0
     total_steps: int = 0
 
-    def step_bound(self, step: int, ordinary_bound_s: float) -> float:
-        """The hang bound for the wait until training step `step`'s line."""
-        saves = self.save_freq > 0 and (
-            step % self.save_freq == 0 or self.total_steps in (0, step)
-        )
+    def step_bound(self, step: int, ordinary_bound_s: float, printed_total: int = 0) -> float:
+        """The hang bound for the wait until training step `step`'s line; `printed_total`, the
+        step count verl printed (0: not seen), outranks the planned total_steps."""
+        total = printed_total or self.total_steps
+        saves = self.save_freq > 0 and (step % self.save_freq == 0 or total in (0, step))
         return ordinary_bound_s + (self.save_allowance_s if saves else 0.0)
 
 
@@ -333,6 +337,7 @@ class _Trainer:
         self.started = time.monotonic()
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.steps: list[tuple[int, float]] = []  # (step, time.monotonic() it was printed)
+        self.total_steps = 0  # verl's printed step count (0: not seen yet)
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
@@ -347,10 +352,13 @@ class _Trainer:
             sys.stdout.write(line)
             sys.stdout.flush()
             step = training_step(line)
+            total = _TOTAL_STEPS.search(line) if step is None else None
             with self._lock:
                 self.tail.append(line.rstrip("\n"))
                 if step is not None:
                     self.steps.append((step, time.monotonic()))
+                if total is not None:
+                    self.total_steps = int(total.group(1))
 
     def progress(self) -> tuple[list[tuple[int, float]], list[str]]:
         with self._lock:
@@ -500,6 +508,7 @@ class Supervisor:
                     hang_bound(
                         _intervals(steps), self.policy.hang_floor_s, self.policy.hang_factor
                     ),
+                    trainer.total_steps,
                 )
                 since = steps[-1][1]
             else:

@@ -232,6 +232,7 @@ class CapacityApi(_LocalServer):
     ray_cluster: dict[str, Any]
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     provisioned_on_create: bool = True
+    forbidden_patches: int = 0  # the next this many RayCluster patches get 403, as without RBAC
     calls: list[tuple[str, str, str, Any]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
 
@@ -295,6 +296,10 @@ class CapacityApi(_LocalServer):
             return
         if handler.command != "PATCH" or kind != "application/json-patch+json":
             _reply(handler, 415, _status(415, "UnsupportedMediaType", kind))
+            return
+        if self.forbidden_patches > 0:
+            self.forbidden_patches -= 1
+            _reply(handler, 403, _status(403, "Forbidden", "cannot patch resource rayclusters"))
             return
         for op in body:
             *parents, last = [

@@ -135,6 +135,7 @@ def start(
     command = [
         python, str(RUNNER), "--run-dir", str(run_dir),
         "--identity", json.dumps({"world_size": WORLD_SIZE}),
+        "--length", json.dumps({"total_epochs": 1}),  # run_grpo.py requires it
         "--max-restarts", str(max_restarts), "--first-step-bound-s", "240",
         "--hang-floor-s", str(HANG_FLOOR_S), "--gpus-needed", str(WORLD_SIZE),
         "--capacity-wait-s", str(WAIT_S), "--dashboard-url", made.head.dashboard_url,
