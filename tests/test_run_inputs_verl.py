@@ -65,9 +65,11 @@ ROWS = {
 }
 
 
-# A stack whose profile pins v0.6.1 with verlRef set to v0.9.0 by hand: the job runs verl 0.9.0,
-# so the reward must be under the key 0.9.0's main_ppo reads.
+# A stack whose profile pins v0.6.1 with verlRef set to v0.9.0 by hand (and an image whose vLLM
+# that verl needs: config/verl_source.py): the job runs verl 0.9.0, so the reward must be under
+# the key 0.9.0's main_ppo reads.
 HAND_SET_REF = ("a3u", "v0.9.0", "0.9.0")
+HAND_SET_IMAGE = "verlai/verl:vllm024.latest"
 
 
 def _settings(release: str) -> StackSettings:
@@ -76,7 +78,7 @@ def _settings(release: str) -> StackSettings:
 
 def _hand_set_ref_settings() -> StackSettings:
     stack, ref, _ = HAND_SET_REF
-    config = {**REAL, **OWN_RUN, "verl-gke:verlRef": ref}
+    config = {**REAL, **OWN_RUN, "verl-gke:verlRef": ref, "verl-gke:verlImage": HAND_SET_IMAGE}
     return load_settings(stack, config, offline=False).settings
 
 

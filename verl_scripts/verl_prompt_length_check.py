@@ -36,20 +36,13 @@ import types
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from payload_file import prepare_data
+
 # A preamble and a generation prompt, so the template adds tokens of its own.
 CHAT_TEMPLATE = (
     "system : be brief .\n{% for m in messages %}{{ m['role'] }} : {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
-
-
-def _prepare_data() -> Any:
-    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "payloads/prepare_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _save_tokenizer(folder: Path, words: int) -> None:
@@ -96,7 +89,7 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     from transformers import AutoTokenizer
 
     work, limit = Path(request["workdir"]), request["max_prompt_length"]
-    prep = _prepare_data()
+    prep = prepare_data()
     result["stage"] = "compose"
     result["defaults"] = _data_keys(_config([]))
     base = [*request["overrides"], f"data.max_prompt_length={limit}"]

@@ -33,19 +33,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from payload_file import prepare_data
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
-
-
-def _prepare_data() -> Any:
-    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "payloads/prepare_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tokenizer(texts: list[str]) -> Any:
@@ -77,7 +70,7 @@ def _config(overrides: list[str]) -> Any:
 def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     work = Path(request["workdir"])
     out = work / "data" / "datasets" / "fixture"
-    prep = _prepare_data()
+    prep = prepare_data()
     overrides = list(request["reward_overrides"])
     if request["with_dataset"]:
         result["stage"] = "convert"

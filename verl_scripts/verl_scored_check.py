@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -32,16 +31,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from payload_file import prepare_data
+
 GOOD_PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
-
-
-def _prepare_data() -> Any:
-    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "payloads/prepare_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _score(sources: list[str], result: dict[str, Any]) -> None:
@@ -109,7 +101,7 @@ def _write(folder: Path, data_source: str, prompt: Any) -> Path:
 
 
 def _checks(request: dict[str, Any], result: dict[str, Any]) -> None:
-    prep = _prepare_data()
+    prep = prepare_data()
     work = Path(request["workdir"])
     scored = (tuple(request["scored_sources"]), tuple(request["scored_prefixes"]))
     folders = {
