@@ -10,14 +10,13 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from payloads.export import export_model
 from tests.support.ray_head import RayHead, ray_temp_dir
-from tests.support.ray_worker import alive_nodes, start_ray_worker
+from tests.support.ray_worker import alive_nodes, start_ray_worker, wait_until
 from tests.support.require import require
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
@@ -123,14 +122,6 @@ def test_failed_merge_fails_the_job_with_its_last_lines_and_no_marker(
 # -- the export after the workers scaled to zero ------------------------------------------------
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 300) -> None:
-    """Poll `check`; the deadline only ends a test that would hang (slow is fine)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"still not {what} after {timeout_s} s"
-        time.sleep(0.5)
-
-
 def test_export_waits_for_a_gpu_node_and_runs_on_the_one_that_returns(
     head: RayHead, tmp_path: Path
 ) -> None:
@@ -159,6 +150,8 @@ def test_export_waits_for_a_gpu_node_and_runs_on_the_one_that_returns(
             for worker in (first, second):
                 if worker is not None:
                     worker.stop()
+            # The session's head is left as it was found: no GPU node alive.
+            wait_until("gone again", lambda: not alive_nodes(head, "GPU"))
     assert status == "SUCCEEDED", log
     marker = json.loads((target / export_model.MARKER).read_text())
     assert marker["step"] == 4

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray.util.state import list_nodes
 
 from manifests import capacity as capacity_manifests
 from manifests.ray_cluster import WORKER_GROUP
@@ -33,7 +34,8 @@ from payloads.export import provreq, supervise
 from tests.program import plan
 from tests.support import schemas
 from tests.support.kube_api import TOKEN, CapacityApi
-from tests.support.ray_head import RayHead
+from tests.support.ray_head import RayHead, ray_temp_dir
+from tests.support.ray_worker import alive_nodes, start_ray_worker, wait_until
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -242,13 +244,32 @@ def test_the_role_allows_exactly_the_runners_calls() -> None:
         assert plan(stack, mode).of_type(ROLE) == []
 
 
+def test_the_gpu_count_leaves_out_a_node_that_died(head: RayHead) -> None:
+    """The count the runner asks Ray for, once a GPU node joined the head and left: the state
+    after a scale-to-zero. Ray 2.60's dashboard refuses the node list filtered by state once a
+    node is dead (supervise.Cluster.alive_gpus says why); the count must not depend on it."""
+    cluster = supervise.Cluster(head.dashboard_url)
+    with ray_temp_dir("rw") as temp_dir:
+        worker = start_ray_worker(head, temp_dir, num_gpus=1)
+        try:
+            wait_until("joined", lambda: len(alive_nodes(head, "GPU")) == 1)
+            assert cluster.alive_gpus() == 1
+        finally:
+            worker.stop()
+        wait_until("gone", lambda: not alive_nodes(head, "GPU"))
+    assert any(node.state == "DEAD" for node in list_nodes(address=head.dashboard_url))
+    assert cluster.alive_gpus() == 0
+
+
 def test_before_the_export_one_node_is_asked_for_when_no_gpu_is_alive(
     head: RayHead, api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
 ) -> None:
-    # The session's Ray head has no GPU node: the state after KubeRay scaled the workers to 0.
+    # No GPU node alive on the session's head (the one of the test above died): the state after
+    # KubeRay scaled the workers to 0.
     said: list[str] = []
     capacity = renewer(api, rendered, tmp_path, said)
     supervise.ask_for_export_node(capacity, head.dashboard_url, said.append)
+    assert not [line for line in said if line.startswith("could not")], said
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
     assert posted["spec"]["podSets"][0]["count"] == 1
     assert posted["metadata"]["name"].endswith("-export")
@@ -258,7 +279,7 @@ def test_before_the_export_one_node_is_asked_for_when_no_gpu_is_alive(
 def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
     head: RayHead, api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
 ) -> None:
-    # No GPU node alive (the session's head has none) and the consumed request spent: the
+    # No GPU node alive (the one of the test above died) and the consumed request spent: the
     # first attempt's worker pods need a new request for all gpuNodes nodes (16 GPUs, 8 each).
     said: list[str] = []
     capacity = renewer(api, rendered, tmp_path, said)
@@ -273,6 +294,7 @@ def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
         capacity=capacity,
     )
     assert run.run() == 0
+    assert not [line for line in said if line.startswith("could not")], said
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
     assert posted["spec"]["podSets"][0]["count"] == 2
     assert posted["metadata"]["name"].endswith("-a001")

@@ -123,10 +123,11 @@ def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Pat
     command = [
         sys.executable, str(RUNNER), "--run-dir", str(tmp_path),
         "--identity", json.dumps({"world_size": 2}), "--max-restarts", "5",
+        "--length", json.dumps({"total_epochs": 1}),  # run_grpo.py requires it
         "--", sys.executable, "-c", script,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
+    assert done.returncode != 0, done.stderr
     assert _causes(tmp_path) == [supervise.OUT_OF_MEMORY, supervise.OUT_OF_MEMORY]
     assert "out of memory at step 2 twice" in done.stdout
 

@@ -59,6 +59,7 @@ RECOVERY_FILE = "recovery.json"  # config/bucket_layout.py names it too (a test 
 STACKS_DIR = "stacks"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker (fsdp checkpoint manager)
 TAIL_LINES = 400
+NODE_LIST_LIMIT = 10_000  # Ray's state API serves at most this many entries (util/state/common.py)
 
 # --- verl's step line: a copy of jobs/verl_log.py's pattern (payloads cannot import jobs/;
 # tests/test_supervise.py checks that both parse the same lines alike).
@@ -254,10 +255,19 @@ class Cluster:
             return 65.0
 
     def alive_gpus(self) -> float:
+        """GPUs of the ALIVE nodes. Every node is listed and the dead ones dropped here: with a
+        state filter, Ray 2.60's dashboard counts the nodes its GCS filtered out as truncated
+        (dashboard/state_aggregator.py list_nodes: total = returned + GCS num_filtered), and the
+        client refuses the answer ("Failed to retrieve all N nodes ... data truncation") as soon
+        as one node has died, which is when this is asked. Ray 2.47/2.49 count them right.
+        The limit is the state API's largest (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER):
+        dead nodes stay listed, and a truncated list is still refused."""
         from ray.util.state import list_nodes
 
-        nodes = list_nodes(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
-        return sum(float(node.resources_total.get("GPU", 0)) for node in nodes)
+        nodes = list_nodes(address=self.dashboard_url, limit=NODE_LIST_LIMIT)
+        return sum(
+            float(node.resources_total.get("GPU", 0)) for node in nodes if node.state == "ALIVE"
+        )
 
     def dump_stacks(self, folder: Path, driver_pid: int) -> list[Path]:
         """Stacks of every alive actor (dashboard /worker/traceback: py-spy on its node) and of
@@ -288,7 +298,8 @@ class Cluster:
     def _actor_targets(self) -> list[tuple[str, str, int]]:
         from ray.util.state import list_actors, list_nodes
 
-        ips = {node.node_id: node.node_ip for node in list_nodes(address=self.dashboard_url)}
+        nodes = list_nodes(address=self.dashboard_url, limit=NODE_LIST_LIMIT)
+        ips = {node.node_id: node.node_ip for node in nodes}
         actors = list_actors(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
         return [
             (re.sub(r"[^\w.-]", "_", actor.class_name or "actor"), ips[actor.node_id], actor.pid)

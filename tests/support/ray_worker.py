@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,3 +97,11 @@ def alive_nodes(head: RayHead, resource: str) -> list[str]:
         for n in nodes
         if n.state == "ALIVE" and (n.resources_total or {}).get(resource, 0) > 0
     ]
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 300) -> None:
+    """Poll `check`; the deadline only ends a test that would hang (slow is fine)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"still not {what} after {timeout_s} s"
+        time.sleep(0.5)
