@@ -21,6 +21,7 @@ from config.profiles import Mode
 from config.settings import StackSettings
 from config.verl_source import VERL_REPO
 from manifests.common import CHECKPOINT_PVC, GCSFUSE_VOLUMES, bucket_mount, bucket_volume
+from payloads.prepare_data import verl_marker_name
 
 CHECKPOINT_VOLUME = "training-checkpoints-vol"
 VERL_LOCAL_VOLUME = "verl-node-local"
@@ -41,8 +42,6 @@ FILE_CACHE_SIZE = f"{FILE_CACHE_VOLUME_GIB}Gi"
 # evicts least-recently-read files, and a file larger than the cache is read uncached: slower
 # loads, no failure. The model's size is not known before data prep downloads it.
 FILE_CACHE_MAX_SIZE_MIB = FILE_CACHE_VOLUME_GIB * 1024 * 9 // 10
-# The data-prep script's marker for the verl checkout (payloads/prepare_data.py marker_path).
-VERL_PREP_MARKER = f"{PREP_MARKERS}/verl.done"
 
 # The FUSE sidecar's resources on the GPU workers ("In most cases, unsatisfactory performance is
 # caused by insufficient CPU or memory allocated to the sidecar": gcs-fuse-csi-driver
@@ -71,6 +70,12 @@ def checkpoint_mount() -> dict[str, Any]:
     return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT}
 
 
+def verl_prep_marker(repo: str, ref: str) -> str:
+    """Data prep's marker for the verl checkout of `repo` at `ref` (payloads/prepare_data.py
+    marker_path; its name carries the ref, verl_marker_name says why)."""
+    return f"{PREP_MARKERS}/{verl_marker_name(repo, ref)}.done"
+
+
 # Exits 0 when data prep's verl marker was written for this repo and ref (its "inputs", written
 # by payloads/prepare_data.py write_marker), 1 otherwise (absent, unreadable, another ref).
 _MARKER_MATCHES = (
@@ -84,23 +89,26 @@ _MARKER_MATCHES = (
 
 
 def verl_copy_script(repo: str, ref: str) -> str:
-    """Wait for data prep's verl marker for `repo` at `ref`, copy the checkout minus checkpoints
-    and git history into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through
-    FUSE per pod), then check the marker again: data prep clears it before it replaces the
-    tree, so a copy that raced a new checkout fails (the init container is retried) rather than
-    run a mix of two refs. The ref is in the pod template, so a new verlRef is a new spec."""
+    """Wait for data prep's verl marker for `repo` at `ref` (a name of that ref only, which the
+    data mount looks up afresh until it exists), copy the checkout minus checkpoints and git
+    history into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through FUSE per
+    pod), then read the marker again: data prep removes it before it replaces the tree, so a
+    copy that raced a new checkout fails (the init container is retried) rather than run a mix
+    of two refs, where the mount sees the removal (a marker once read stays in its metadata
+    cache). The ref is in the pod template, so a new verlRef is a new spec."""
     skip = CHECKPOINT_PREFIX.removeprefix("verl/")
-    check = shlex.join(["python3", "-c", _MARKER_MATCHES, VERL_PREP_MARKER, repo, ref])
+    marker = verl_prep_marker(repo, ref)
+    check = shlex.join(["python3", "-c", _MARKER_MATCHES, marker, repo, ref])
     return (
         "set -euo pipefail\n"
         f"until {check}; do\n"
-        f"  echo {shlex.quote(f'waiting for data prep: {VERL_PREP_MARKER} for {repo} at {ref}')}"
+        f"  echo {shlex.quote(f'waiting for data prep: {marker} for {repo} at {ref}')}"
         "; sleep 10\n"
         "done\n"
         f"tar -C {shlex.quote(VERL_CHECKOUT)} --exclude=./{skip} --exclude=./.git -cf - ."
         f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} -xf -\n"
         f"if ! {check}; then\n"
-        f"  echo {shlex.quote(f'{VERL_PREP_MARKER} changed during the copy: retrying')} >&2\n"
+        f"  echo {shlex.quote(f'{marker} changed during the copy: retrying')} >&2\n"
         "  exit 1\n"
         "fi\n"
         f"echo {shlex.quote(f'verl copied to {VERL_NODE_LOCAL}: {repo} at {ref}')}\n"

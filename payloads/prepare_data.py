@@ -23,12 +23,12 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
                                                    verl measures them); refused when verl would
                                                    keep less than one train batch
 
-Each step writes its marker LAST: <data-root>/.prep/{verl,gsm8k,model-<model-folder>}.done, a JSON
-object {step, inputs, outputs, seconds, finished_at} with the inputs it was done for and what it
-produced. A step is skipped only when its marker's inputs equal the requested
-ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder renames are only
-an optimisation here: /data is GCS FUSE, where they are atomic only with hierarchical namespace,
-and the markers (not the presence of a folder) decide what is complete.
+Each step writes its marker LAST: <data-root>/.prep/<name>.done (verl-<digest of repo and ref>,
+gsm8k, model-<model-folder>), a JSON object {step, inputs, outputs, seconds, finished_at} with the
+inputs it was done for and what it produced. A step is skipped only when its marker's inputs equal
+the requested ones, so a retried or re-run Job redoes exactly what is missing or stale. Folder
+renames are only an optimisation here: /data is GCS FUSE, where they are atomic only with
+hierarchical namespace, and the markers (not the presence of a folder) decide what is complete.
 
 Standard library only; huggingface_hub, datasets, pyarrow and transformers (present in the verl
 image) are imported by the steps that use them. Python 3.10+. On failure the last line names the
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -56,6 +57,7 @@ from pathlib import Path
 # script cannot import it (it runs alone in the pod), so tests/test_prepare_data.py checks that
 # these names agree with it.
 VERL_DIR = "verl"
+VERL_STEP = "verl"
 GSM8K_DIR = "gsm8k"
 PREP_DIR = ".prep"
 GSM8K_SCRIPT = Path("examples/data_preprocess/gsm8k.py")
@@ -158,6 +160,25 @@ def clear_marker(root: Path, name: str) -> None:
     marker_path(root, name).unlink(missing_ok=True)
 
 
+def verl_marker_name(repo: str, ref: str) -> str:
+    """The verl step's marker name: one per repo and ref. A Ray pod's verl copy waits for the
+    name of its own ref (manifests/fuse_mounts.py). Its data mount keeps a file it has seen in
+    its metadata cache for good, but never a file it found absent (manifests/storage.py:
+    metadata-cache-ttl-secs=-1, metadata-cache-negative-ttl-secs=0; Cloud Storage FUSE "Stat
+    caching"). Under one name for every ref, a pod that read the old ref's marker before data
+    prep replaced it would see the old one until the pod ends; a name it has never seen is
+    looked up in the bucket on every try."""
+    digest = hashlib.sha256(f"{repo}@{ref}".encode()).hexdigest()[:12]
+    return f"{VERL_STEP}-{digest}"
+
+
+def clear_verl_markers(root: Path) -> None:
+    # Every ref's, and the single verl.done of releases before verl_marker_name.
+    for path in (root / PREP_DIR).glob(f"{VERL_STEP}*.done"):
+        if path.name == f"{VERL_STEP}.done" or path.name.startswith(f"{VERL_STEP}-"):
+            path.unlink(missing_ok=True)
+
+
 # --- commands -----------------------------------------------------------------------------------
 
 
@@ -253,14 +274,15 @@ def replace_tree(source: Path, dest: Path, keep: frozenset[str]) -> None:
 
 
 def prepare_verl(root: Path, repo: str, ref: str) -> None:
-    step = "verl"
+    step = VERL_STEP
+    name = verl_marker_name(repo, ref)
     dest = root / VERL_DIR
     inputs = {"repo": repo, "ref": ref}
-    if is_done(root, step, inputs) and (dest / GSM8K_SCRIPT).is_file():
-        log(step, f"skipped: {dest} is already at {ref} ({marker_path(root, step)})")
+    if is_done(root, name, inputs) and (dest / GSM8K_SCRIPT).is_file():
+        log(step, f"skipped: {dest} is already at {ref} ({marker_path(root, name)})")
         return
     started = time.monotonic()
-    clear_marker(root, step)
+    clear_verl_markers(root)
     log(step, f"started: {repo} at {ref} -> {dest}")
     # Git works in a local temporary folder (fast, and nothing half-cloned lands on the bucket);
     # only the finished checkout, with its .git, is copied to the volume.
@@ -272,7 +294,7 @@ def prepare_verl(root: Path, repo: str, ref: str) -> None:
         replace_tree(checkout, dest, KEEP_IN_VERL)
     outputs: dict[str, object] = {"commit": commit, "path": str(dest), "files": files}
     outputs["bytes"] = size
-    marker = write_marker(root, step, inputs, outputs, started)
+    marker = write_marker(root, name, inputs, outputs, started)
     log(step, f"done in {time.monotonic() - started:.1f}s: {dest} at {commit}; marker {marker}")
 
 
@@ -1007,7 +1029,7 @@ def run_steps(
 ) -> list[tuple[str, Callable[[], None]]]:
     steps: list[tuple[str, Callable[[], None]]] = []
     if not args.verl_from_image:
-        steps.append(("verl", lambda: prepare_verl(root, args.verl_repo, args.verl_ref)))
+        steps.append((VERL_STEP, lambda: prepare_verl(root, args.verl_repo, args.verl_ref)))
     if args.reward_file is not None:
         steps.append(("reward", lambda: copy_reward(args.reward_file, args.reward_dest)))
     if args.reward_file is not None and args.reward_import:

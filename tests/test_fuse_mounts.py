@@ -19,6 +19,7 @@ from google.cloud import storage
 
 from config import bucket_layout
 from jobs.checkpoints import discover_checkpoints
+from payloads import prepare_data
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.program import COMBINATIONS, plan
 from tests.support.gcs_emulator import GcsEmulator
@@ -169,12 +170,17 @@ def test_verl_is_imported_from_a_node_local_copy(stack: str, mode: str) -> None:
     env = _grpo(result)["runtime_env"]["env_vars"]
     assert env["PYTHONPATH"] == "/opt/verl-node-local"
     spec = result.one(RAY_CLUSTER).inputs["spec"]
+    # The marker data prep writes for the repo and ref the data-prep Job is given.
+    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    argv = job.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    repo, ref = argv[argv.index("--verl-repo") + 1], argv[argv.index("--verl-ref") + 1]
+    marker = f"/data/.prep/{prepare_data.verl_marker_name(repo, ref)}.done"
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
         copy = pod["spec"]["initContainers"][-1]
         assert copy["name"] == "verl-node-local-copy"
         script = copy["args"][0]
         # After data prep's verl marker, without the checkpoints or git history.
-        assert script.index("/data/.prep/verl.done") < script.index("tar -C /data/verl")
+        assert script.index(marker) < script.index("tar -C /data/verl")
         assert "--exclude=./checkpoints" in script and "--exclude=./.git" in script
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert volumes["verl-node-local"] == {"name": "verl-node-local", "emptyDir": {}}

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from config import bucket_layout as layout
+from manifests import fuse_mounts
+from payloads import prepare_data
 from tests.support.require import require
 
 # Runs the data-prep payload in subprocesses.
@@ -127,6 +130,15 @@ def marker(data: Path, name: str) -> dict[str, object]:
     return json.loads((data / ".prep" / f"{name}.done").read_text())
 
 
+def verl_markers(data: Path) -> list[str]:
+    """The verl step's marker files (every ref's, and the single one of earlier releases)."""
+    return sorted(p.name for p in (data / ".prep").glob("verl*.done"))
+
+
+def verl_marker_file(repo: Path | str, ref: str) -> str:
+    return f"{prepare_data.verl_marker_name(str(repo), ref)}.done"
+
+
 def mtimes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
@@ -165,7 +177,7 @@ def test_first_run_prepares_everything_and_second_run_skips(
     assert not (data / f"{MODEL_FOLDER}.partial").exists()
     assert not (data / ".prep" / f"model-{MODEL_FOLDER}.staging.json").exists()
 
-    verl_marker = marker(data, "verl")
+    verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), "v0.2.0"))
     assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0"}
     assert verl_marker["outputs"]["commit"] == verl_repo.new_tag_sha  # type: ignore[index]
     gsm8k_marker = marker(data, "gsm8k")
@@ -210,7 +222,8 @@ def test_commit_sha_ref(
     ok(run_prep(data, repo, ref, model_source))
     assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
     assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.1.0'\n"
-    assert marker(data, "verl")["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
+    (name,) = verl_markers(data)
+    assert marker(data, name.removesuffix(".done"))["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
 
 
 def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
@@ -218,6 +231,8 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
 ) -> None:
     data = tmp_path / "data"
     ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    assert verl_markers(data) == [verl_marker_file(verl_repo.path, "v0.2.0")]
+    (data / ".prep" / "verl.done").write_text("{}")  # the single marker of earlier releases
     checkpoint = data / "verl" / "checkpoints" / "global_step_10" / "actor" / "rank_0.pt"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"weights")
@@ -237,7 +252,15 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     assert {**mtimes(data / "gsm8k"), **mtimes(data / MODEL_FOLDER)} == others
     assert marker(data, "gsm8k") == gsm8k_marker
     assert marker(data, f"model-{MODEL_FOLDER}") == model_marker
-    assert marker(data, "verl")["inputs"]["ref"] == verl_repo.old_tag_sha[:7]  # type: ignore[index]
+    # Only the new ref's marker is left: the old ref's name, which a Ray pod of the old ref may
+    # hold in its metadata cache, is gone, and a pod of the new ref waits for a name of its own.
+    new_ref = verl_repo.old_tag_sha[:7]
+    assert verl_markers(data) == [verl_marker_file(verl_repo.path, new_ref)]
+    assert marker(data, verl_marker_file(verl_repo.path, new_ref).removesuffix(".done"))[
+        "inputs"
+    ] == {"repo": str(verl_repo.path), "ref": new_ref}
+    copy_waits_for = fuse_mounts.verl_prep_marker(str(verl_repo.path), new_ref)
+    assert copy_waits_for == f"{layout.PREP_MARKERS}/{verl_marker_file(verl_repo.path, new_ref)}"
 
 
 def test_changed_model_redoes_only_model(
@@ -342,7 +365,7 @@ def test_gsm8k_failure_names_the_step(
     assert reason.startswith("prepare_data failed at step 'gsm8k': ")
     assert "exited with code 3" in reason and "cannot reach openai/gsm8k" in reason
     assert termination_log.read_text() == reason + "\n"
-    assert (data / ".prep" / "verl.done").is_file()
+    assert verl_markers(data) == [verl_marker_file(verl_repo.path, "broken")]
     assert not (data / ".prep" / "gsm8k.done").exists()
     assert not (data / MODEL_FOLDER).exists()  # later steps do not run
 
@@ -356,7 +379,7 @@ def test_unknown_ref_fails_in_verl_step(
     reason = result.stderr.strip().splitlines()[-1]
     assert reason.startswith("prepare_data failed at step 'verl': ")
     assert "v9.9.9" in reason
-    assert not (data / ".prep" / "verl.done").exists()
+    assert verl_markers(data) == []
 
 
 def test_sha_ref_shadowed_by_a_tag_fails(
@@ -471,9 +494,6 @@ def test_a_pinned_revision_is_downloaded_into_a_folder_that_names_it(
 def test_the_scripts_folders_are_the_bucket_layouts() -> None:
     # The script runs alone in the pod and cannot import config/bucket_layout.py; the folders it
     # writes must still be the ones the GRPO job reads (the model folder arrives as --model-folder).
-    from config import bucket_layout as layout
-    from payloads import prepare_data
-
     def under_mount(name: str) -> str:
         return f"{layout.DATA_MOUNT}/{name}"
 

@@ -28,6 +28,7 @@ from config import run_inputs, verl_source
 from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
+from payloads import prepare_data
 from tests.program import COMBINATIONS, REAL, plan
 from tests.support.require import require
 from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
@@ -169,17 +170,18 @@ def _copy(
     marker: dict[str, Any] | None,
     timeout_s: float,
 ) -> tuple[subprocess.CompletedProcess[str] | None, str, Path]:
-    """Run the script; (its result, or None while it still waited after timeout_s; stdout;
-    the node-local folder)."""
-    checkout, local = tmp_path / "verl", tmp_path / "local"
+    """Run the script for v0.9.0 with data prep's marker of the `marker` inputs in place, if
+    any; (its result, or None while it still waited after timeout_s; stdout; the node-local
+    folder)."""
+    checkout, local, markers = tmp_path / "verl", tmp_path / "local", tmp_path / "markers"
     (checkout / "verl").mkdir(parents=True)
     (checkout / "verl" / "__init__.py").write_text("")
     local.mkdir()
-    marker_path = tmp_path / "markers" / "verl.done"
-    marker_path.parent.mkdir()
+    markers.mkdir()
     if marker is not None:
-        marker_path.write_text(json.dumps({"step": "verl", "inputs": marker}))
-    monkeypatch.setattr(fuse_mounts, "VERL_PREP_MARKER", str(marker_path))
+        name = prepare_data.verl_marker_name(marker["repo"], marker["ref"])
+        (markers / f"{name}.done").write_text(json.dumps({"step": name, "inputs": marker}))
+    monkeypatch.setattr(fuse_mounts, "PREP_MARKERS", str(markers))
     monkeypatch.setattr(fuse_mounts, "VERL_CHECKOUT", str(checkout))
     monkeypatch.setattr(fuse_mounts, "VERL_NODE_LOCAL", str(local))
     script = fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0")
@@ -213,6 +215,32 @@ def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
     assert done is None  # still waiting when the test gave up on it
     assert "waiting for data prep" in out and "at v0.9.0" in out
     assert not any(local.iterdir())
+
+
+@pytest.mark.integration
+def test_the_copy_of_a_new_ref_waits_for_a_marker_name_the_old_ref_never_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verlRef change: the old ref's marker is in place when the new pods start (a marker a
+    pod has read stays in its mount's metadata cache, an absent one is looked up again: Cloud
+    Storage FUSE "Stat caching"), so the new ref's copy must wait on another name, and start
+    once data prep wrote it."""
+    repo = verl_source.VERL_REPO
+    assert fuse_mounts.verl_prep_marker(repo, "v0.6.1") != fuse_mounts.verl_prep_marker(
+        repo, "v0.9.0"
+    )
+    old = {"repo": repo, "ref": "v0.6.1"}
+    done, out, local = _copy(tmp_path / "first", monkeypatch, old, 15)
+    assert done is None and not any(local.iterdir()), out  # still waiting for v0.9.0's name
+    new_marker = Path(fuse_mounts.verl_prep_marker(repo, "v0.9.0"))
+    assert not new_marker.exists() and new_marker.parent == tmp_path / "first" / "markers"
+    name = prepare_data.verl_marker_name(repo, "v0.9.0")
+    new_marker.write_text(json.dumps({"step": name, "inputs": {"repo": repo, "ref": "v0.9.0"}}))
+    # The deadline only ends a hang: a slow machine passes.
+    script = fuse_mounts.verl_copy_script(repo, "v0.9.0")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (local / "verl" / "__init__.py").is_file()
 
 
 @pytest.mark.parametrize(
