@@ -518,7 +518,7 @@ def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() ->
     from payloads.prepare_data import HUB_IGNORE_PATTERNS
 
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     files = [
         "config.json", "generation_config.json", "model-00001-of-00004.safetensors",
         "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",

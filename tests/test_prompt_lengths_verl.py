@@ -1,4 +1,4 @@
-"""Prompt lengths through verl's own code, in the verl virtualenvs .ci/run builds
+"""Prompt lengths through verl's own code, in the verl virtualenvs .ci/setup builds
 (VERL_GKE_VERL_VENVS/<release>; verl_scripts/verl_prompt_length_check.py):
 
 - verl ships data.filter_overlong_prompts False and data.truncation error

@@ -119,7 +119,7 @@ def test_a_lora_runs_alpha_reaches_the_export(
 
 def _verl_source(release: str, relative: str) -> str:
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     found = list(Path(str(venvs), release).glob(f"lib/python3*/site-packages/verl/{relative}"))
     require(found, f"no verl {release} in {venvs}")
     return found[0].read_text()

@@ -65,7 +65,7 @@ ESTIMATED = {
 @functools.cache
 def _counted(release: str) -> tuple[str, dict[str, float]]:
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     python = Path(str(venvs)) / release / "bin" / "python"
     require(python.is_file(), f"no verl {release} virtualenv: {python} is missing (.ci/run)")
     done = subprocess.run(

@@ -149,7 +149,7 @@ def test_every_chart_fix_offered_is_accepted(version: str) -> None:
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
 def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     found = list(Path(str(venvs), release).glob("lib/python3*/site-packages/verl-*.dist-info"))
     require(found, f"no verl {release} wheel metadata under {venvs}")
     metadata = (found[0] / "METADATA").read_text()
@@ -272,7 +272,7 @@ def test_the_env_clash_check_reads_the_stacks_ref() -> None:
 def test_the_090_driver_env_is_verls() -> None:
     # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env in the 0.9.0 wheel.
     venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/run builds) unset")
+    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
     found = list(Path(str(venvs), "0.9.0").glob("lib/python3*/site-packages/verl/trainer"))
     require(found, f"no verl 0.9.0 in {venvs}")
     source = (found[0] / "constants_ppo.py").read_text()
