@@ -39,7 +39,7 @@ RELEASE = "0.6.1"
 def _python() -> Path:
     root = os.environ.get("VERL_GKE_VERL_VENVS")
     if not root or not (Path(root) / RELEASE / "bin" / "python").is_file():
-        missing(f"VERL_GKE_VERL_VENVS has no verl {RELEASE} virtualenv (.ci/run builds it)")
+        missing(f"VERL_GKE_VERL_VENVS has no verl {RELEASE} virtualenv (.ci/setup builds it)")
     return Path(root) / RELEASE / "bin" / "python"
 
 
