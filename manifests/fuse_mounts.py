@@ -92,10 +92,12 @@ def verl_copy_script(repo: str, ref: str) -> str:
     """Wait for data prep's verl marker for `repo` at `ref` (a name of that ref only, which the
     data mount looks up afresh until it exists), copy the checkout minus checkpoints and git
     history into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through FUSE per
-    pod), then read the marker again: data prep removes it before it replaces the tree, so a
-    copy that raced a new checkout fails (the init container is retried) rather than run a mix
-    of two refs, where the mount sees the removal (a marker once read stays in its metadata
-    cache). The ref is in the pod template, so a new verlRef is a new spec."""
+    pod), then read the marker again. Data prep removes it before it replaces the tree, but
+    through the data mount the second read still finds a marker the first one found (gcsfuse
+    keeps it in its metadata cache, the kernel its pages), so this last check catches a raced
+    copy only where the mount shows the removal. Only pods of a RayCluster that a verlRef change
+    replaces can race the new checkout, and Pulumi deletes that RayCluster before it creates
+    the new one. The ref is in the pod template, so a new verlRef is a new spec."""
     skip = CHECKPOINT_PREFIX.removeprefix("verl/")
     marker = verl_prep_marker(repo, ref)
     check = shlex.join(["python3", "-c", _MARKER_MATCHES, marker, repo, ref])

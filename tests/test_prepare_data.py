@@ -255,6 +255,7 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     # Only the new ref's marker is left: the old ref's name, which a Ray pod of the old ref may
     # hold in its metadata cache, is gone, and a pod of the new ref waits for a name of its own.
     new_ref = verl_repo.old_tag_sha[:7]
+    assert verl_marker_file(verl_repo.path, new_ref) != verl_marker_file(verl_repo.path, "v0.2.0")
     assert verl_markers(data) == [verl_marker_file(verl_repo.path, new_ref)]
     assert marker(data, verl_marker_file(verl_repo.path, new_ref).removesuffix(".done"))[
         "inputs"

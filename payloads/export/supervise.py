@@ -59,7 +59,9 @@ RECOVERY_FILE = "recovery.json"  # config/bucket_layout.py names it too (a test 
 STACKS_DIR = "stacks"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker (fsdp checkpoint manager)
 TAIL_LINES = 400
-NODE_LIST_LIMIT = 10_000  # Ray's state API serves at most this many entries (util/state/common.py)
+# The most entries Ray's state API serves (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER);
+# its default, 100, is fewer than a large run's actors, or nodes once dead ones are counted.
+STATE_LIST_LIMIT = 10_000
 
 # --- verl's step line: a copy of jobs/verl_log.py's pattern (payloads cannot import jobs/;
 # tests/test_supervise.py checks that both parse the same lines alike).
@@ -260,11 +262,10 @@ class Cluster:
         (dashboard/state_aggregator.py list_nodes: total = returned + GCS num_filtered), and the
         client refuses the answer ("Failed to retrieve all N nodes ... data truncation") as soon
         as one node has died, which is when this is asked. Ray 2.47/2.49 count them right.
-        The limit is the state API's largest (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER):
-        dead nodes stay listed, and a truncated list is still refused."""
+        Dead nodes stay listed: hence the largest limit."""
         from ray.util.state import list_nodes
 
-        nodes = list_nodes(address=self.dashboard_url, limit=NODE_LIST_LIMIT)
+        nodes = list_nodes(address=self.dashboard_url, limit=STATE_LIST_LIMIT)
         return sum(
             float(node.resources_total.get("GPU", 0)) for node in nodes if node.state == "ALIVE"
         )
@@ -298,9 +299,11 @@ class Cluster:
     def _actor_targets(self) -> list[tuple[str, str, int]]:
         from ray.util.state import list_actors, list_nodes
 
-        nodes = list_nodes(address=self.dashboard_url, limit=NODE_LIST_LIMIT)
+        nodes = list_nodes(address=self.dashboard_url, limit=STATE_LIST_LIMIT)
         ips = {node.node_id: node.node_ip for node in nodes}
-        actors = list_actors(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
+        actors = list_actors(
+            address=self.dashboard_url, filters=[("state", "=", "ALIVE")], limit=STATE_LIST_LIMIT
+        )
         return [
             (re.sub(r"[^\w.-]", "_", actor.class_name or "actor"), ips[actor.node_id], actor.pid)
             for actor in actors
