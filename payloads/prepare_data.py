@@ -174,9 +174,8 @@ def verl_marker_name(repo: str, ref: str) -> str:
 
 def clear_verl_markers(root: Path) -> None:
     # Every ref's, and the single verl.done of releases before verl_marker_name.
-    for path in (root / PREP_DIR).glob(f"{VERL_STEP}*.done"):
-        if path.name == f"{VERL_STEP}.done" or path.name.startswith(f"{VERL_STEP}-"):
-            path.unlink(missing_ok=True)
+    for path in [*(root / PREP_DIR).glob(f"{VERL_STEP}-*.done"), marker_path(root, VERL_STEP)]:
+        path.unlink(missing_ok=True)
 
 
 # --- commands -----------------------------------------------------------------------------------

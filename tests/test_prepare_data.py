@@ -222,8 +222,8 @@ def test_commit_sha_ref(
     ok(run_prep(data, repo, ref, model_source))
     assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
     assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.1.0'\n"
-    (name,) = verl_markers(data)
-    assert marker(data, name.removesuffix(".done"))["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
+    verl_marker = marker(data, prepare_data.verl_marker_name(str(repo), ref))
+    assert verl_marker["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
 
 
 def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
@@ -257,9 +257,8 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     new_ref = verl_repo.old_tag_sha[:7]
     assert verl_marker_file(verl_repo.path, new_ref) != verl_marker_file(verl_repo.path, "v0.2.0")
     assert verl_markers(data) == [verl_marker_file(verl_repo.path, new_ref)]
-    assert marker(data, verl_marker_file(verl_repo.path, new_ref).removesuffix(".done"))[
-        "inputs"
-    ] == {"repo": str(verl_repo.path), "ref": new_ref}
+    verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), new_ref))
+    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": new_ref}
     copy_waits_for = fuse_mounts.verl_prep_marker(str(verl_repo.path), new_ref)
     assert copy_waits_for == f"{layout.PREP_MARKERS}/{verl_marker_file(verl_repo.path, new_ref)}"
 

@@ -123,7 +123,7 @@ def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Pat
     command = [
         sys.executable, str(RUNNER), "--run-dir", str(tmp_path),
         "--identity", json.dumps({"world_size": 2}), "--max-restarts", "5",
-        "--length", json.dumps({"total_epochs": 1}),  # run_grpo.py requires it
+        *scenarios.RUN_LENGTH,
         "--", sys.executable, "-c", script,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

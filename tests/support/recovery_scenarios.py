@@ -31,6 +31,8 @@ TRAINER = REPO / "tests" / "job_fixtures" / "gpu_trainer.py"
 CONFIG_ERROR = REPO / "tests" / "job_fixtures" / "verl_config_error.py"
 WORLD_SIZE = 2
 HANG_FLOOR_S = 8.0
+# The runner's --length (run_grpo.py requires it): one epoch, as the stand-in trainer runs.
+RUN_LENGTH = ("--length", json.dumps({"total_epochs": 1}))
 WAIT_S = 420.0
 # GCS declares a silent raylet dead after failure_threshold failed checks, one every period,
 # each failing after at most timeout (Ray's defaults 5, 3 s, 10 s: ray_config_def.h, Ray
@@ -135,7 +137,7 @@ def start(
     command = [
         python, str(RUNNER), "--run-dir", str(run_dir),
         "--identity", json.dumps({"world_size": WORLD_SIZE}),
-        "--length", json.dumps({"total_epochs": 1}),  # run_grpo.py requires it
+        *RUN_LENGTH,
         "--max-restarts", str(max_restarts), "--first-step-bound-s", "240",
         "--hang-floor-s", str(HANG_FLOOR_S), "--gpus-needed", str(WORLD_SIZE),
         "--capacity-wait-s", str(WAIT_S), "--dashboard-url", made.head.dashboard_url,
