@@ -4,8 +4,9 @@ the state API's log file endpoint, used by the job provider (jobs/ray_job.py) an
 
 Every Ray REST path the project calls is in this module: ``GET /api/version`` (the connection
 check, and the head's session name), the Jobs API through Ray's SDK (``/api/jobs/...``: submit,
-details, list, logs, stop), and ``GET /api/v0/logs/file`` (the driver log's last lines, see
-``state_api_tail``).
+details, list, logs, stop), ``GET /api/v0/logs/file`` (the driver log's last lines, see
+``state_api_tail``) and ``GET /api/v0/actors`` (whether an id's job supervisor ever existed, see
+``state_api_supervisor_known``).
 
 Addressing, the token and the CA come from jobs/dashboard_access.py; a client is rebuilt at least
 every CLIENT_MAX_AGE_S, so an OAuth token fetched from ADC stays fresh in long waits. Ray's SDK
@@ -48,6 +49,14 @@ CLIENT_MAX_AGE_S = 300.0
 
 _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 
+
+# Ray names a job's supervisor actor "_ray_internal_job_actor_<submission id>" in this namespace
+# (JOB_ACTOR_NAME_TEMPLATE and SUPERVISOR_ACTOR_RAY_NAMESPACE, dashboard/modules/job/common.py,
+# Ray 2.47, 2.49 and 2.60).
+SUPERVISOR_ACTOR_NAME = "_ray_internal_job_actor_{sid}"
+SUPERVISOR_NAMESPACE = "SUPERVISOR_ACTOR_RAY_NAMESPACE"
+# The state API's largest list limit (ray/util/state/common.py, RAY_MAX_LIMIT_FROM_API_SERVER).
+STATE_API_MAX_LIMIT = 10_000
 
 # Guards os.environ while Ray's client reads its address from it; never held across network I/O.
 _ENV_LOCK = threading.Lock()
@@ -191,6 +200,16 @@ class Dashboard:
                 raise
 
         return self.call(f"read job {sid}", get, patience_s)
+
+    def supervisor_known(self, sid: str, patience_s: float | None = None) -> bool | None:
+        """Whether the head lists a job supervisor actor for the id, alive or dead: True means
+        the id was submitted before, even when its job record is gone (`ray job delete`); None
+        when the state API gives no usable answer."""
+        return self.call(
+            f"look up the supervisor of {sid}",
+            lambda client: state_api_supervisor_known(client, sid),
+            patience_s,
+        )
 
     def log_tail(
         self,
@@ -459,3 +478,46 @@ def state_api_tail(
             )
         chunks = response.iter_content(job_logs.CHUNK_BYTES)
         return job_logs.capped_from_chunks(chunks, lines, max_chars)
+
+
+def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
+    """Whether Ray's state API lists the id's job supervisor actor (any state); None when it does
+    not answer with a list (a non-200 answer other than 401/403, or another body).
+
+    ``GET /api/v0/actors?filter_keys=name&filter_predicates==&filter_values=<name>&detail=false``.
+    Ray keeps a dead actor's entry (the GCS's last maximum_gcs_destroyed_actor_cached_count dead
+    actors: 100,000 in Ray 2.47, 2.49 and 2.60), and `ray job delete` removes only the job's record
+    (job_manager.py delete_job, Ray 2.47, 2.49, 2.60): measured on a Ray 2.60 head, the supervisor
+    of a job stopped and deleted is listed DEAD while its record is absent, and after Ray's job
+    monitor writes FAILED "Job supervisor actor died" back under the id.
+    """
+    name = SUPERVISOR_ACTOR_NAME.format(sid=submission_id)
+    query = urlencode(
+        {
+            "filter_keys": "name",
+            "filter_predicates": "=",
+            "filter_values": name,
+            "detail": "false",
+            "limit": STATE_API_MAX_LIMIT,
+        }
+    )
+    response = client._do_request("GET", f"/api/v0/actors?{query}")
+    if response.status_code in (401, 403):
+        # The wording the credential check (is_auth_failure) recognises.
+        raise RuntimeError(
+            f"Request failed with status code {response.status_code}: {response.text[:300]}"
+        )
+    if response.status_code != 200:
+        return None
+    try:
+        rows = response.json()["data"]["result"]["result"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(rows, list):
+        return None
+    return any(
+        isinstance(row, dict)
+        and row.get("name") == name
+        and row.get("ray_namespace", SUPERVISOR_NAMESPACE) == SUPERVISOR_NAMESPACE
+        for row in rows
+    )

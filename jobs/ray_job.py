@@ -52,11 +52,12 @@ Outputs: every input, plus
 Lifecycle (DESIGN.md, Decisions and Real contracts):
 - create: submits with a deterministic id, `<stack>-<sha256(entrypoint, runtime_env)[:12]>`, so a
   re-run of `pulumi up` adopts the job instead of starting a second one. If every earlier attempt
-  with that id ended FAILED or STOPPED (a fast failure, a destroy), the next attempt gets the
-  suffix `-r<N>` and the provider says from which checkpoint verl resumes; a job that is pending,
-  running or succeeded is always adopted. Returns at the `wait_for` point, printing progress
-  lines (phase, elapsed time, where to look if it is stuck). A run that ends FAILED or STOPPED
-  before that point fails the step with Ray's message and the driver log's capped tail.
+  with that id ended FAILED or STOPPED (a fast failure, a destroy) or was deleted, the next
+  attempt gets the suffix `-r<N>` and the provider says from which checkpoint verl resumes; a job
+  that is pending, running or succeeded is always adopted. Returns at the `wait_for` point,
+  printing progress lines (phase, elapsed time, where to look if it is stuck). A run that ends
+  FAILED or STOPPED before that point fails the step with Ray's message and the driver log's
+  capped tail.
 - diff: a new entrypoint, runtime env or id prefix replaces the job, old one stopped first
   (delete_before_replace: GPUs are exclusive). So does a new dashboard target: the job record
   lives in the Ray head the dashboard leads to. A state whose last refresh saw FAILED or STOPPED
@@ -80,9 +81,10 @@ warning; delete fails with what could not be reached and what to do, so an engin
 (delete first) never submits the new job next to a running old one. No lock is held across a
 network call: concurrent operations in one provider process do not wait for each other. A
 first-step wait whose driver log cannot be read (3 failures in a row over deadline_submit_s)
-ends saying so, the job left running. A job whose supervisor actor died before its entrypoint
-ran (Ray writes that over a submission id reused after `ray job stop` + `ray job delete`) is
-submitted once more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
+ends saying so, the job left running. An id is never submitted twice: one whose record was
+deleted (`ray job stop` + `ray job delete`) but whose supervisor actor Ray still lists counts as
+an ended attempt. A job whose supervisor actor died before its entrypoint ran is submitted once
+more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
 reach `pulumi up` as their message, without the host's traceback.
 
 Rules of pulumi.dynamic that shape this module (pulumi sdk/python/lib/pulumi/dynamic): the provider
@@ -175,6 +177,8 @@ provider_errors.install_in_dynamic_host()
 
 
 UNREACHABLE = "UNREACHABLE"
+# An earlier attempt's id whose record `ray job delete` removed (RayJobProvider._was_submitted).
+DELETED = "DELETED"
 # Headline metrics of the first training step kept in the `first_step` output.
 FIRST_STEP_KEYS = (
     verl_log.STEP_TIME_KEY,
@@ -415,25 +419,27 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
 
     def _submit_or_adopt(self, dashboard: Dashboard, job: JobInputs) -> str:
         base = job.base_submission_id
-        # The first answer of a new cluster's dashboard may take minutes (head pod starting).
-        attempt, previous = 1, dashboard.job_info(base)
-        ended: tuple[str, str] | None = None
-        while previous is not None and previous.status.value in ("FAILED", "STOPPED"):
-            ended = (f"{base}-r{attempt}" if attempt > 1 else base, previous.status.value)
+        attempt, ended = 1, None
+        while True:
+            sid = base if attempt == 1 else f"{base}-r{attempt}"
+            # The first answer of a new cluster's dashboard may take minutes (head pod starting).
+            previous = dashboard.job_info(sid)
+            if previous is not None and previous.status.value not in ("FAILED", "STOPPED"):
+                progress(sid, f"already submitted ({previous.status.value}): adopting it")
+                return sid
+            if previous is None and not self._was_submitted(dashboard, sid):
+                break
+            ended = (sid, previous.status.value if previous is not None else DELETED)
             attempt += 1
-            previous = dashboard.job_info(f"{base}-r{attempt}")
         if ended is not None and ended[1] == "STOPPED" and user_stop.recorded(dashboard, ended[0]):
             # Stopped with `python -m tools.run stop` while create waited on it: it stays stopped.
             return ended[0]
-        sid = base if attempt == 1 else f"{base}-r{attempt}"
-        if previous is not None:
-            progress(sid, f"already submitted ({previous.status.value}): adopting it")
-            return sid
         if ended is not None:
             listing = _discover(job.checkpoint_root, None)
+            how = "its record was deleted" if ended[1] == DELETED else f"it ended {ended[1]}"
             progress(
                 sid,
-                f"resubmitting {ended[0]} (it ended {ended[1]}) as {sid}; "
+                f"resubmitting {ended[0]} ({how}) as {sid}; "
                 f"{resume_note(job.checkpoint_root, listing.latest_checkpoint)}",
             )
 
@@ -458,6 +464,25 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
 
         progress(sid, dashboard.call(f"submit job {sid}", submit))
         return sid
+
+    @staticmethod
+    def _was_submitted(dashboard: Dashboard, sid: str) -> bool:
+        """Whether an id the head has no record of was submitted before (its record deleted).
+
+        Never reused: Ray's monitor of the deleted job can still write FAILED "Job supervisor
+        actor died" under the id when it sees the old supervisor die, over a new submission's
+        record (job_manager.py _monitor_job_internal, put_status; Ray 2.47, 2.49, 2.60), and the
+        new submission then goes unmonitored (monitored_jobs holds the id). Ray keeps the old
+        supervisor actor listed as DEAD, which tells a used id from a fresh one.
+        """
+        known = dashboard.supervisor_known(sid)
+        if known is None:
+            progress(
+                sid,
+                "WARNING: Ray's state API (GET /api/v0/actors) did not say whether this id was "
+                "used before; submitting under it",
+            )
+        return known is True
 
     def _await(
         self, dashboard: Dashboard, job: JobInputs, sid: str

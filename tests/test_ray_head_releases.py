@@ -7,7 +7,7 @@ _TimedClient._check_connection_and_version does nothing; head_session() only rea
 name from GET /api/version), so nothing but a real head of each release shows that every call the
 provider makes works against it: submit, a resubmit answered "already exists" (adoption), job
 info and status, the driver log, the log tail through the State API with the driver's node_id,
-stop and delete.
+stop and delete, and the state API's list of actors (a deleted id's job supervisor).
 
 Each head runs from its own virtualenv, `<VERL_GKE_RAY_VENVS>/<release>` (.ci/setup builds
 .venv-ray/<release> from requirements-ray-<release>.txt), one module-scoped head per release.
@@ -102,6 +102,7 @@ PROVIDER_TESTS = (
     provider_tests.test_create_returns_while_running_and_a_second_create_adopts,
     provider_tests.test_destroy_stops_a_running_job_and_is_idempotent,
     provider_tests.test_a_stopped_job_is_resubmitted_as_a_new_attempt,
+    provider_tests.test_an_id_whose_record_was_deleted_is_never_submitted_again,
     provider_tests.test_failing_entrypoint_fails_with_rays_message_and_the_log_tail,
     provider_tests.test_refresh_after_the_job_record_is_gone_reports_it_gone,
 )

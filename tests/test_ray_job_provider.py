@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -119,6 +121,20 @@ def jobs_with_id(jobs: JobSubmissionClient, prefix: str) -> list[str]:
         for job in jobs.list_jobs()
         if job.submission_id and job.submission_id.startswith(prefix)
     )
+
+
+def supervisor_states(head: RayHead, sid: str) -> list[str]:
+    """The states of every job supervisor actor Ray started for the id (its state API)."""
+    query = urllib.parse.urlencode(
+        {
+            "filter_keys": "name",
+            "filter_predicates": "=",
+            "filter_values": f"_ray_internal_job_actor_{sid}",
+            "limit": 10_000,
+        }
+    )
+    with urllib.request.urlopen(f"{head.dashboard_url}/api/v0/actors?{query}", timeout=30) as r:
+        return sorted(actor["state"] for actor in json.load(r)["data"]["result"]["result"])
 
 
 def stop_quietly(provider: RayJobProvider, sid: str, state: dict[str, Any]) -> None:
@@ -240,6 +256,40 @@ def test_a_stopped_job_is_resubmitted_as_a_new_attempt(
         assert jobs.get_job_status(second.id) == JobStatus.RUNNING
         assert jobs_with_id(jobs, first.id) == [first.id, second.id]
         # Running again adopts the live attempt instead of starting a third.
+        assert provider.create(inputs).id == second.id
+    finally:
+        stop_quietly(provider, second.id, second.outs)
+
+
+def test_an_id_whose_record_was_deleted_is_never_submitted_again(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    # `ray job stop` + `ray job delete` outside Pulumi, then `pulumi up`. Ray's monitor of the
+    # deleted job can still write FAILED under the id when it sees the old supervisor die, over a
+    # new submission that reused the id (job_manager.py _monitor_job_internal: Ray 2.60 "Job
+    # supervisor actor died", 2.47 and 2.49 "Unexpected error occurred: The actor died"), so the
+    # next attempt takes the next id.
+    inputs = long_running(head, gcs, "deleted")
+    first = provider.create(inputs)
+    jobs.stop_job(first.id)
+    deadline = time.monotonic() + 60
+    while not jobs.get_job_status(first.id).is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert jobs.delete_job(first.id) is True
+    second = provider.create(inputs)
+    assert second.outs is not None
+    try:
+        assert second.id == f"{first.id}-r2"
+        # Give the old monitor its turn (it polls every JOB_MONITOR_LOOP_PERIOD_S, 1 s): on Ray
+        # 2.60 the deleted id's FAILED record comes back; on 2.47 and 2.49 none does.
+        deadline = time.monotonic() + 5
+        while first.id not in jobs_with_id(jobs, first.id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)
+        info = jobs.get_job_info(second.id)
+        assert info.status == JobStatus.RUNNING, info.message
+        # The deleted id was submitted once: one supervisor, the stopped job's.
+        assert supervisor_states(head, first.id) == ["DEAD"]
         assert provider.create(inputs).id == second.id
     finally:
         stop_quietly(provider, second.id, second.outs)
