@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 import pytest
-from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from jobs import dashboard_access
 from jobs.ray_job import JobDeadlines, RayJobArgs, RayJobProvider
@@ -212,16 +212,25 @@ def test_the_up_after_a_job_was_stopped_and_deleted_out_of_band_submits_a_fresh_
         assert new.status == JobStatus.RUNNING, new.message
     finally:
         for job in (sid, again):
-            if job and not jobs.get_job_status(job).is_terminal():
+            info = _info_or_none(jobs, job) if job else None
+            if info is not None and not info.status.is_terminal():
                 stop(jobs, job)
 
 
-def _holds_supervisor_died(jobs: JobSubmissionClient, sid: str) -> bool:
+def _info_or_none(jobs: JobSubmissionClient, sid: str) -> JobDetails | None:
+    """The job's details; None while the head has no record of the id (a deleted job's record
+    comes and goes as Ray's monitor writes it back)."""
     try:
-        info = jobs.get_job_info(sid)
-    except RuntimeError:  # 404: the record is absent at the moment
-        return False
-    return (info.message or "").startswith("Job supervisor actor died")
+        return jobs.get_job_info(sid)
+    except RuntimeError as exc:
+        if "404" in str(exc):
+            return None
+        raise
+
+
+def _holds_supervisor_died(jobs: JobSubmissionClient, sid: str) -> bool:
+    info = _info_or_none(jobs, sid)
+    return info is not None and (info.message or "").startswith("Job supervisor actor died")
 
 
 def test_provider_errors_reach_the_engine_as_their_message_and_bugs_keep_the_traceback(
