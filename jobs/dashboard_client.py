@@ -55,8 +55,6 @@ _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 # Ray 2.47, 2.49 and 2.60).
 SUPERVISOR_ACTOR_NAME = "_ray_internal_job_actor_{sid}"
 SUPERVISOR_NAMESPACE = "SUPERVISOR_ACTOR_RAY_NAMESPACE"
-# The state API's largest list limit (ray/util/state/common.py, RAY_MAX_LIMIT_FROM_API_SERVER).
-STATE_API_MAX_LIMIT = 10_000
 
 # Guards os.environ while Ray's client reads its address from it; never held across network I/O.
 _ENV_LOCK = threading.Lock()
@@ -481,15 +479,20 @@ def state_api_tail(
 
 
 def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
-    """Whether Ray's state API lists the id's job supervisor actor (any state); None when it does
-    not answer with a list (a non-200 answer other than 401/403, or another body).
+    """Whether Ray's state API lists the id's job supervisor actor (any state); None when it
+    cannot tell: an answer that is not a list (400, 404 from an older head, another body), or a
+    list cut short at its source with no match.
 
     ``GET /api/v0/actors?filter_keys=name&filter_predicates==&filter_values=<name>&detail=false``.
     Ray keeps a dead actor's entry (the GCS's last maximum_gcs_destroyed_actor_cached_count dead
     actors: 100,000 in Ray 2.47, 2.49 and 2.60), and `ray job delete` removes only the job's record
-    (job_manager.py delete_job, Ray 2.47, 2.49, 2.60): measured on a Ray 2.60 head, the supervisor
-    of a job stopped and deleted is listed DEAD while its record is absent, and after Ray's job
-    monitor writes FAILED "Job supervisor actor died" back under the id.
+    (job_manager.py delete_job, Ray 2.47, 2.49, 2.60): measured on Ray 2.47 and 2.60 heads, the
+    supervisor of a job stopped and deleted is listed DEAD. The name filter is applied by the
+    dashboard after it fetched at most RAY_MAX_LIMIT_FROM_DATA_SOURCE (10,000) actors from the GCS
+    (state_manager.py get_all_actor_info; the GCS filters only actor_id, job_id and state), and
+    reports that cut as total > num_after_truncation; `limit` only trims the filtered rows. The
+    filter matches names without regard to case (state_api_utils.py), hence the exact check here.
+    A 5xx or 429 answer raises, so that Dashboard.call retries it as it does every call.
     """
     name = SUPERVISOR_ACTOR_NAME.format(sid=submission_id)
     query = urlencode(
@@ -498,26 +501,33 @@ def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
             "filter_predicates": "=",
             "filter_values": name,
             "detail": "false",
-            "limit": STATE_API_MAX_LIMIT,
+            "limit": 100,
         }
     )
     response = client._do_request("GET", f"/api/v0/actors?{query}")
-    if response.status_code in (401, 403):
-        # The wording the credential check (is_auth_failure) recognises.
+    if (
+        response.status_code in (401, 403)
+        or response.status_code >= 500
+        or response.status_code == 429
+    ):
+        # The wording that is_auth_failure and is_transient recognise.
         raise RuntimeError(
             f"Request failed with status code {response.status_code}: {response.text[:300]}"
         )
     if response.status_code != 200:
         return None
     try:
-        rows = response.json()["data"]["result"]["result"]
-    except (ValueError, KeyError, TypeError):
+        listing = response.json()["data"]["result"]
+        rows = listing["result"]
+        cut_short = int(listing.get("total", 0)) > int(listing.get("num_after_truncation", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(rows, list):
         return None
-    return any(
+    found = any(
         isinstance(row, dict)
         and row.get("name") == name
         and row.get("ray_namespace", SUPERVISOR_NAMESPACE) == SUPERVISOR_NAMESPACE
         for row in rows
     )
+    return True if found else (None if cut_short else False)

@@ -33,16 +33,16 @@ LOG_READ_FAILURES = 3
 # has a branch for ActorDiedError (error_type JOB_SUPERVISOR_ACTOR_DIED); Ray 2.47.0 and 2.49.0
 # (the heads' versions) have none, so the error reaches the generic branch, "Unexpected error
 # occurred: {e}", and ActorDiedError's message begins "The actor died" (ray/exceptions.py, both
-# for BASE_ERROR_MSG and for a creation-task error). Measured on a Ray 2.60 head: after
-# `ray job stop` + `ray job delete`, the deleted job's monitor still sees its supervisor die and
-# writes FAILED under the id, over a new submission that reused the id (whose entrypoint never
-# starts) or as a record of its own (2.47/2.49 write nothing then: status None fails the check).
+# for BASE_ERROR_MSG and for a creation-task error). Besides a supervisor lost with its node, a
+# monitor of a job deleted with `ray job delete` writes it over a new submission that reused the
+# id; the provider does not reuse such an id (RayJobProvider._was_submitted), unless Ray's state
+# API could not tell it was used.
 SUPERVISOR_DIED = "Job supervisor actor died"
 SUPERVISOR_DIED_RAY_2_49 = "Unexpected error occurred: The actor died"
 SUPERVISOR_LOST = (
-    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died; e.g. the "
-    "submission id was used by a job stopped and deleted outside Pulumi): submitting it once "
-    "more under the next attempt's id"
+    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died: its node "
+    "was lost, or the submission id was used by a job deleted outside Pulumi): submitting it "
+    "once more under the next attempt's id"
 )
 
 

@@ -72,20 +72,20 @@ Lifecycle (DESIGN.md, Decisions and Real contracts):
 - delete: stops the job if it still runs and waits until it is terminal. Checkpoints and the job
   record are kept.
 
-Faults. A job is forgotten only on positive evidence that it is gone: the Ray head
-says it does not know the id (404), or, when the dashboard does not answer within
-deadline_reach_s, the Kubernetes API (the head Service is gone, or no head pod is running) or the
-GKE API (the cluster is gone) says so (jobs/job_evidence.py, at most 15 s more). Without
-evidence, read keeps the resource and its last outputs with status UNREACHABLE and prints a
-warning; delete fails with what could not be reached and what to do, so an engine replacement
-(delete first) never submits the new job next to a running old one. No lock is held across a
-network call: concurrent operations in one provider process do not wait for each other. A
-first-step wait whose driver log cannot be read (3 failures in a row over deadline_submit_s)
-ends saying so, the job left running. An id is never submitted twice: one whose record was
-deleted (`ray job stop` + `ray job delete`) but whose supervisor actor Ray still lists counts as
-an ended attempt. A job whose supervisor actor died before its entrypoint ran is submitted once
-more under the next -rN id. Errors of the provider's own (jobs/provider_errors.py)
-reach `pulumi up` as their message, without the host's traceback.
+Faults. A job is forgotten only on positive evidence that it is gone: the Ray head says it does not
+know the id (404), or, when the dashboard does not answer within deadline_reach_s, the Kubernetes
+API (the head Service is gone, or no head pod is running) or the GKE API (the cluster is gone) says
+so (jobs/job_evidence.py, at most 15 s more). Without evidence, read keeps the resource and its last
+outputs with status UNREACHABLE and prints a warning; delete fails with what could not be reached
+and what to do, so an engine replacement (delete first) never submits the new job next to a running
+old one. No lock is held across a network call: concurrent operations in one provider process do not
+wait for each other. A first-step wait whose driver log cannot be read (3 failures in a row over
+deadline_submit_s) ends saying so, the job left running. An id is not submitted twice: one whose
+record was deleted (`ray job stop` + `ray job delete`) but whose supervisor actor Ray's state API
+still lists counts as an ended attempt (when the state API cannot tell, create warns and uses the
+id). A job whose supervisor actor died before its entrypoint ran is submitted once more under the
+next -rN id. Errors of the provider's own (jobs/provider_errors.py) reach `pulumi up` as their
+message, without the host's traceback.
 
 Rules of pulumi.dynamic that shape this module (pulumi sdk/python/lib/pulumi/dynamic): the provider
 is pickled with dill into the state and runs in a separate process, so it holds no client, socket or
@@ -469,13 +469,20 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
     def _was_submitted(dashboard: Dashboard, sid: str) -> bool:
         """Whether an id the head has no record of was submitted before (its record deleted).
 
-        Never reused: Ray's monitor of the deleted job can still write FAILED "Job supervisor
-        actor died" under the id when it sees the old supervisor die, over a new submission's
-        record (job_manager.py _monitor_job_internal, put_status; Ray 2.47, 2.49, 2.60), and the
-        new submission then goes unmonitored (monitored_jobs holds the id). Ray keeps the old
-        supervisor actor listed as DEAD, which tells a used id from a fresh one.
+        Such an id is not reused: the deleted job's monitor in Ray's job manager may still be
+        watching the old supervisor (job_manager.py _monitor_job_internal, Ray 2.47, 2.49,
+        2.60). A new submission under the id then goes unmonitored (monitored_jobs holds the id),
+        and the old monitor writes FAILED over its record when the old supervisor dies (2.60 "Job
+        supervisor actor died", 2.47 and 2.49 "Unexpected error occurred: The actor died"), or,
+        on 2.60, "failed to start" once the old job's start time is older than the start timeout:
+        the new entrypoint never starts (its supervisor refuses a record that is not PENDING,
+        job_supervisor.py run) or runs on under a FAILED record. Ray keeps the old supervisor
+        actor listed as DEAD, which tells a used id from a fresh one.
         """
-        known = dashboard.supervisor_known(sid)
+        try:
+            known = dashboard.supervisor_known(sid, patience_s=dashboard.reach_s)
+        except DashboardUnreachableError:
+            known = None
         if known is None:
             progress(
                 sid,

@@ -7,8 +7,8 @@
 - A slow dashboard that answers every request is not unreachable: each request has its own
   budget (deadline_reach_s) once the dashboard has answered.
 - A job stopped and deleted out of band (`ray job stop` + `ray job delete`) does not fail the
-  next `up`: Ray forgets a deleted id but can still write its end under it, so the id is never
-  reused.
+  next `up`: Ray forgets a deleted id but can still write its end under it, so the id is not
+  reused; a state API that cannot say so is retried, then the id is used with a warning.
 - The provider's own errors reach the engine as their message: the host answers every exception
   with `traceback.format_exc()` (pulumi 3.272 `pulumi/dynamic/__main__.py`,
   `_abort_with_traceback`); a bug keeps its traceback, and VERL_GKE_DEBUG=1 keeps it for all.
@@ -19,6 +19,7 @@ Stand-ins: tests/support/local_proxies.start_fault_proxy in front of the real da
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
@@ -203,6 +204,10 @@ def test_the_up_after_a_job_was_stopped_and_deleted_out_of_band_submits_a_fresh_
             host.delete(URN, sid, refreshed.properties)
         again = host.create(URN, checked.inputs).id
         assert again == f"{sid}-r2"
+        said = (f"resubmitting {sid} (its record was deleted) as {again}",
+                f"resubmitting {sid} (it ended FAILED) as {again}")  # fmt: skip
+        lines = host.output_once(f"as {again};")
+        assert any(text in line for line in lines for text in said), lines
         # The old monitor's write, when Ray makes one (it does not when it saw the supervisor
         # die before the delete), lands under sid within a second or two of the stop.
         deadline = time.monotonic() + 10
@@ -219,7 +224,7 @@ def test_the_up_after_a_job_was_stopped_and_deleted_out_of_band_submits_a_fresh_
 
 def _info_or_none(jobs: JobSubmissionClient, sid: str) -> JobDetails | None:
     """The job's details; None while the head has no record of the id (a deleted job's record
-    comes and goes as Ray's monitor writes it back)."""
+    is absent until Ray's monitor writes it back, when it does)."""
     try:
         return jobs.get_job_info(sid)
     except RuntimeError as exc:
@@ -231,6 +236,31 @@ def _info_or_none(jobs: JobSubmissionClient, sid: str) -> JobDetails | None:
 def _holds_supervisor_died(jobs: JobSubmissionClient, sid: str) -> bool:
     info = _info_or_none(jobs, sid)
     return info is not None and (info.message or "").startswith("Job supervisor actor died")
+
+
+def test_a_failing_state_api_is_retried_then_the_id_is_used_with_a_warning(
+    host: DynamicHost, head: RayHead, jobs: JobSubmissionClient
+) -> None:
+    # Ray's state API answers 500 (DataSourceUnavailable, or a proxy's 502/503) to the lookup of
+    # the id's supervisor: create retries it for deadline_reach_s, then says it could not check
+    # and submits under the id instead of failing the run.
+    proxy = start_fault_proxy(head.dashboard_url, fail_paths=r"^/api/v0/actors")
+    deadlines = JobDeadlines(**{**FAST.__dict__, "reach_s": 2.0})
+    props = job_props(proxy.endpoint, "no-state-api", "running", deadlines, "--hold-seconds", "300")
+    checked = host.check(URN, None, engine_inputs(props, RayJobProvider()))
+    sid = ""
+    try:
+        sid = host.create(URN, checked.inputs).id
+        assert not re.search(r"-r\d+$", sid), sid
+        assert proxy.failed >= 2
+        warning = "did not say whether this id was used before; submitting under it"
+        lines = host.output_once(warning)
+        assert any(warning in line and sid in line for line in lines), lines
+        assert jobs.get_job_status(sid) == JobStatus.RUNNING
+    finally:
+        proxy.stop()
+        if sid:
+            stop(jobs, sid)
 
 
 def test_provider_errors_reach_the_engine_as_their_message_and_bugs_keep_the_traceback(
