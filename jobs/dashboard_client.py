@@ -488,9 +488,10 @@ def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
     actors: 100,000 in Ray 2.47, 2.49 and 2.60), and `ray job delete` removes only the job's record
     (job_manager.py delete_job, Ray 2.47, 2.49, 2.60): measured on Ray 2.47 and 2.60 heads, the
     supervisor of a job stopped and deleted is listed DEAD. The name filter is applied by the
-    dashboard after it fetched at most RAY_MAX_LIMIT_FROM_DATA_SOURCE (10,000) actors from the GCS
-    (state_manager.py get_all_actor_info; the GCS filters only actor_id, job_id and state), and
-    reports that cut as total > num_after_truncation; `limit` only trims the filtered rows. The
+    dashboard after it fetched at most RAY_MAX_LIMIT_FROM_DATA_SOURCE (10,000 by default) actors
+    from the GCS (state_manager.py get_all_actor_info; the GCS filters only actor_id, job_id and
+    state), and reports that cut as total > num_after_truncation; `limit` then trims the filtered
+    rows (num_filtered > the rows returned). The
     filter matches names without regard to case (state_api_utils.py), hence the exact check here.
     A 5xx or 429 answer raises, so that Dashboard.call retries it as it does every call.
     """
@@ -519,7 +520,10 @@ def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
     try:
         listing = response.json()["data"]["result"]
         rows = listing["result"]
-        cut_short = int(listing.get("total", 0)) > int(listing.get("num_after_truncation", 0))
+        # Cut at the source (the GCS stopped at its limit), or by `limit` after the filter.
+        cut_short = int(listing.get("total", 0)) > int(
+            listing.get("num_after_truncation", 0)
+        ) or int(listing.get("num_filtered", 0)) > len(rows)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(rows, list):

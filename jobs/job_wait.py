@@ -33,15 +33,15 @@ LOG_READ_FAILURES = 3
 # has a branch for ActorDiedError (error_type JOB_SUPERVISOR_ACTOR_DIED); Ray 2.47.0 and 2.49.0
 # (the heads' versions) have none, so the error reaches the generic branch, "Unexpected error
 # occurred: {e}", and ActorDiedError's message begins "The actor died" (ray/exceptions.py, both
-# for BASE_ERROR_MSG and for a creation-task error). Besides a supervisor lost with its node, a
-# monitor of a job deleted with `ray job delete` writes it over a new submission that reused the
-# id; the provider does not reuse such an id (RayJobProvider._was_submitted), unless Ray's state
-# API could not tell it was used.
+# for BASE_ERROR_MSG and for a creation-task error). Causes include a supervisor lost with its
+# node or killed, and the monitor of a job deleted with `ray job delete` writing it over a new
+# submission that reused the id; the provider does not reuse such an id
+# (RayJobProvider._was_submitted) unless Ray's state API could not tell it was used.
 SUPERVISOR_DIED = "Job supervisor actor died"
 SUPERVISOR_DIED_RAY_2_49 = "Unexpected error occurred: The actor died"
 SUPERVISOR_LOST = (
-    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died: its node "
-    "was lost, or the submission id was used by a job deleted outside Pulumi): submitting it "
+    "Ray lost the job's supervisor before the entrypoint ran (Job supervisor actor died, e.g. its "
+    "node was lost, or the submission id was used by a job deleted outside Pulumi): submitting it "
     "once more under the next attempt's id"
 )
 

@@ -118,7 +118,7 @@ from jobs import (
     verl_log,
 )
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root
-from jobs.dashboard_client import Dashboard, DashboardUnreachableError
+from jobs.dashboard_client import Dashboard, DashboardAuthError, DashboardUnreachableError
 from jobs.job_inputs import (
     CONNECTION_KEYS,
     OUTPUT_KEYS,
@@ -474,20 +474,24 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
         2.60). A new submission under the id then goes unmonitored (monitored_jobs holds the id),
         and the old monitor writes FAILED over its record when the old supervisor dies (2.60 "Job
         supervisor actor died", 2.47 and 2.49 "Unexpected error occurred: The actor died"), or,
-        on 2.60, "failed to start" once the old job's start time is older than the start timeout:
+        on 2.60, "failed to start" when the start time it cached is older than the start timeout:
         the new entrypoint never starts (its supervisor refuses a record that is not PENDING,
         job_supervisor.py run) or runs on under a FAILED record. Ray keeps the old supervisor
-        actor listed as DEAD, which tells a used id from a fresh one.
+        actor listed, alive or dead, which tells a used id from a fresh one. The lookup only
+        advises: when it fails (other than on credentials) create warns and uses the id.
         """
         try:
             known = dashboard.supervisor_known(sid, patience_s=dashboard.reach_s)
-        except DashboardUnreachableError:
-            known = None
+            why = "no usable answer: an older head's 404, or a list Ray cut short"
+        except DashboardAuthError:
+            raise  # the submit would be refused the same way
+        except ProviderRuntimeError as exc:
+            known, why = None, str(exc)[:300]
         if known is None:
             progress(
                 sid,
                 "WARNING: Ray's state API (GET /api/v0/actors) did not say whether this id was "
-                "used before; submitting under it",
+                f"used before ({why}); submitting under it",
             )
         return known is True
 

@@ -799,9 +799,11 @@ class _StateApiAnswer:
         return self
 
 
-def _actors(*rows: dict[str, str], total: int | None = None) -> dict[str, Any]:
-    listing = {"result": list(rows), "total": total or len(rows),
-               "num_after_truncation": len(rows)}  # fmt: skip
+def _actors(*rows: dict[str, str], total: int = 0, fetched: int = 0) -> dict[str, Any]:
+    """A list answer as ListApiResponse: `total` actors in the GCS, `fetched` of them (its limit
+    reached when fewer) filtered by name to `rows` (ray/util/state/common.py)."""
+    listing = {"result": list(rows), "total": total or 3, "num_after_truncation": fetched or 3,
+               "num_filtered": len(rows)}  # fmt: skip
     return {"result": True, "data": {"result": listing}}
 
 
@@ -818,8 +820,11 @@ SUPERVISOR_OF_X = {"name": "_ray_internal_job_actor_x", "state": "DEAD",
         (200, _actors({**SUPERVISOR_OF_X, "name": "_RAY_INTERNAL_JOB_ACTOR_X"}), False),
         (200, _actors({**SUPERVISOR_OF_X, "ray_namespace": "user"}), False),
         # More than RAY_MAX_LIMIT_FROM_DATA_SOURCE actors: the dashboard filtered a cut list.
-        (200, _actors(total=12_000), None),
-        (200, _actors(SUPERVISOR_OF_X, total=12_000), True),
+        (200, _actors(total=12_000, fetched=10_000), None),
+        (200, _actors(SUPERVISOR_OF_X, total=12_000, fetched=10_000), True),
+        (200, _actors(total=10_000, fetched=10_000), False),
+        # More matches than `limit` (the filter ignores case): the rows were trimmed.
+        (200, {"data": {"result": {**_actors()["data"]["result"], "num_filtered": 101}}}, None),
         (404, "Not Found", None),
         (200, "<html>", None),
         (200, {"data": {"result": None}}, None),
@@ -831,6 +836,8 @@ def test_the_supervisor_lookup_says_unknown_when_the_state_api_cannot_tell(
     assert state_api_supervisor_known(_StateApiAnswer(status, body), "x") is known
 
 
+# 401/403: Ray 2.60's client raises AuthenticationError itself first (dashboard_sdk.py); these
+# cover the lookup's own branch for a client that does not.
 @pytest.mark.parametrize(("status", "retried", "credential"), [
     (500, True, False), (503, True, False), (429, True, False), (401, False, True),
     (403, False, True),
