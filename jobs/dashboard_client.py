@@ -481,7 +481,7 @@ def state_api_tail(
 def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
     """Whether Ray's state API lists the id's job supervisor actor (any state); None when it
     cannot tell: an answer that is not a list (400, 404 from an older head, another body), or a
-    list cut short at its source with no match.
+    list cut short (at its source or by `limit`) without a match.
 
     ``GET /api/v0/actors?filter_keys=name&filter_predicates==&filter_values=<name>&detail=false``.
     Ray keeps a dead actor's entry (the GCS's last maximum_gcs_destroyed_actor_cached_count dead
@@ -491,9 +491,9 @@ def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
     dashboard after it fetched at most RAY_MAX_LIMIT_FROM_DATA_SOURCE (10,000 by default) actors
     from the GCS (state_manager.py get_all_actor_info; the GCS filters only actor_id, job_id and
     state), and reports that cut as total > num_after_truncation; `limit` then trims the filtered
-    rows (num_filtered > the rows returned). The
-    filter matches names without regard to case (state_api_utils.py), hence the exact check here.
-    A 5xx or 429 answer raises, so that Dashboard.call retries it as it does every call.
+    rows (num_filtered > the rows returned). The filter matches names without regard to case
+    (state_api_utils.py), hence the exact check here. A 5xx or 429 answer raises, so that
+    Dashboard.call retries it as it does every call.
     """
     name = SUPERVISOR_ACTOR_NAME.format(sid=submission_id)
     query = urlencode(
@@ -521,9 +521,8 @@ def state_api_supervisor_known(client: Any, submission_id: str) -> bool | None:
         listing = response.json()["data"]["result"]
         rows = listing["result"]
         # Cut at the source (the GCS stopped at its limit), or by `limit` after the filter.
-        cut_short = int(listing.get("total", 0)) > int(
-            listing.get("num_after_truncation", 0)
-        ) or int(listing.get("num_filtered", 0)) > len(rows)
+        source_cut = int(listing.get("total", 0)) > int(listing.get("num_after_truncation", 0))
+        cut_short = source_cut or int(listing.get("num_filtered", 0)) > len(rows)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(rows, list):

@@ -419,7 +419,8 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
 
     def _submit_or_adopt(self, dashboard: Dashboard, job: JobInputs) -> str:
         base = job.base_submission_id
-        attempt, ended = 1, None
+        attempt = 1
+        ended: tuple[str, str] | None = None  # the last ended attempt: (id, how)
         while True:
             sid = base if attempt == 1 else f"{base}-r{attempt}"
             # The first answer of a new cluster's dashboard may take minutes (head pod starting).
