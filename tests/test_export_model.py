@@ -5,7 +5,6 @@ verl's own merger command line checked against verl's argparse at the pinned rel
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from payloads.export import export_model
 from tests.support.ray_head import RayHead, ray_temp_dir
 from tests.support.ray_worker import alive_nodes, start_ray_worker, wait_until
-from tests.support.require import require
+from tests.support.require import verl_python
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
@@ -160,17 +159,12 @@ def test_export_waits_for_a_gpu_node_and_runs_on_the_one_that_returns(
 
 # -- verl's real merger CLI ------------------------------------------------------------------
 
-VERL_VENVS = os.environ.get("VERL_GKE_VERL_VENVS")
-
-
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
 def test_verl_merger_argparse_accepts_the_payload_argv(release: str, tmp_path: Path) -> None:
     """verl's parse_args, taken from the installed release's source and run in its venv (its
     module imports accelerate/torch, which the compose venvs do not install; argparse is all the
     command line needs)."""
-    require(VERL_VENVS, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
-    python = Path(str(VERL_VENVS)) / release / "bin" / "python"
-    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing")
+    python = verl_python(release)
     argv = export_model.merge_argv("verl.model_merger", tmp_path / "actor", tmp_path / "out")
     assert argv[1:3] == ["-m", "verl.model_merger"]
     probe = """

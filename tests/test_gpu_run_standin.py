@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench import gpu_run_support as support
-from tests.support.require import missing
+from tests.support.require import verl_python
 from tests.support.verl_check import start_check
 
 # Starts verl's interpreter.
@@ -37,10 +37,7 @@ RELEASE = "0.6.1"
 
 
 def _python() -> Path:
-    root = os.environ.get("VERL_GKE_VERL_VENVS")
-    if not root or not (Path(root) / RELEASE / "bin" / "python").is_file():
-        missing(f"VERL_GKE_VERL_VENVS has no verl {RELEASE} virtualenv (.ci/setup builds it)")
-    return Path(root) / RELEASE / "bin" / "python"
+    return verl_python(RELEASE)
 
 
 def _contract_process(switched_on: bool) -> subprocess.Popen[str]:

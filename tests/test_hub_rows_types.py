@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.require import missing
+from tests.support.require import verl_python
 
 # Runs the data-prep payload in a verl virtualenv's interpreter.
 pytestmark = pytest.mark.integration
@@ -43,10 +43,7 @@ print(json.dumps({"datasets": datasets.__version__, "rows": len(rows),
 
 
 def test_whole_numbers_then_a_fraction_convert(tmp_path: Path) -> None:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    python = Path(venvs or "/nonexistent") / RELEASE / "bin" / "python"
-    if not python.is_file():
-        missing(f"the verl {RELEASE} virtualenv (VERL_GKE_VERL_VENVS={venvs})")
+    python = verl_python(RELEASE)
     answers = [float(i) for i in range(WHOLE)] + [4.5]
     source = tmp_path / "source"
     source.mkdir()

@@ -5,13 +5,11 @@ virtualenv that .ci/setup builds) is asked for the values arch_from_config uses.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.support.require import missing
+from tests.support.require import verl_python
 from training.model_config import _TRANSFORMERS_DEFAULTS, arch_from_config
 
 # Runs transformers in a subprocess (the verl virtualenv).
@@ -39,10 +37,7 @@ print(json.dumps({
 
 
 def _transformers_values() -> dict[str, dict[str, object]]:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    python = Path(venvs or ".venv-verl") / "0.6.1" / "bin" / "python"
-    if not python.is_file():
-        missing(f"the verl 0.6.1 virtualenv ({python}) is not there")
+    python = verl_python("0.6.1")
     done = subprocess.run(
         [str(python), "-c", ASK, json.dumps(REQUIRED), json.dumps(sorted(_TRANSFORMERS_DEFAULTS))],
         capture_output=True,

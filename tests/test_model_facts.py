@@ -6,7 +6,6 @@ gated model the token may not read; 404/401 with RepoNotFound; 404 with EntryNot
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from config.settings import load_settings
-from tests.support.require import missing
+from tests.support.require import verl_python
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
 from training.hub_client import HF_ENDPOINT_ENV
@@ -38,7 +37,6 @@ GOOD = {
     "verl-gke:reservation": "my-res",
 }
 TOKEN = GOOD["verl-gke:hfToken"]
-VENVS_ENV = "VERL_GKE_VERL_VENVS"
 
 
 def _settings(**config: str) -> Any:
@@ -411,10 +409,7 @@ _OPTIONAL_KEYS = ("tie_word_embeddings", "head_dim", "attention_bias", "final_lo
 @pytest.fixture(scope="module")
 def transformers_facts() -> dict[str, dict[str, Any]]:
     # One layer each keeps it fast; the layer count only multiplies the per-layer count.
-    root = os.environ.get(VENVS_ENV)
-    python = Path(root or ".") / "0.6.1" / "bin" / "python"
-    if not root or not python.is_file():
-        missing(f"{VENVS_ENV} must name the verl virtualenvs .ci/setup builds (0.6.1/bin/python)")
+    python = verl_python("0.6.1")
     configs = {}
     for hub_id, entry in MODEL_TABLE.items():
         configs[hub_id] = {**entry.config, "num_hidden_layers": 1}

@@ -16,7 +16,7 @@ import pytest
 from config import bucket_layout as layout
 from manifests import fuse_mounts
 from payloads import prepare_data
-from tests.support.require import require
+from tests.support.require import verl_python
 
 # Runs the data-prep payload in subprocesses.
 pytestmark = pytest.mark.integration
@@ -517,8 +517,7 @@ def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() ->
     applies; 0.36.2 in the verl 0.6.1 virtualenv) on meta-llama/Llama-3.1-8B-Instruct's files."""
     from payloads.prepare_data import HUB_IGNORE_PATTERNS
 
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
+    python = verl_python("0.6.1")
     files = [
         "config.json", "generation_config.json", "model-00001-of-00004.safetensors",
         "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
@@ -529,7 +528,6 @@ def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() ->
         "print(json.dumps(list(filter_repo_objects(json.loads(sys.argv[1]), "
         "ignore_patterns=json.loads(sys.argv[2])))))"
     )
-    python = Path(str(venvs), "0.6.1", "bin", "python")
     done = subprocess.run(
         [str(python), "-c", probe, json.dumps(files), json.dumps(list(HUB_IGNORE_PATTERNS))],
         capture_output=True, text=True, check=True, timeout=300,

@@ -15,12 +15,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.support.require import missing
+from tests.support.require import verl_python
 from tests.support.verl_check import start_check
 from training.grpo_spec import FIXED_OVERRIDES
 
@@ -36,11 +35,7 @@ WORDS = [1, 5, 7, 8, 9, 12, 20, 3, 7]
 
 
 def _python(release: str) -> Path:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    python = Path(venvs or "/nonexistent") / release / "bin" / "python"
-    if not python.is_file():
-        missing(f"the verl {release} virtualenv (VERL_GKE_VERL_VENVS={venvs})")
-    return python
+    return verl_python(release)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ before the GPUs are asked for, not at the first reward."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from config.settings import load_settings
 from manifests import data_prep
 from payloads import prepare_data
 from tests.program import REAL
-from tests.support.require import missing
+from tests.support.require import verl_python
 from training.assembly import training_job
 
 # Imports the reward file in a child interpreter.
@@ -79,10 +78,7 @@ def test_a_reward_verl_0_6_1_loads_passes_the_check(tmp_path: Path) -> None:
     before exec_module, so this file loads there; the Job's import must accept it too."""
     reward = tmp_path / "reward.py"
     reward.write_text(DATACLASS_REWARD)
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    python = Path(venvs or "/nonexistent") / "0.6.1" / "bin" / "python"
-    if not python.is_file():
-        missing(f"the verl 0.6.1 virtualenv (VERL_GKE_VERL_VENVS={venvs})")
+    python = verl_python("0.6.1")
     verl = subprocess.run(
         [str(python), "-c", VERL_LOADS, str(reward)], capture_output=True, text=True
     )

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from config.settings import load_settings
 from tests.program import REAL
-from tests.support.require import require
+from tests.support.require import verl_installed
 from training.assembly import training_job
 from training.grpo_spec import GrpoPreflightError
 from training.run_life import DATALOADER_KEYS
@@ -118,11 +116,7 @@ def test_a_lora_runs_alpha_reaches_the_export(
 
 
 def _verl_source(release: str, relative: str) -> str:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
-    found = list(Path(str(venvs), release).glob(f"lib/python3*/site-packages/verl/{relative}"))
-    require(found, f"no verl {release} in {venvs}")
-    return found[0].read_text()
+    return verl_installed(release, f"verl/{relative}").read_text()
 
 
 def _save_checkpoint_calls(release: str) -> tuple[str, list[tuple[int, str]]]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.require import require
+from tests.support.require import verl_python
 from training.memory_fit import ModelArch, layer_activation_bytes_per_token
 
 pytestmark = pytest.mark.integration
@@ -64,10 +63,7 @@ ESTIMATED = {
 
 @functools.cache
 def _counted(release: str) -> tuple[str, dict[str, float]]:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
-    python = Path(str(venvs)) / release / "bin" / "python"
-    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing (.ci/run)")
+    python = verl_python(release)
     done = subprocess.run(
         [str(python), str(SCRIPT)],
         input=json.dumps({"geometry": GEOMETRY, "models": MODELS}),

@@ -26,10 +26,11 @@ import pytest
 from config import bucket_layout
 from jobs import verl_log
 from payloads.export import supervise
-from tests.support.require import require
+from tests.support.require import require, verl_installed
 
-RAY_VENVS = Path(os.environ.get("VERL_GKE_RAY_VENVS", "/work/main/.venv-ray"))
-VERL_VENVS = Path(os.environ.get("VERL_GKE_VERL_VENVS", "/work/main/.venv-verl"))
+RAY_VENVS = Path(
+    os.environ.get("VERL_GKE_RAY_VENVS", Path(__file__).resolve().parents[1] / ".venv-ray")
+)
 PINNED_RAY = ("2.47.0", "2.49.0")
 GCS_SERVER = "core/src/ray/gcs/gcs_server"
 RAYLET = "core/src/ray/raylet/raylet"
@@ -124,9 +125,7 @@ def test_a_worker_refusing_its_config_in_init_is_not_retried(version: str) -> No
     )
     assert found is not None
     message = found.group(1) + found.group(2)
-    verl = sorted((VERL_VENVS / "0.6.1" / "lib").glob("python3*/site-packages/verl"))
-    require(verl, f"verl 0.6.1 virtualenv under {VERL_VENVS} (VERL_GKE_VERL_VENVS)")
-    workers = (verl[0] / "workers" / "fsdp_workers.py").read_text()
+    workers = (verl_installed("0.6.1", "verl") / "workers" / "fsdp_workers.py").read_text()
     assert "assert self.config.actor.ppo_mini_batch_size > 0" in workers
     tail = [
         "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=7, ip=10.0.0.2)",
@@ -141,9 +140,8 @@ def test_a_worker_refusing_its_config_in_init_is_not_retried(version: str) -> No
 
 
 def test_hydras_refusal_of_an_override_is_a_config_error_and_not_retried() -> None:
-    found = sorted((VERL_VENVS / "0.6.1" / "lib").glob("python3*/site-packages/hydra"))
-    require(found, f"verl 0.6.1 virtualenv under {VERL_VENVS} (VERL_GKE_VERL_VENVS)")
-    source = (found[0] / "_internal" / "config_loader_impl.py").read_text()
+    hydra = verl_installed("0.6.1", "hydra")
+    source = (hydra / "_internal" / "config_loader_impl.py").read_text()
     assert "Could not override '{override.key_or_group}'." in source
     tail = ["hydra.errors.ConfigCompositionException: Could not override 'trainer.x'."]
     assert supervise.classify(tail) == supervise.CONFIG_ERROR
@@ -184,7 +182,11 @@ def test_a_step_that_saves_gets_the_save_allowance() -> None:
     # line (verl/trainer/ppo/ray_trainer.py).
     policy = supervise.Policy(0, 60.0, 10.0, save_freq=5, save_allowance_s=100.0, total_steps=12)
     assert [policy.step_bound(step, 10.0) for step in (4, 5, 10, 11, 12)] == [
-        10.0, 110.0, 110.0, 10.0, 110.0,
+        10.0,
+        110.0,
+        110.0,
+        10.0,
+        110.0,
     ]
     # The count verl printed outranks the plan's (filter_overlong_prompts may drop rows).
     assert [policy.step_bound(step, 10.0, printed_total=11) for step in (11, 12)] == [110.0, 10.0]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -30,7 +29,7 @@ from config.settings import SettingsError, load_settings
 from manifests import fuse_mounts
 from payloads import prepare_data
 from tests.program import COMBINATIONS, REAL, plan
-from tests.support.require import require
+from tests.support.require import verl_installed
 from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -148,11 +147,7 @@ def test_every_chart_fix_offered_is_accepted(version: str) -> None:
 
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
 def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
-    found = list(Path(str(venvs), release).glob("lib/python3*/site-packages/verl-*.dist-info"))
-    require(found, f"no verl {release} wheel metadata under {venvs}")
-    metadata = (found[0] / "METADATA").read_text()
+    metadata = (verl_installed(release, "verl-*.dist-info") / "METADATA").read_text()
     line = next(row for row in metadata.splitlines() if row.startswith("Requires-Dist: vllm"))
     bounds = dict(re.findall(r"(>=|<=)0\.(\d+)", line))
     wanted = verl_source.VLLM_FOR_REF[f"v{release}"]
@@ -266,11 +261,7 @@ def test_the_env_clash_check_reads_the_stacks_ref() -> None:
 
 def test_the_090_driver_env_is_verls() -> None:
     # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env in the 0.9.0 wheel.
-    venvs = os.environ.get("VERL_GKE_VERL_VENVS")
-    require(venvs, "VERL_GKE_VERL_VENVS (the verl release virtualenvs .ci/setup builds) unset")
-    found = list(Path(str(venvs), "0.9.0").glob("lib/python3*/site-packages/verl/trainer"))
-    require(found, f"no verl 0.9.0 in {venvs}")
-    source = (found[0] / "constants_ppo.py").read_text()
+    source = (verl_installed("0.9.0", "verl/trainer") / "constants_ppo.py").read_text()
     body = source[source.index("def get_ppo_ray_runtime_env") :]
     for key in DRIVER_SET_ENV["v0.9.0"]:
         assert f'"{key}"' in body, key

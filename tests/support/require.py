@@ -49,3 +49,24 @@ def require(condition: object, reason: str) -> None:
     """Carry on when `condition` holds; otherwise `missing(reason)`."""
     if not condition:
         missing(reason)
+
+
+VERL_VENVS_ENV = "VERL_GKE_VERL_VENVS"
+
+
+def verl_python(release: str) -> Path:
+    """The python of verl `release`'s virtualenv, <VERL_GKE_VERL_VENVS>/<release>/bin/python."""
+    venvs = os.environ.get(VERL_VENVS_ENV)
+    require(venvs, f"{VERL_VENVS_ENV} is unset: no verl {release} virtualenv")
+    python = Path(str(venvs)) / release / "bin" / "python"
+    require(python.is_file(), f"no verl {release} virtualenv: {python} is missing")
+    return python
+
+
+def verl_installed(release: str, pattern: str) -> Path:
+    """The first path matching `pattern` (e.g. "verl/trainer", "verl-*.dist-info") in the
+    site-packages of verl `release`'s virtualenv."""
+    venv = verl_python(release).parent.parent
+    found = sorted(venv.glob(f"lib/python3*/site-packages/{pattern}"))
+    require(found, f"no {pattern} in the verl {release} virtualenv {venv}")
+    return found[0]
