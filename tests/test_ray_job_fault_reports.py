@@ -41,7 +41,7 @@ from tests.support.dynamic_host import (
     wire,
 )
 from tests.support.local_proxies import start_fault_proxy
-from tests.support.ray_head import RayHead
+from tests.support.ray_head import RayHead, stop_job
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
@@ -69,13 +69,6 @@ def job_props(
         wait_for=wait_for,
         deadlines=deadlines,
     ).to_props()
-
-
-def stop(jobs: JobSubmissionClient, sid: str) -> None:
-    jobs.stop_job(sid)
-    deadline = time.monotonic() + 30
-    while not jobs.get_job_status(sid).is_terminal() and time.monotonic() < deadline:
-        time.sleep(0.2)
 
 
 def wait_for_log(jobs: JobSubmissionClient, sid: str, text: str, timeout_s: float = 60) -> str:
@@ -123,7 +116,7 @@ def test_failing_log_endpoints_end_the_first_step_wait_saying_the_log_could_not_
     finally:
         proxy.stop()
         if sid:
-            stop(jobs, sid)
+            stop_job(jobs, sid)
 
 
 def test_a_slow_dashboard_that_answers_every_request_is_not_unreachable(
@@ -151,7 +144,7 @@ def test_a_slow_dashboard_that_answers_every_request_is_not_unreachable(
         assert took < deadlines.reach_s + 60
     finally:
         proxy.stop()
-        stop(jobs, sid)
+        stop_job(jobs, sid)
 
 
 def test_a_silent_request_still_decides_unreachable_after_deadline_reach_s(
@@ -189,7 +182,7 @@ def test_the_up_after_a_job_was_stopped_and_deleted_out_of_band_submits_a_fresh_
     created = host.create(URN, checked.inputs)
     sid, again = created.id, ""
     try:
-        stop(jobs, sid)
+        stop_job(jobs, sid)
         assert jobs.delete_job(sid)
         refreshed = host.read(URN, sid, created.properties)
         if refreshed.id:
@@ -219,7 +212,7 @@ def test_the_up_after_a_job_was_stopped_and_deleted_out_of_band_submits_a_fresh_
         for job in (sid, again):
             info = _info_or_none(jobs, job) if job else None
             if info is not None and not info.status.is_terminal():
-                stop(jobs, job)
+                stop_job(jobs, job)
 
 
 def _info_or_none(jobs: JobSubmissionClient, sid: str) -> JobDetails | None:
@@ -263,7 +256,7 @@ def test_a_failing_state_api_is_retried_then_the_id_is_used_with_a_warning(
     finally:
         proxy.stop()
         if sid:
-            stop(jobs, sid)
+            stop_job(jobs, sid)
 
 
 def test_provider_errors_reach_the_engine_as_their_message_and_bugs_keep_the_traceback(

@@ -43,7 +43,7 @@ from tests.support.dynamic_host import (
 )
 from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token
 from tests.support.local_proxies import TcpForwarder
-from tests.support.ray_head import RayHead, free_port, start_ray_head
+from tests.support.ray_head import RayHead, free_port, start_ray_head, stop_job
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
@@ -102,13 +102,6 @@ def kube_dashboard(kube: KubeApi) -> dict[str, Any]:
 
 def faults_jobs(jobs: JobSubmissionClient) -> list[str]:
     return sorted(j.submission_id or "" for j in jobs.list_jobs() if j.status == JobStatus.RUNNING)
-
-
-def stop(jobs: JobSubmissionClient, sid: str) -> None:
-    jobs.stop_job(sid)
-    deadline = time.monotonic() + 30
-    while not jobs.get_job_status(sid).is_terminal() and time.monotonic() < deadline:
-        time.sleep(0.2)
 
 
 # -- no replacement on a guess ----------------------------------------------------------------
@@ -171,7 +164,7 @@ def test_changed_spec_while_the_dashboard_is_unreachable_never_submits_the_repla
             evidence in line and "Nothing to stop" in line for line in host.output_once(evidence)
         ), host.output
     finally:
-        stop(jobs, sid)
+        stop_job(jobs, sid)
 
 
 @pytest.mark.parametrize(
@@ -406,7 +399,7 @@ def test_a_dashboard_that_comes_back_is_read_normally(
         assert back.outs["last_seen"]["at"] >= lost.outs["last_seen"]["at"]
     finally:
         forwarder.stop()
-        stop(jobs, created.id)
+        stop_job(jobs, created.id)
 
 
 # -- capped failure tail -----------------------------------------------------------------------

@@ -49,7 +49,7 @@ from tests.support.local_proxies import (
     make_tls_material,
     start_service_proxy,
 )
-from tests.support.ray_head import RayHead, free_port
+from tests.support.ray_head import RayHead, free_port, stop_job
 
 # Starts real processes (a Ray head, the provider host, a GCS emulator or subprocesses).
 pytestmark = pytest.mark.integration
@@ -272,10 +272,7 @@ def test_an_id_whose_record_was_deleted_is_never_submitted_again(
     # next attempt takes the next id.
     inputs = long_running(head, gcs, "deleted")
     first = provider.create(inputs)
-    jobs.stop_job(first.id)
-    deadline = time.monotonic() + 60
-    while not jobs.get_job_status(first.id).is_terminal() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    stop_job(jobs, first.id, timeout_s=60)
     assert jobs.delete_job(first.id) is True
     second = provider.create(inputs)
     assert second.outs is not None

@@ -456,3 +456,12 @@ def _signal_all(tree: set[_Identity], sig: signal.Signals) -> None:
             os.kill(proc[0], sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def stop_job(jobs: Any, sid: str, timeout_s: float = 30.0) -> None:
+    """`ray job stop` through the Jobs API client `jobs`, then wait (at most timeout_s, which
+    only ends a hang) until the job is terminal."""
+    jobs.stop_job(sid)
+    deadline = time.monotonic() + timeout_s
+    while not jobs.get_job_status(sid).is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.2)
