@@ -2,9 +2,12 @@
 provider host, first step, checkpoints, a kill mid-run, the resubmission `pulumi up` makes, the
 resume, the export, and peak memory per phase beside training/memory_fit's estimate.
 
-On the GPU machine (docs/gpu-run.md has the whole command; wheels in .whl, PYTHONPATH=/tmp/site):
+On the GPU machine (docs/gpu-run.md has the whole command; the wheels of
+bench/build_gpu_wheels.py in .whl, installed at /tmp/site, PYTHONPATH=/tmp/site):
 
     python3 bench/gpu_run.py --out $OUT/result.json --logs $OUT
+
+Without a GPU, `--device cpu` runs what needs none (bench/gpu_run_cpu.py).
 
 What is not the product's: vLLM (the rollout is verl_scripts/gpu_standin, registered under
 ("vllm", "sync") in every Ray worker), the Hub (rows and model are written here), GCS (a stand-in
