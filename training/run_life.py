@@ -115,8 +115,13 @@ def lora_alpha(spec: GrpoSpec) -> int | None:
     rank = _as_int(extra_override_value(spec, LORA_RANK_KEY))
     if rank is None or rank <= 0:
         return None
-    alpha = _as_int(extra_override_value(spec, LORA_ALPHA_KEY))
+    alpha = _alpha_int(extra_override_value(spec, LORA_ALPHA_KEY))
     return LORA_ALPHA_DEFAULT if alpha is None else alpha
+
+
+def _alpha_int(value: str | None) -> int | None:
+    # A quoted '32' is a string to Hydra, which OmegaConf converts to the int field.
+    return _as_int(value.strip("'\"") if value is not None else None)
 
 
 def uses_lora(spec: GrpoSpec) -> bool:
@@ -147,10 +152,10 @@ def lora_alpha_problems(spec: GrpoSpec) -> list[str]:
     GPUs: Hydra reads `32.0` as a float and OmegaConf refuses it ("could not be converted to
     Integer"), even though PEFT would scale by a float alpha / r."""
     value = extra_override_value(spec, LORA_ALPHA_KEY)
-    if value is None or _as_int(value) is not None:
+    if value is None or _alpha_int(value) is not None:
         return []
     try:
-        number = float(value)
+        number = float(value.strip("'\""))
     except ValueError:
         number = float(LORA_ALPHA_DEFAULT)
     fix = max(1, round(number)) if math.isfinite(number) else LORA_ALPHA_DEFAULT
