@@ -102,7 +102,9 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
 def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: bool) -> TrainingJob:
     """training_job with the model's facts read; judge_fixes: offer only the memory fixes that the
     whole preflight takes once applied (off while judging one, so a fix never recurses)."""
-    spec = default_grpo_spec(settings.profile, settings.mode, settings.gpu_nodes, model)
+    spec = default_grpo_spec(
+        settings.profile, settings.mode, settings.gpu_nodes, model, stack=settings.stack
+    )
     spec = apply_overrides(with_run_inputs(spec, settings), settings.job)
     stack_problems = [
         *job_settings_secret_problems(spec, settings),
