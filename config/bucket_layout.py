@@ -110,9 +110,10 @@ def model_export_dir(experiment: str) -> str:
 
 
 def rewritten_by_data_prep(model_id: str, revision: str | None = None) -> tuple[str, ...]:
-    """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted):
-    every stack's verl checkout lies in VERL_CHECKOUTS; the folder of the one checkout all stacks
-    had (verl, which holds the checkpoints) is replaced by no data prep now."""
+    """Folders the data-prep Job owns and replaces when its inputs change: every stack's
+    checkout (VERL_CHECKOUTS) and the data, and verl/ (the bucket folder of the checkpoints,
+    the one checkout of every stack before VERL_CHECKOUTS, which data prep of an earlier layout
+    replaced around them); no model folder may take one of these names."""
     return (
         f"{DATA_MOUNT}/verl",
         VERL_CHECKOUTS,
