@@ -26,7 +26,7 @@ import pytest
 from config import run_inputs, verl_source
 from config.bucket_layout import verl_checkout_folder
 from config.profiles import PROFILES, Mode
-from config.settings import SettingsError, load_settings
+from config.settings import SettingsError, config_key, load_settings
 from manifests import fuse_mounts
 from payloads import prepare_data
 from tests.program import COMBINATIONS, REAL, plan
@@ -278,3 +278,10 @@ def test_the_090_driver_env_is_verls() -> None:
     body = source[source.index("def get_ppo_ray_runtime_env") :]
     for key in DRIVER_SET_ENV["v0.9.0"]:
         assert f'"{key}"' in body, key
+
+
+def test_the_keys_verl_source_names_are_the_settings_keys() -> None:
+    # config/verl_source.py imports nothing of config/settings.py (values flow one way).
+    assert verl_source.VERL_IMAGE_KEY == config_key("verl_image")
+    assert verl_source.KUBERAY_CHART_KEY == config_key("kuberay_chart_version")
+    assert verl_source.VERL_REF_KEY == config_key("verl_ref")
