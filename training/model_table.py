@@ -169,8 +169,7 @@ _ENTRIES: dict[str, TableEntry] = {
             head_dim=256,
             vocab_size=262144,
             max_position_embeddings=32768,
-        ),
-        1.0,
+        ), 1.0
     ),
 }
 
