@@ -66,6 +66,8 @@ if not pulumi.runtime.is_dry_run():
     pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
+for note in grpo.notes:
+    pulumi.log.warn(note)
 
 host_network = HostNetwork("host", HostNetworkArgs(settings))
 rdma_networks = (

@@ -18,19 +18,21 @@ import posixpath
 # root. The only place all Ray workers see the same files.
 DATA_MOUNT = "/data"
 
-# verl's source at the stack's ref; the GRPO job imports verl from here (PYTHONPATH).
-VERL_CHECKOUT = f"{DATA_MOUNT}/verl"
+# verl's source at the stack's ref, one folder per stack (verl_checkout): two stacks that share a
+# bucket may run different refs. The Ray pods copy it to VERL_NODE_LOCAL and import it there.
+VERL_CHECKOUTS = f"{DATA_MOUNT}/verl-src"
 # Checkpoints live in the bucket under verl/checkpoints (inside the verl checkout as the tutorial
-# has it; the data-prep script keeps this folder when it replaces the checkout), but the Ray pods
-# reach them through their own mount: metadata TTL 0 and no file cache, so verl's resume marker
+# has it, which data prep wrote at /data/verl for every stack before checkouts had one folder per
+# stack, keeping this folder when it replaced the checkout), but the Ray pods reach them through
+# their own mount: metadata TTL 0 and no file cache, so verl's resume marker
 # (latest_checkpointed_iteration.txt, rewritten in place) is read fresh on every node, while
 # DATA_MOUNT caches metadata for good (manifests/fuse_mounts.py).
 CHECKPOINT_PREFIX = "verl/checkpoints"
 CHECKPOINT_MOUNT = "/checkpoints"
 # One folder per experiment below it (trainer.default_local_dir).
 CHECKPOINT_ROOT = CHECKPOINT_MOUNT
-# A node-local copy of VERL_CHECKOUT (an emptyDir the Ray pods fill at start): the jobs import
-# verl from here, not through GCS FUSE.
+# A node-local copy of the stack's verl_checkout (an emptyDir the Ray pods fill at start): the
+# jobs import verl from here, not through GCS FUSE.
 VERL_NODE_LOCAL = "/opt/verl-node-local"
 # GSM8K as parquet, written by verl's examples/data_preprocess/gsm8k.py.
 GSM8K_DIR = f"{DATA_MOUNT}/gsm8k"
@@ -60,6 +62,16 @@ def model_path(model_id: str, revision: str | None = None) -> str:
     """The model's mounted path: where the data-prep Job puts the model and the GRPO job loads
     it from (its last part is model_folder_name)."""
     return f"{DATA_MOUNT}/{model_folder_name(model_id, revision)}"
+
+
+def verl_checkout_folder(stack: str) -> str:
+    """The stack's verl checkout below DATA_MOUNT (data prep's --verl-dir)."""
+    return f"{VERL_CHECKOUTS.removeprefix(DATA_MOUNT + '/')}/{stack}"
+
+
+def verl_checkout(stack: str) -> str:
+    """The stack's verl checkout, written by data prep and copied by the Ray pods."""
+    return f"{DATA_MOUNT}/{verl_checkout_folder(stack)}"
 
 
 def checkpoint_dir(experiment: str) -> str:
@@ -98,9 +110,13 @@ def model_export_dir(experiment: str) -> str:
 
 
 def rewritten_by_data_prep(model_id: str, revision: str | None = None) -> tuple[str, ...]:
-    """Folders the data-prep Job replaces when its inputs change (CHECKPOINT_ROOT excepted)."""
+    """Folders the data-prep Job owns and replaces when its inputs change: every stack's
+    checkout (VERL_CHECKOUTS) and the data, and verl/ (the bucket folder of the checkpoints,
+    the one checkout of every stack before VERL_CHECKOUTS, which data prep of an earlier layout
+    replaced around them); no model folder may take one of these names."""
     return (
-        VERL_CHECKOUT,
+        f"{DATA_MOUNT}/verl",
+        VERL_CHECKOUTS,
         GSM8K_DIR,
         PREP_MARKERS,
         DATASETS_ROOT,

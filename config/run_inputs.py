@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from config.bucket_layout import (
+    CHECKPOINT_PREFIX,
     DATA_MOUNT,
     DATASETS_ROOT,
     GSM8K_TEST,
     GSM8K_TRAIN,
     PREP_MARKERS,
     REWARDS_ROOT,
-    VERL_CHECKOUT,
+    VERL_CHECKOUTS,
     model_folder_name,
 )
 
@@ -346,7 +347,14 @@ def _reserved_folders() -> set[str]:
     """The bucket's top-level folders the program writes."""
     return {
         p.removeprefix(f"{DATA_MOUNT}/").split("/")[0]
-        for p in (VERL_CHECKOUT, PREP_MARKERS, GSM8K_TRAIN, DATASETS_ROOT, REWARDS_ROOT)
+        for p in (
+            f"{DATA_MOUNT}/{CHECKPOINT_PREFIX}",
+            VERL_CHECKOUTS,
+            PREP_MARKERS,
+            GSM8K_TRAIN,
+            DATASETS_ROOT,
+            REWARDS_ROOT,
+        )
     }
 
 

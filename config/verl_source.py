@@ -14,8 +14,31 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
-from config.settings import StackSettings, config_key
+from config.run_inputs import NAMESPACE, VERL_REF_KEY
+
+
+class StackSettings(Protocol):
+    """The fields of config.settings.StackSettings read here (config/stack_rules.py passes the
+    settings in; this module imports nothing of config/settings.py)."""
+
+    stack: str
+    verl_source: str
+    verl_ref: str
+    verl_image: str
+    kuberay_chart_version: str
+
+    @property
+    def profile(self) -> _Profile: ...
+
+
+class _Profile(Protocol):
+    verl_ref: str
+
+
+VERL_IMAGE_KEY = f"{NAMESPACE}:verlImage"
+KUBERAY_CHART_KEY = f"{NAMESPACE}:kuberayChartVersion"
 
 # The verl repository data prep checks out (manifests/data_prep.py passes it to the Job).
 VERL_REPO = "https://github.com/volcengine/verl.git"
@@ -76,9 +99,9 @@ def image_fit_problem(settings: StackSettings) -> str | None:
         return None
     if wanted.accepts(minor):
         return None
-    key = config_key("verl_image")
+    key = VERL_IMAGE_KEY
     return (
-        f"{config_key('verl_ref')} = {settings.verl_ref!r} with {key} = "
+        f"{VERL_REF_KEY} = {settings.verl_ref!r} with {key} = "
         f"{settings.verl_image!r}: that verl needs vLLM {wanted.text()} ({wanted.source}), the "
         f"image has vLLM 0.{minor} (its tag), so the rollout fails once the GPUs are up. Fix: "
         f"pulumi config set {key} {wanted.image} -s {settings.stack} (or set verlRef back to "
@@ -103,7 +126,7 @@ def chart_rolls_pods(version: str) -> bool:
 def chart_problem(settings: StackSettings) -> str | None:
     if chart_rolls_pods(settings.kuberay_chart_version):
         return None
-    key = config_key("kuberay_chart_version")
+    key = KUBERAY_CHART_KEY
     return (
         f"{key} = {settings.kuberay_chart_version!r}: the RayCluster sets upgradeStrategy "
         "Recreate (KubeRay recreates the Ray pods of a spec changed in the cluster), which "

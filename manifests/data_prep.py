@@ -1,9 +1,10 @@
 """The tutorial's data-preparation Job and the ConfigMap that carries its script.
 
 The Job runs payloads/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
-/data/verl (not with verl-gke:verlSource=image), writes GSM8K to /data/gsm8k/{train,test}.parquet
-(or converts / checks verl-gke:dataset), copies verl-gke:reward's file next to it and downloads
-the model to /data/<model dir>, skipping every step that is already complete.
+/data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
+/data/gsm8k/{train,test}.parquet (or converts / checks verl-gke:dataset), copies
+verl-gke:reward's file next to it and downloads the model to /data/<model dir>, skipping every
+step that is already complete.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from config import run_inputs
-from config.bucket_layout import DATA_MOUNT, DATA_PREP_HF_HOME, model_folder_name
+from config.bucket_layout import (
+    DATA_MOUNT,
+    DATA_PREP_HF_HOME,
+    model_folder_name,
+    verl_checkout_folder,
+)
 from config.image_streaming import through_registry
 from config.profiles import Mode
 from config.settings import StackSettings
@@ -114,6 +120,7 @@ def script_configmap(settings: StackSettings, script: str) -> Manifest:
 
 def command(settings: StackSettings, spec: GrpoSpec) -> list[str]:
     verl = ["--verl-repo", VERL_REPO, "--verl-ref", settings.verl_ref]
+    verl += ["--verl-dir", verl_checkout_folder(settings.stack)]
     if settings.verl_source == "image":
         verl = ["--verl-from-image"]  # the image's own verl runs: no checkout
     return [

@@ -7,6 +7,7 @@ Pure: dicts only. manifests/storage.py owns the PersistentVolumes and their moun
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -14,14 +15,15 @@ from config.bucket_layout import (
     CHECKPOINT_MOUNT,
     CHECKPOINT_PREFIX,
     PREP_MARKERS,
-    VERL_CHECKOUT,
     VERL_NODE_LOCAL,
+    verl_checkout,
+    verl_checkout_folder,
 )
 from config.profiles import Mode
 from config.settings import StackSettings
 from config.verl_source import VERL_REPO
 from manifests.common import CHECKPOINT_PVC, GCSFUSE_VOLUMES, bucket_mount, bucket_volume
-from payloads.prepare_data import verl_marker_name
+from payloads.prepare_data import verl_inputs, verl_marker_name
 
 CHECKPOINT_VOLUME = "training-checkpoints-vol"
 VERL_LOCAL_VOLUME = "verl-node-local"
@@ -70,25 +72,26 @@ def checkpoint_mount() -> dict[str, Any]:
     return {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT}
 
 
-def verl_prep_marker(repo: str, ref: str) -> str:
-    """Data prep's marker for the verl checkout of `repo` at `ref` (payloads/prepare_data.py
-    marker_path; its name carries the ref, verl_marker_name says why)."""
-    return f"{PREP_MARKERS}/{verl_marker_name(repo, ref)}.done"
+def verl_prep_marker(repo: str, ref: str, stack: str) -> str:
+    """Data prep's marker for the stack's verl checkout of `repo` at `ref` (payloads/
+    prepare_data.py marker_path; its name carries the ref and folder, verl_marker_name says
+    why)."""
+    return f"{PREP_MARKERS}/{verl_marker_name(repo, ref, verl_checkout_folder(stack))}.done"
 
 
-# Exits 0 when data prep's verl marker was written for this repo and ref (its "inputs", written
-# by payloads/prepare_data.py write_marker), 1 otherwise (absent, unreadable, another ref).
+# Exits 0 when data prep's verl marker has the inputs given as JSON (written by payloads/
+# prepare_data.py write_marker), 1 otherwise (absent, unreadable, another ref or folder).
 _MARKER_MATCHES = (
     "import json, sys\n"
     "try:\n"
     "    inputs = json.load(open(sys.argv[1])).get('inputs', {})\n"
     "except (OSError, ValueError):\n"
     "    sys.exit(1)\n"
-    "sys.exit(0 if inputs == {'repo': sys.argv[2], 'ref': sys.argv[3]} else 1)\n"
+    "sys.exit(0 if inputs == json.loads(sys.argv[2]) else 1)\n"
 )
 
 
-def verl_copy_script(repo: str, ref: str) -> str:
+def verl_copy_script(repo: str, ref: str, stack: str) -> str:
     """Wait for data prep's verl marker for `repo` at `ref` (a name of that ref only, which the
     data mount looks up afresh until it exists), copy the checkout minus checkpoints and git
     history into the pod's emptyDir (verl v0.6.1: ~1,100 files, 8 MB; one pass through FUSE per
@@ -99,15 +102,16 @@ def verl_copy_script(repo: str, ref: str) -> str:
     replaces can race the new checkout, and Pulumi deletes that RayCluster before it creates
     the new one. The ref is in the pod template, so a new verlRef is a new spec."""
     skip = CHECKPOINT_PREFIX.removeprefix("verl/")
-    marker = verl_prep_marker(repo, ref)
-    check = shlex.join(["python3", "-c", _MARKER_MATCHES, marker, repo, ref])
+    marker = verl_prep_marker(repo, ref, stack)
+    inputs = verl_inputs(repo, ref, verl_checkout_folder(stack))
+    check = shlex.join(["python3", "-c", _MARKER_MATCHES, marker, json.dumps(inputs)])
     return (
         "set -euo pipefail\n"
         f"until {check}; do\n"
         f"  echo {shlex.quote(f'waiting for data prep: {marker} for {repo} at {ref}')}"
         "; sleep 10\n"
         "done\n"
-        f"tar -C {shlex.quote(VERL_CHECKOUT)} --exclude=./{skip} --exclude=./.git -cf - ."
+        f"tar -C {shlex.quote(verl_checkout(stack))} --exclude=./{skip} --exclude=./.git -cf - ."
         f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} -xf -\n"
         f"if ! {check}; then\n"
         f"  echo {shlex.quote(f'{marker} changed during the copy: retrying')} >&2\n"
@@ -123,7 +127,7 @@ def verl_copy_container(settings: StackSettings) -> dict[str, Any]:
         "name": VERL_COPY_CONTAINER,
         "image": settings.verl_image,
         "command": ["/bin/bash", "-c"],
-        "args": [verl_copy_script(VERL_REPO, settings.verl_ref)],
+        "args": [verl_copy_script(VERL_REPO, settings.verl_ref, settings.stack)],
         "volumeMounts": [
             {**bucket_mount(), "readOnly": True},
             {"name": VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL},

@@ -7,8 +7,9 @@ Runs in the data-preparation Job's pod (the verl image; the script arrives throu
 
 Steps, cheapest first so that a broken ref or dataset fails before a long download:
 
-    verl    <data-root>/verl                       verl checked out at --verl-ref (none with
-                                                   --verl-from-image: the image's verl runs)
+    verl    <data-root>/<verl-dir>                 verl checked out at --verl-ref, one folder per
+                                                   stack (none with --verl-from-image: the
+                                                   image's verl runs)
     reward  --reward-dest                          a copy of --reward-file (only when given),
                                                    imported here with --reward-import
     gsm8k   <data-root>/gsm8k/{train,test}.parquet by verl's examples/data_preprocess/gsm8k.py
@@ -57,6 +58,8 @@ from pathlib import Path
 # script cannot import it (it runs alone in the pod), so tests/test_prepare_data.py checks that
 # these names agree with it.
 VERL_DIR = "verl"
+# The stacks' verl checkouts, <VERL_CHECKOUTS_DIR>/<stack> (--verl-dir).
+VERL_CHECKOUTS_DIR = "verl-src"
 VERL_STEP = "verl"
 GSM8K_DIR = "gsm8k"
 PREP_DIR = ".prep"
@@ -66,7 +69,9 @@ GSM8K_FILES = ("train.parquet", "test.parquet")
 # a new ref must not delete them.
 KEEP_IN_VERL = frozenset({"checkpoints"})
 PROGRESS_EVERY_S = 60.0
-RESERVED_DIRS = frozenset({VERL_DIR, GSM8K_DIR, PREP_DIR, "datasets", "rewards"})
+RESERVED_DIRS = frozenset(
+    {VERL_DIR, VERL_CHECKOUTS_DIR, GSM8K_DIR, PREP_DIR, "datasets", "rewards"}
+)
 # The columns verl's RLHFDataset and reward managers read from every row (prompt_key "prompt",
 # data_source, reward_model.ground_truth; verl/utils/dataset/rl_dataset.py,
 # verl/workers/reward_manager/naive.py, v0.6.1 and v0.9.0).
@@ -160,22 +165,33 @@ def clear_marker(root: Path, name: str) -> None:
     marker_path(root, name).unlink(missing_ok=True)
 
 
-def verl_marker_name(repo: str, ref: str) -> str:
-    """The verl step's marker name: one per repo and ref. A Ray pod's verl copy waits for the
+def verl_marker_name(repo: str, ref: str, folder: str = VERL_DIR) -> str:
+    """The verl step's marker name: one per repo, ref and checkout folder (each stack has its
+    own, so a stack's data prep never clears another's marker). A Ray pod's verl copy waits for the
     name of its own ref (manifests/fuse_mounts.py). Its data mount keeps a file it has seen in
     its metadata cache for good, but never a file it found absent (manifests/storage.py:
     metadata-cache-ttl-secs=-1, metadata-cache-negative-ttl-secs=0; Cloud Storage FUSE "Stat
     caching"). Under one name for every ref, a pod that read the old ref's marker before data
     prep replaced it would see the old one until the pod ends; a name it has never seen is
     looked up in the bucket on every try."""
-    digest = hashlib.sha256(f"{repo}@{ref}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{repo}@{ref} in {folder}".encode()).hexdigest()[:12]
     return f"{VERL_STEP}-{digest}"
 
 
-def clear_verl_markers(root: Path) -> None:
-    # Every ref's, and the single verl.done of releases before verl_marker_name.
-    for path in [*(root / PREP_DIR).glob(f"{VERL_STEP}-*.done"), marker_path(root, VERL_STEP)]:
-        path.unlink(missing_ok=True)
+def verl_inputs(repo: str, ref: str, folder: str) -> dict[str, str]:
+    """The verl marker's inputs (manifests/fuse_mounts.py reads them before a pod copies)."""
+    return {"repo": repo, "ref": ref, "dir": folder}
+
+
+def clear_verl_markers(root: Path, folder: str) -> None:
+    """Every ref's marker of the checkout in `folder` (a marker without "dir" is of <root>/verl,
+    as written before checkouts had one folder per stack), and the single verl.done of releases
+    before verl_marker_name; other folders' markers stay."""
+    for path in (root / PREP_DIR).glob(f"{VERL_STEP}-*.done"):
+        inputs = (read_json(path) or {}).get("inputs")
+        if not isinstance(inputs, dict) or inputs.get("dir", VERL_DIR) == folder:
+            path.unlink(missing_ok=True)
+    marker_path(root, VERL_STEP).unlink(missing_ok=True)
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -272,16 +288,16 @@ def replace_tree(source: Path, dest: Path, keep: frozenset[str]) -> None:
             shutil.copyfile(path, target)
 
 
-def prepare_verl(root: Path, repo: str, ref: str) -> None:
+def prepare_verl(root: Path, repo: str, ref: str, folder: str = VERL_DIR) -> None:
     step = VERL_STEP
-    name = verl_marker_name(repo, ref)
-    dest = root / VERL_DIR
-    inputs = {"repo": repo, "ref": ref}
+    name = verl_marker_name(repo, ref, folder)
+    dest = root / folder
+    inputs = verl_inputs(repo, ref, folder)
     if is_done(root, name, inputs) and (dest / GSM8K_SCRIPT).is_file():
         log(step, f"skipped: {dest} is already at {ref} ({marker_path(root, name)})")
         return
     started = time.monotonic()
-    clear_verl_markers(root)
+    clear_verl_markers(root, folder)
     log(step, f"started: {repo} at {ref} -> {dest}")
     # Git works in a local temporary folder (fast, and nothing half-cloned lands on the bucket);
     # only the finished checkout, with its .git, is copied to the volume.
@@ -307,10 +323,9 @@ def gsm8k_output_flag(script: Path) -> str:
     return "--local_save_dir" if "--local_save_dir" in script.read_text() else "--local_dir"
 
 
-def prepare_gsm8k(root: Path) -> None:
+def prepare_gsm8k(root: Path, verl: Path) -> None:
     step = "gsm8k"
     out = root / GSM8K_DIR
-    verl = root / VERL_DIR
     # The rows do not depend on the verl version, so a new --verl-ref does not redo this step.
     inputs = {"dataset": "openai/gsm8k", "output_dir": str(out)}
     if is_done(root, step, inputs) and all(is_nonempty_file(out / f) for f in GSM8K_FILES):
@@ -977,6 +992,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tag, branch or commit sha to check out; 7 to 40 hex digits are taken as a "
         "(full or abbreviated) commit sha (required unless --verl-from-image)",
     )
+    parser.add_argument(
+        "--verl-dir",
+        default=VERL_DIR,
+        help=f"the checkout's folder under --data-root, e.g. {VERL_CHECKOUTS_DIR}/<stack>",
+    )
     add_run_input_args(parser)
     add_length_args(parser)
     add_model_args(parser)
@@ -1011,7 +1031,7 @@ def data_step(args: argparse.Namespace, root: Path, token: str | None) -> Callab
     if args.verl_from_image:
         columns = {**GSM8K_COLUMNS, "instruction": GSM8K_INSTRUCTION, "answerFormat": "gsm8k"}
         return lambda: prepare_hub_dataset(root, "openai/gsm8k", columns, root / GSM8K_DIR, token)
-    return lambda: prepare_gsm8k(root)
+    return lambda: prepare_gsm8k(root, root / args.verl_dir)
 
 
 def data_folder(args: argparse.Namespace, root: Path) -> Path:
@@ -1028,11 +1048,13 @@ def run_steps(
 ) -> list[tuple[str, Callable[[], None]]]:
     steps: list[tuple[str, Callable[[], None]]] = []
     if not args.verl_from_image:
-        steps.append((VERL_STEP, lambda: prepare_verl(root, args.verl_repo, args.verl_ref)))
+        steps.append(
+            (VERL_STEP, lambda: prepare_verl(root, args.verl_repo, args.verl_ref, args.verl_dir))
+        )
     if args.reward_file is not None:
         steps.append(("reward", lambda: copy_reward(args.reward_file, args.reward_dest)))
     if args.reward_file is not None and args.reward_import:
-        verl = None if args.verl_from_image else root / VERL_DIR
+        verl = None if args.verl_from_image else root / args.verl_dir
         steps.append(("reward", lambda: check_reward_imports(args.reward_dest, verl)))
     default = args.dataset is None and args.check_dataset is None and not args.verl_from_image
     steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))

@@ -174,13 +174,15 @@ def test_verl_is_imported_from_a_node_local_copy(stack: str, mode: str) -> None:
     (job,) = result.of_type("kubernetes:batch/v1:Job")
     argv = job.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
     repo, ref = argv[argv.index("--verl-repo") + 1], argv[argv.index("--verl-ref") + 1]
-    marker = f"/data/.prep/{prepare_data.verl_marker_name(repo, ref)}.done"
+    folder = argv[argv.index("--verl-dir") + 1]
+    assert folder == f"verl-src/{stack}"
+    marker = f"/data/.prep/{prepare_data.verl_marker_name(repo, ref, folder)}.done"
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
         copy = pod["spec"]["initContainers"][-1]
         assert copy["name"] == "verl-node-local-copy"
         script = copy["args"][0]
         # After data prep's verl marker, without the checkpoints or git history.
-        assert script.index(marker) < script.index("tar -C /data/verl")
+        assert script.index(marker) < script.index(f"tar -C /data/{folder} ")
         assert "--exclude=./checkpoints" in script and "--exclude=./.git" in script
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert volumes["verl-node-local"] == {"name": "verl-node-local", "emptyDir": {}}

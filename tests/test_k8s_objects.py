@@ -608,6 +608,9 @@ def test_data_prep_job(stack: str, mode: str) -> None:
         "https://github.com/volcengine/verl.git",
         "--verl-ref",
         ref,
+        # One checkout per stack (config/bucket_layout.py verl_checkout).
+        "--verl-dir",
+        f"verl-src/{stack}",
         "--model",
         "Qwen/Qwen2.5-32B-Instruct",
         "--model-folder",

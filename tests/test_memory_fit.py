@@ -3,17 +3,21 @@ the check's failure and warning paths."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from config.profiles import PROFILES, Mode
-from training.assembly import memory_fit_inputs
-from training.grpo_spec import apply_overrides, default_grpo_spec
+from config.settings import load_settings
+from tests.program import REAL
+from training.assembly import TrainingJob, memory_fit_inputs, training_job
+from training.grpo_spec import GrpoPreflightError, apply_overrides, default_grpo_spec
 from training.memory_fit import (
     GIB,
     VLLM_MAX_NUM_SEQS_DEFAULT,
     GrpoMemoryInputs,
+    MemoryBreakdown,
     MemoryFitError,
     MemoryFix,
     ModelArch,
@@ -21,6 +25,7 @@ from training.memory_fit import (
     estimate,
     format_breakdown,
     layer_activation_bytes_per_token,
+    lora_params,
     suggest_fixes,
 )
 from training.model_facts import table_facts
@@ -267,3 +272,56 @@ def test_the_job_reads_max_num_seqs_from_extra_overrides_else_verls_default() ->
         given = ["actor_rollout_ref.rollout.max_num_seqs=96"]
         spec = apply_overrides(spec, {"extraOverrides": given})
         assert memory_fit_inputs(spec, profile, QWEN_32B).rollout_max_num_seqs == 96
+
+
+# --- LoRA ----------------------------------------------------------------------------------------
+# verl's facts behind the LoRA terms (test_verl_builds_no_reference_model_for_lora reads them):
+# with lora_rank > 0 the reference log-probs come from the actor with its adapter disabled
+# (ref_in_actor), and PEFT freezes the base, so grads and AdamW states exist for the adapter only.
+
+
+def test_lora_params_count_lora_a_and_b_of_each_targeted_linear() -> None:
+    h, i, q, kv, layers = 64, 128, 64, 32, 2  # TINY: 4 heads of 16, 2 KV heads
+    assert lora_params(TINY, 8, ("q_proj", "v_proj")) == layers * 8 * ((h + q) + (h + kv))
+    every = layers * 8 * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h))
+    assert lora_params(TINY, 8, None) == every
+    # A module name that is no decoder-layer linear counts as all-linear (an upper bound).
+    assert lora_params(TINY, 8, ("q_proj", "lm_head")) == every
+
+
+def test_lora_has_no_reference_model_and_trains_only_the_adapter() -> None:
+    adapter = lora_params(QWEN_32B, 32, None)
+    full = estimate(OFFICIAL_32B)
+    lora = estimate(replace(OFFICIAL_32B, use_reference=False, lora_adapter_params=adapter))
+    n = OFFICIAL_32B.n_gpus
+
+    def item(breakdown: MemoryBreakdown, phase: str, label: str) -> float:
+        (found,) = [i.gib for i in breakdown.phase(phase).items if i.label == label]
+        return found
+
+    grads, adam = "actor fp32 grads (sharded)", "actor AdamW states (sharded)"
+    assert item(lora, "optimizer_step", grads) == pytest.approx(4 * adapter / n / GIB)
+    assert item(lora, "optimizer_step", adam) == pytest.approx(8 * adapter / n / GIB)
+    params = "actor fp32 params (sharded)"
+    base_and_adapter = 4 * (QWEN_32B.num_params + adapter) / n / GIB
+    assert item(lora, "optimizer_step", params) == pytest.approx(base_and_adapter)
+    assert not [i for i in lora.phase("log_prob").items if i.label.startswith("ref params")]
+    assert lora.peak.total_gib < full.peak.total_gib
+
+
+def test_a_lora_job_full_training_cannot_fit_is_accepted() -> None:
+    def job(*extra: str) -> TrainingJob:
+        values = {
+            **REAL,
+            "verl-gke:mode": "standard",
+            "verl-gke:model": "Qwen/Qwen2.5-72B-Instruct",
+            "verl-gke:gpuNodes": "1",
+            "verl-gke:job": json.dumps({"extraOverrides": list(extra)}),
+        }
+        return training_job(load_settings("a3u", values, offline=False).settings)
+
+    with pytest.raises(GrpoPreflightError, match="GRPO memory-fit"):
+        job()
+    lora = job("actor_rollout_ref.model.lora_rank=32")
+    assert lora.memory.peak.total_gib < lora.memory.inputs.gpu_memory_gib
+    assert not lora.memory.inputs.use_reference

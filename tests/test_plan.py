@@ -89,9 +89,9 @@ def test_set_overrides_are_applied(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_job_preflight_failure_exits_with_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
-    assert plan_cli.main(["a4x", "--set", 'verl-gke:job={"rolloutN": 1}']) == 2
+    assert plan_cli.main(["a4x", "--set", 'verl-gke:job={"saveFreq": 0}']) == 2
     err = capsys.readouterr().err
-    assert "verl-gke:job.rolloutN = 1" in err and "Fix:" in err
+    assert "verl-gke:job.saveFreq = 0" in err and "Fix:" in err
 
 
 def test_every_key_property_is_set_by_some_stack() -> None:

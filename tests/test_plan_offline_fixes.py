@@ -33,8 +33,7 @@ def _fixes(err: str) -> list[str]:
         ["--set", "verl-gke:gpuNodes=x"],
         ["--set", "verl-gke:job.trainBatchSize=255"],
         ["--set", 'verl-gke:job={"ppoMicroBatchSizePerGpu": 7}'],
-        ["--set", "verl-gke:job.rolloutN=1"],
-        ["--set", "verl-gke:job.useKlLoss=false"],
+        ["--set", "verl-gke:job.saveFreq=0"],
         ["--set", "verl-gke:job.gpuMemoryUtilization=1"],
     ],
 )

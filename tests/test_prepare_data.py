@@ -178,7 +178,7 @@ def test_first_run_prepares_everything_and_second_run_skips(
     assert not (data / ".prep" / f"model-{MODEL_FOLDER}.staging.json").exists()
 
     verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), "v0.2.0"))
-    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0"}
+    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0", "dir": "verl"}
     assert verl_marker["outputs"]["commit"] == verl_repo.new_tag_sha  # type: ignore[index]
     gsm8k_marker = marker(data, "gsm8k")
     assert set(gsm8k_marker["outputs"]["bytes"]) == {"train.parquet", "test.parquet"}  # type: ignore[index]
@@ -258,9 +258,32 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     assert verl_marker_file(verl_repo.path, new_ref) != verl_marker_file(verl_repo.path, "v0.2.0")
     assert verl_markers(data) == [verl_marker_file(verl_repo.path, new_ref)]
     verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), new_ref))
-    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": new_ref}
-    copy_waits_for = fuse_mounts.verl_prep_marker(str(verl_repo.path), new_ref)
-    assert copy_waits_for == f"{layout.PREP_MARKERS}/{verl_marker_file(verl_repo.path, new_ref)}"
+    assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": new_ref, "dir": "verl"}
+
+
+def test_two_stacks_checkouts_in_one_bucket_keep_each_others_ref_and_marker(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    """Each stack's checkout has its folder (bucket_layout.verl_checkout) and marker, which the
+    stack's Ray pods wait for (fuse_mounts.verl_prep_marker): another stack's data prep at
+    another ref replaces neither."""
+    data = tmp_path / "data"
+    old_ref = verl_repo.old_tag_sha[:7]
+    for stack, ref in (("a4", "v0.2.0"), ("a4-dev", old_ref)):
+        folder = layout.verl_checkout_folder(stack)
+        ok(
+            run_prep(
+                data, verl_repo.path, ref, model_source, "org/tiny-model", "--verl-dir", folder
+            )
+        )
+    assert git(data / "verl-src" / "a4", "rev-parse", "HEAD") == verl_repo.new_tag_sha
+    assert git(data / "verl-src" / "a4-dev", "rev-parse", "HEAD") == verl_repo.old_tag_sha
+    for stack, ref in (("a4", "v0.2.0"), ("a4-dev", old_ref)):
+        waits_for = fuse_mounts.verl_prep_marker(str(verl_repo.path), ref, stack)
+        written = data / waits_for.removeprefix(f"{layout.DATA_MOUNT}/")
+        inputs = json.loads(written.read_text())["inputs"]
+        assert inputs == {"repo": str(verl_repo.path), "ref": ref, "dir": f"verl-src/{stack}"}
+    assert not (data / "verl").exists()
 
 
 def test_changed_model_redoes_only_model(
@@ -497,7 +520,8 @@ def test_the_scripts_folders_are_the_bucket_layouts() -> None:
     def under_mount(name: str) -> str:
         return f"{layout.DATA_MOUNT}/{name}"
 
-    assert layout.VERL_CHECKOUT == under_mount(prepare_data.VERL_DIR)
+    assert layout.VERL_CHECKOUTS == under_mount(prepare_data.VERL_CHECKOUTS_DIR)
+    assert layout.CHECKPOINT_PREFIX.startswith(f"{prepare_data.VERL_DIR}/")
     assert layout.GSM8K_DIR == under_mount(prepare_data.GSM8K_DIR)
     assert (layout.GSM8K_TRAIN, layout.GSM8K_TEST) == tuple(
         f"{layout.GSM8K_DIR}/{name}" for name in prepare_data.GSM8K_FILES

@@ -347,3 +347,37 @@ def test_the_serve_command_names_a_max_lora_rank_vllm_accepts(
     serve = export_model.lora_contents(tmp_path, 16)["serve"]
     assert serve.endswith(f"--max-lora-rank {flag}")
     assert flag in (1, 8, 16, 32, 64, 128, 256, 320, 512) and flag >= rank
+
+
+def test_a_resume_on_changed_training_data_says_what_verl_does(tmp_path: Path) -> None:
+    run_dir, target = tmp_path / "run", tmp_path / "models"
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"x" * 10)
+    mark_exported(target, run_dir, 2)
+    first = run(run_dir, target, runner_options=length_option(train_files=str(data)))
+    assert first.returncode == 0, first.stderr
+    assert "training data changed" not in first.stdout
+    recorded = json.loads((run_dir / run_grpo.DATA_FILE).read_text())
+    assert recorded == {
+        "train_files": str(data),
+        "bytes": 10,
+        "modified_ns": recorded["modified_ns"],
+    }
+    # The same data, a longer run: no note.
+    mark_exported(target, run_dir, 4)
+    same = run(
+        run_dir, target, step=4, runner_options=length_option(train_files=str(data), total_epochs=2)
+    )
+    assert same.returncode == 0, same.stderr
+    assert "training data changed" not in same.stdout
+    # Other rows at the same path, a longer run again: verl resumes step 4 on the new data.
+    data.write_bytes(b"y" * 6)
+    mark_exported(target, run_dir, 6)
+    options = length_option(train_files=str(data), total_epochs=3)
+    changed = run(run_dir, target, step=6, runner_options=options)
+    assert changed.returncode == 0, changed.stderr
+    assert "the training data changed since this run's checkpoints (bytes 10 -> 6" in changed.stdout
+    assert (
+        "verl resumes global_step_4 (model, optimizer) and its saved dataloader" in changed.stdout
+    )
+    assert calls(run_dir) == 3

@@ -19,6 +19,8 @@ from pydantic import SecretStr
 from config.bucket_layout import CHECKPOINT_ROOT, is_shared
 from config.profiles import PROFILES, Mode
 from config.settings import load_settings
+from tests.program import REAL
+from training.assembly import training_job
 from training.grpo_spec import (
     LOGGER_BACKENDS,
     apply_overrides,
@@ -165,3 +167,23 @@ def test_wandb_with_a_key_is_kept() -> None:
     settings = settings.model_copy(update={"wandb_api_key": SecretStr("k" * 40)})
     spec = apply_overrides(default_grpo_spec(A4, Mode.STANDARD, 2), {"logger": ["wandb"]})
     assert tracker_problems(spec, settings) == []
+
+
+def _stack_job(stack: str, **config: str) -> Any:
+    values = {**REAL, "verl-gke:mode": "standard", "verl-gke:bucketName": "acme-shared", **config}
+    return training_job(load_settings(stack, values, offline=False).settings)
+
+
+def test_two_stacks_of_one_profile_sharing_a_bucket_share_no_run_folder() -> None:
+    own = _stack_job("a3u", **{"verl-gke:exportModel": "true"})
+    other = _stack_job("a3u-b", **{"verl-gke:profile": "a3u", "verl-gke:exportModel": "true"})
+    # The stack named after its profile keeps the folder it always had.
+    assert own.spec.experiment_name == "grpo-qwen2.5-32b-instruct-a3u"
+    assert other.spec.experiment_name == "grpo-qwen2.5-32b-instruct-a3u-b"
+    assert own.checkpoint_url.startswith("gs://acme-shared/verl/checkpoints/")
+    assert own.checkpoint_url != other.checkpoint_url
+    assert own.model_export_url != other.model_export_url
+    # An experiment name the user sets is kept as set, in every stack.
+    named = {"verl-gke:job": '{"experimentName": "grpo-qwen2.5-32b-instruct-a3u"}'}
+    kept = _stack_job("a3u-b", **{"verl-gke:profile": "a3u", **named})
+    assert kept.spec.experiment_name == own.spec.experiment_name

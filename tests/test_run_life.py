@@ -150,3 +150,39 @@ def test_verl_090_registers_the_new_checkpoint_before_it_removes_the_last() -> N
     assert names.index("local_mkdir_safe") < names.index("register_checkpoint")
     manager = _verl_source("0.9.0", "utils/checkpoint/checkpoint_manager.py")
     assert "max_ckpt_to_keep > 1" in manager  # ensure_checkpoint_capacity leaves 1 alone
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_verl_builds_no_reference_model_for_lora(release: str) -> None:
+    """The memory fit's LoRA terms (training/memory_fit.py): verl's trainer sets ref_in_actor from
+    lora_rank > 0 (or an adapter path) and then builds no reference worker; the actor computes
+    the reference log-probs with its adapter disabled. torchdata (the trainer's import) is not in
+    the check virtualenvs, so the trainer's source is read, not run."""
+    trainer = ast.parse(_verl_source(release, "trainer/ppo/ray_trainer.py"))
+    assigned = [
+        ast.unparse(n.value)
+        for n in ast.walk(trainer)
+        if isinstance(n, ast.Assign)
+        and any(ast.unparse(t) in ("self.ref_in_actor", "lora_rank") for t in n.targets)
+    ]
+    assert any("lora_rank" in a and "> 0" in a for a in assigned), assigned
+    conditions = [ast.unparse(n.test) for n in ast.walk(trainer) if isinstance(n, ast.If)]
+    assert "self.use_reference_policy and (not self.ref_in_actor)" in conditions
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_verl_restores_the_dataloader_position_on_resume(release: str) -> None:
+    """What the runner says on resuming on changed data (run_grpo.data_change_note): verl's
+    _load_checkpoint loads the step's data.pt into the train dataloader, at 0.9.0 except at an
+    epoch boundary of the (new) dataloader. torchdata, which runs the restore, is not in the
+    check virtualenvs, so the trainer's source is read, not run."""
+    trainer = ast.parse(_verl_source(release, "trainer/ppo/ray_trainer.py"))
+    load = next(
+        n
+        for n in ast.walk(trainer)
+        if isinstance(n, ast.FunctionDef) and n.name == "_load_checkpoint"
+    )
+    code = ast.unparse(load)
+    assert "self.train_dataloader.load_state_dict(dataloader_state_dict)" in code
+    assert "os.path.join(global_step_folder, 'data.pt')" in code
+    assert ("at_epoch_boundary" in code) is (release == "0.9.0")

@@ -475,10 +475,6 @@ RULE_CASES = {
         None,
         "this program's: verl runs and saves only when save_freq > 0 (RayPPOTrainer.fit)",
     ),
-    "one-response-per-prompt": RuleCase(
-        {"rolloutN": 1}, "rolloutN", None, "GRPO's: every advantage of a group of one is 0"
-    ),
-    "no-kl": RuleCase({"useKlLoss": False}, "useKlLoss", None, "verl's GRPO docs ask for KL"),
     "checkpoint-dir-not-shared": RuleCase(
         {"defaultLocalDir": "ckpt"}, "defaultLocalDir", None, "the cluster's: pods share only /data"
     ),

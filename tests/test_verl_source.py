@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from config import run_inputs, verl_source
+from config.bucket_layout import verl_checkout_folder
 from config.profiles import PROFILES, Mode
-from config.settings import SettingsError, load_settings
+from config.settings import SettingsError, config_key, load_settings
 from manifests import fuse_mounts
 from payloads import prepare_data
 from tests.program import COMBINATIONS, REAL, plan
@@ -159,6 +160,9 @@ def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
 # -- the verl copy's script, run by bash against a marker --------------------------------------
 
 
+STACK = "a4"
+
+
 def _copy(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -173,13 +177,14 @@ def _copy(
     (checkout / "verl" / "__init__.py").write_text("")
     local.mkdir()
     prep.mkdir()
-    for inputs in markers:
-        name = prepare_data.verl_marker_name(inputs["repo"], inputs["ref"])
+    for given in markers:
+        inputs = {"dir": verl_checkout_folder(STACK), **given}
+        name = prepare_data.verl_marker_name(inputs["repo"], inputs["ref"], inputs["dir"])
         (prep / f"{name}.done").write_text(json.dumps({"step": name, "inputs": inputs}))
     monkeypatch.setattr(fuse_mounts, "PREP_MARKERS", str(prep))
-    monkeypatch.setattr(fuse_mounts, "VERL_CHECKOUT", str(checkout))
+    monkeypatch.setattr(fuse_mounts, "verl_checkout", lambda stack: str(checkout))
     monkeypatch.setattr(fuse_mounts, "VERL_NODE_LOCAL", str(local))
-    script = fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0")
+    script = fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0", STACK)
     try:
         done = subprocess.run(
             ["bash", "-c", script], capture_output=True, text=True, timeout=timeout_s
@@ -202,7 +207,15 @@ def test_the_copy_takes_only_a_tree_of_its_own_ref(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("markers", [[], [{"repo": verl_source.VERL_REPO, "ref": "v0.6.1"}]])
+@pytest.mark.parametrize(
+    "markers",
+    [
+        [],
+        [{"repo": verl_source.VERL_REPO, "ref": "v0.6.1"}],
+        # The same ref, another stack's checkout in the same bucket.
+        [{"repo": verl_source.VERL_REPO, "ref": "v0.9.0", "dir": "verl-src/other"}],
+    ],
+)
 def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, markers: list[dict[str, Any]]
 ) -> None:
@@ -222,15 +235,15 @@ def test_the_copy_of_a_new_ref_waits_for_a_marker_name_the_old_ref_never_had(
     data prep wrote it, the old one still there."""
     repo = verl_source.VERL_REPO
     old, new = {"repo": repo, "ref": "v0.6.1"}, {"repo": repo, "ref": "v0.9.0"}
-    assert fuse_mounts.verl_prep_marker(repo, "v0.6.1") != fuse_mounts.verl_prep_marker(
-        repo, "v0.9.0"
+    assert fuse_mounts.verl_prep_marker(repo, "v0.6.1", STACK) != fuse_mounts.verl_prep_marker(
+        repo, "v0.9.0", STACK
     )
     # Alone, the old ref's marker keeps the copy waiting (the test above); beside the new
     # ref's, the copy runs. The deadline only ends a hang: a slow machine passes.
     done, out, local = _copy(tmp_path, monkeypatch, [old, new], 300)
     assert done is not None and done.returncode == 0, out
     assert (local / "verl" / "__init__.py").is_file()
-    assert Path(fuse_mounts.verl_prep_marker(repo, "v0.6.1")).is_file()  # in _copy's folder
+    assert Path(fuse_mounts.verl_prep_marker(repo, "v0.6.1", STACK)).is_file()  # _copy's folder
 
 
 @pytest.mark.parametrize(
@@ -265,3 +278,10 @@ def test_the_090_driver_env_is_verls() -> None:
     body = source[source.index("def get_ppo_ray_runtime_env") :]
     for key in DRIVER_SET_ENV["v0.9.0"]:
         assert f'"{key}"' in body, key
+
+
+def test_the_keys_verl_source_names_are_the_settings_keys() -> None:
+    # config/verl_source.py imports nothing of config/settings.py (values flow one way).
+    assert verl_source.VERL_IMAGE_KEY == config_key("verl_image")
+    assert verl_source.KUBERAY_CHART_KEY == config_key("kuberay_chart_version")
+    assert verl_source.VERL_REF_KEY == config_key("verl_ref")

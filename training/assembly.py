@@ -19,7 +19,7 @@ from config.verl_source import VERL_SOURCE_ENV, verl_source_label
 from manifests.capacity import runner_capacity
 from manifests.ray_cluster import WORKER_GROUP
 from payloads.fabric import fabric_check
-from training.grpo_preflight import preflight, train_batch_step
+from training.grpo_preflight import grpo_notes, preflight, train_batch_step
 from training.grpo_spec import (
     CONFIG_KEY,
     OFFLOAD_POLICY_KEY,
@@ -45,6 +45,7 @@ from training.memory_fit import (
     ModelArch,
     check_fit,
     estimate,
+    lora_params,
 )
 from training.model_export import SaveWatch, export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
@@ -53,8 +54,11 @@ from training.run_life import (
     checkpoints_to_keep,
     known_total_steps,
     lora_alpha,
+    lora_alpha_problems,
+    lora_shape,
     run_length,
     save_allowance_s,
+    uses_lora,
 )
 from training.sequence_limits import (
     batched_tokens_overrides,
@@ -79,6 +83,8 @@ class TrainingJob:
     memory_warning: str | None
     # gs:// folder of the merged Hugging Face model (None: verl-gke:exportModel is false).
     model_export_url: str | None = None
+    # What verl does with settings it runs but that change what GRPO learns (grpo_notes).
+    notes: tuple[str, ...] = ()
 
 
 def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
@@ -96,7 +102,9 @@ def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
 def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: bool) -> TrainingJob:
     """training_job with the model's facts read; judge_fixes: offer only the memory fixes that the
     whole preflight takes once applied (off while judging one, so a fix never recurses)."""
-    spec = default_grpo_spec(settings.profile, settings.mode, settings.gpu_nodes, model)
+    spec = default_grpo_spec(
+        settings.profile, settings.mode, settings.gpu_nodes, model, stack=settings.stack
+    )
     spec = apply_overrides(with_run_inputs(spec, settings), settings.job)
     stack_problems = [
         *job_settings_secret_problems(spec, settings),
@@ -107,6 +115,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         *sequence_problems(spec, model),
         *_dataset_size_problems(spec, settings),
         *checkpoint_keep_problems(spec, settings.verl_ref),
+        *lora_alpha_problems(spec),
     ]
     if stack_problems:
         raise GrpoPreflightError(stack_problems)
@@ -142,6 +151,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         checkpoint_url=bucket_url(settings.bucket_name, spec.default_local_dir),
         memory=estimate(memory_inputs),
         memory_warning=warning,
+        notes=tuple(grpo_notes(spec)),
     )
 
 
@@ -351,7 +361,9 @@ def memory_fit_inputs(
         optimizer_offload=bool(spec.actor_optimizer_offload),
         offload_policy=spec.actor_strategy == "fsdp2"
         and extra_override_flag(spec, OFFLOAD_POLICY_KEY),
-        use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward),
+        # With LoRA verl's reference is the actor with its adapter disabled (run_life.uses_lora).
+        use_reference=bool(spec.use_kl_loss or spec.use_kl_in_reward) and not uses_lora(spec),
+        lora_adapter_params=lora_params(model, *lora_shape(spec)) if uses_lora(spec) else 0,
         ref_param_offload=bool(spec.ref_param_offload),
         rollout_max_num_seqs=_max_num_seqs(spec, profile),
         rollout_max_num_batched_tokens=rollout_batched_tokens(spec),

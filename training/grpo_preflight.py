@@ -75,7 +75,6 @@ def preflight(
     problems: list[str | None] = []
     gpn, nodes = gpus_per_node_provisioned, gpu_nodes_provisioned
     n_gpus = gpn * nodes
-    problems += _grpo_rules(spec)
     problems += _batch_rules(spec, n_gpus, f"{n_gpus} GPUs ({nodes} nodes x {gpn})")
     problems += _tp_rules(spec, gpn, n_gpus, model)
     problems += _single_value_rules(spec)
@@ -84,27 +83,21 @@ def preflight(
         raise GrpoPreflightError(failed)
 
 
-def _grpo_rules(spec: GrpoSpec) -> list[str | None]:
-    kl_on = bool(spec.use_kl_loss) or bool(spec.use_kl_in_reward)
+def grpo_notes(spec: GrpoSpec) -> list[str]:
+    """What verl does with GRPO settings it runs but that change what GRPO learns from.
+
+    Neither KL switch on (useKlLoss and useKlInReward false) is no note: verl then builds no
+    reference model (main_ppo.py TaskRunner.add_ref_policy_worker v0.6.1, need_reference_policy
+    verl/trainer/ppo/utils.py 0.9.0) and trains on the policy loss alone, as Dr.GRPO does."""
+    if spec.rollout_n > 1:
+        return []
     return [
-        _problem(
-            "rollout_n",
-            spec.rollout_n,
-            "GRPO compares a group of responses per prompt; with one response every advantage "
-            "is 0 and nothing is learned",
-            f"{_set('rollout_n', 8)} (2 or more; the tutorial uses 8)",
-        )
-        if spec.rollout_n < 2
-        else None,
-        _problem(
-            "use_kl_loss",
-            spec.use_kl_loss,
-            f"GRPO needs KL regularisation against the reference model, and neither this nor "
-            f"{_setting('useKlInReward')} is on",
-            f"{_set('use_kl_loss', True)} (as the tutorial's A4X command does)",
-        )
-        if not kl_on
-        else None,
+        f"{_setting(_alias('rollout_n'))} = {spec.rollout_n}: verl runs it, but each prompt's "
+        "group holds one response, and verl's GRPO advantage of a group of one is the "
+        "response's own reward (mean 0, std 1: compute_grpo_outcome_advantage, "
+        "verl/trainer/ppo/core_algos.py v0.6.1 and 0.9.0), so responses are scored against 0, "
+        "not against the other responses to their prompt. For GRPO's group comparison: "
+        f"{_set('rollout_n', 8)} (the tutorial's value)"
     ]
 
 

@@ -416,9 +416,14 @@ class GrpoPreflightError(pulumi.RunError, ValueError):
         )
 
 
-def default_experiment_name(profile: AcceleratorProfile, hub_id: str) -> str:
-    model = model_folder_name(hub_id).lower()
-    return f"grpo-{_sanitize(model, 'a-z0-9._-')}-{profile.name}"
+def default_experiment_name(profile: AcceleratorProfile, hub_id: str, stack: str = "") -> str:
+    """grpo-<model>-<stack> (the profile's name where no stack is given): the experiment names
+    the checkpoint and export folders, so two stacks that share a bucket, of one profile or not,
+    never share them. A stack named after its profile (the committed Pulumi.<profile>.yaml
+    stacks) has the name it had when the default was grpo-<model>-<profile>."""
+    model = _sanitize(model_folder_name(hub_id).lower(), "a-z0-9._-")
+    suffix = "-" + _sanitize(stack or profile.name, "A-Za-z0-9._-")[:60]
+    return f"grpo-{model[: 100 - len('grpo-') - len(suffix)]}{suffix}"
 
 
 def default_grpo_spec(
@@ -427,6 +432,7 @@ def default_grpo_spec(
     gpu_nodes: int,
     model: ModelFacts | None = None,
     experiment: str | None = None,
+    stack: str = "",
 ) -> GrpoSpec:
     """The tutorial's job for this profile and mode, on `gpu_nodes` nodes of the profile, training
     `model` (default: the tutorial's, verl-gke:model's default). The model's folder, the world
@@ -439,7 +445,7 @@ def default_grpo_spec(
         )
     model = model if model is not None else table_facts(DEFAULT_MODEL)
     folder = model_path(model.hub_id, model.revision)
-    name = experiment if experiment is not None else default_experiment_name(profile, model.hub_id)
+    name = experiment or default_experiment_name(profile, model.hub_id, stack)
     values = {
         **per_mode[mode],
         "rolloutTensorParallelSize": _default_tp(per_mode[mode], profile, model),

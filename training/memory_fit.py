@@ -133,6 +133,34 @@ class ModelArch:
         )
 
 
+# The linear layers of a ModelArch decoder layer, by their Hugging Face module names: PEFT's
+# "all-linear" (verl's default target_modules, hf_model.yaml v0.6.1 and 0.9.0) is every one of
+# them (PEFT leaves out only the output layer, lm_head).
+def _layer_linears(arch: ModelArch) -> dict[str, tuple[int, int]]:
+    h, i = arch.hidden_size, arch.intermediate_size
+    return {
+        "q_proj": (h, arch.q_size),
+        "k_proj": (h, arch.kv_size),
+        "v_proj": (h, arch.kv_size),
+        "o_proj": (arch.q_size, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
+
+
+def lora_params(arch: ModelArch, rank: int, target_modules: tuple[str, ...] | None) -> int:
+    """The parameters of a LoRA adapter of `rank` on `target_modules` (None: all-linear): PEFT
+    adds lora_A (in x r) and lora_B (r x out) to each targeted Linear. A name that is no
+    decoder-layer linear counts as all-linear, an upper bound."""
+    linears = _layer_linears(arch)
+    if target_modules is None or not set(target_modules) <= set(linears):
+        chosen = list(linears.values())
+    else:
+        chosen = [linears[name] for name in dict.fromkeys(target_modules)]
+    return arch.num_hidden_layers * sum(rank * (fan_in + fan_out) for fan_in, fan_out in chosen)
+
+
 @dataclass(frozen=True)
 class GrpoMemoryInputs:
     """What the estimator needs from the GRPO job spec and the accelerator profile."""
@@ -162,8 +190,11 @@ class GrpoMemoryInputs:
     # actor fsdp_config.offload_policy (FSDP2 CPUOffloadPolicy): sharded params, grads and AdamW
     # stay in host memory and the optimizer steps on CPU.
     offload_policy: bool = False
-    # use_kl_loss (or use_kl_in_reward) makes verl build a reference model.
+    # use_kl_loss (or use_kl_in_reward) makes verl build a reference model, except for LoRA.
     use_reference: bool = True
+    # LoRA (actor_rollout_ref.model.lora_rank > 0): the adapter's parameters (lora_params), the
+    # only ones with gradients and AdamW states; the base weights stay, frozen, in the actor.
+    lora_adapter_params: int = 0
     ref_param_offload: bool = False
     # verl's legacy FSDP worker (<= v0.8) builds the ref in bf16; v0.9's engine workers in fp32.
     ref_dtype_bytes: int = BF16
@@ -388,7 +419,12 @@ class _Resident:
 def _resident(inputs: GrpoMemoryInputs) -> _Resident:
     arch = inputs.model
     n = inputs.n_gpus
-    params = arch.num_params
+    # LoRA: PEFT freezes the base weights (requires_grad False), so only the adapter gets
+    # gradients, and torch's AdamW keeps state only for parameters that have one (verl's
+    # build_optimizer passes every parameter: fsdp_workers.py v0.6.1, transformer_impl.py
+    # _build_optimizer 0.9.0). The actor keeps base and adapter in fp32 (model_dtype).
+    params = arch.num_params + inputs.lora_adapter_params
+    trained = inputs.lora_adapter_params or arch.num_params
     ref_shard = _gib(inputs.ref_dtype_bytes * params / n) if inputs.use_reference else 0.0
     # bf16 all-gather buffers: FSDP2 keeps the root unit (final norm + lm_head, or the tied
     # embedding) unsharded through forward and backward; layers are gathered one at a time with
@@ -397,8 +433,8 @@ def _resident(inputs: GrpoMemoryInputs) -> _Resident:
     vllm_resident = 0.0 if inputs.free_cache_engine else _vllm_reservation_gib(inputs)
     return _Resident(
         shard_params=_gib(FP32 * params / n),
-        shard_grads=_gib(FP32 * params / n),
-        shard_adam=_gib(2 * FP32 * params / n),
+        shard_grads=_gib(FP32 * trained / n),
+        shard_adam=_gib(2 * FP32 * trained / n),
         ref_shard=ref_shard,
         ref_resident=0.0 if inputs.ref_param_offload else ref_shard,
         on_gpu_states=not inputs.offload_policy,
@@ -461,8 +497,8 @@ def _optimizer_step_phase(inputs: GrpoMemoryInputs, r: _Resident) -> PhaseEstima
         Item("actor fp32 params (sharded)", r.shard_params),
         Item("actor fp32 grads (sharded)", r.shard_grads),
         Item("actor AdamW states (sharded)", r.shard_adam),
-        # torch's foreach AdamW materialises sqrt(exp_avg_sq) for every parameter at once.
-        Item("AdamW foreach temporaries", r.shard_params),
+        # torch's foreach AdamW materialises sqrt(exp_avg_sq) for every trained parameter.
+        Item("AdamW foreach temporaries", r.shard_grads),
         Item("ref params (sharded, resident)", r.ref_resident),
         r.vllm_item,
     ]

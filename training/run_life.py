@@ -5,15 +5,23 @@ checkpoints it keeps (the runner prunes what verl's own pruning misses after a r
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from config.bucket_layout import GSM8K_TRAIN
 from config.run_inputs import GSM8K_ROWS
 from config.verl_source import release_at_least
-from training.grpo_spec import LORA_RANK_KEY, GrpoSpec, _as_int, setting_of
+from training.grpo_spec import (
+    LORA_ADAPTER_KEY,
+    LORA_RANK_KEY,
+    GrpoSpec,
+    _as_int,
+    setting_of,
+)
 
 TOTAL_STEPS_KEY = "trainer.total_training_steps"
 LORA_ALPHA_KEY = "actor_rollout_ref.model.lora_alpha"
+LORA_TARGETS_KEY = "actor_rollout_ref.model.target_modules"
 # verl's default (_generated_ppo_trainer.yaml actor_rollout_ref.model.lora_alpha, v0.6.1 and
 # 0.9.0).
 LORA_ALPHA_DEFAULT = 16
@@ -102,12 +110,62 @@ def checkpoint_keep_problems(spec: GrpoSpec, verl_ref: str) -> list[str]:
 
 def lora_alpha(spec: GrpoSpec) -> int | None:
     """A LoRA run's lora_alpha (verl trains LoRA when lora_rank > 0: fsdp_workers.py v0.6.1), for
-    the exported adapter's config; None without LoRA."""
+    the exported adapter's config; None without LoRA. lora_alpha_problems refuses any value that
+    is no integer first."""
     rank = _as_int(extra_override_value(spec, LORA_RANK_KEY))
     if rank is None or rank <= 0:
         return None
-    alpha = _as_int(extra_override_value(spec, LORA_ALPHA_KEY))
+    alpha = _alpha_int(extra_override_value(spec, LORA_ALPHA_KEY))
     return LORA_ALPHA_DEFAULT if alpha is None else alpha
+
+
+def _alpha_int(value: str | None) -> int | None:
+    # A quoted '32' is a string to Hydra, which OmegaConf converts to the int field.
+    return _as_int(value.strip("'\"") if value is not None else None)
+
+
+def uses_lora(spec: GrpoSpec) -> bool:
+    """verl trains a LoRA adapter, and then computes the reference log-probs with the actor's
+    adapter disabled instead of building a reference model (ref_in_actor: lora_rank > 0 or a
+    lora_adapter_path; ray_trainer.py RayPPOTrainer.__init__ v0.6.1 and 0.9.0)."""
+    rank = _as_int(extra_override_value(spec, LORA_RANK_KEY))
+    adapter = extra_override_value(spec, LORA_ADAPTER_KEY)
+    return (rank is not None and rank > 0) or (adapter is not None and adapter != "null")
+
+
+def lora_shape(spec: GrpoSpec) -> tuple[int, tuple[str, ...] | None]:
+    """The adapter's rank (0: not known from the settings) and target modules (None: verl's
+    default all-linear, or a value that is no plain list of names)."""
+    rank = _as_int(extra_override_value(spec, LORA_RANK_KEY)) or 0
+    targets = extra_override_value(spec, LORA_TARGETS_KEY)
+    if targets is None or not (targets.startswith("[") and targets.endswith("]")):
+        return max(rank, 0), None
+    names = tuple(n.strip().strip("'\"") for n in targets[1:-1].split(",") if n.strip())
+    return max(rank, 0), names or None
+
+
+def lora_alpha_problems(spec: GrpoSpec) -> list[str]:
+    """verl declares `lora_alpha: int` (HFModelConfig, verl/workers/config/model.py v0.6.1 and
+    0.9.0) and converts actor_rollout_ref.model to it with OmegaConf's type checks when the
+    rollout starts, LoRA or not (omega_conf_to_dataclass(..., dataclass_type=HFModelConfig):
+    fsdp_workers.py _build_rollout v0.6.1, vLLMHttpServer._init_model_config 0.9.0), on the
+    GPUs: Hydra reads `32.0` as a float and OmegaConf refuses it ("could not be converted to
+    Integer"), even though PEFT would scale by a float alpha / r."""
+    value = extra_override_value(spec, LORA_ALPHA_KEY)
+    if value is None or _alpha_int(value) is not None:
+        return []
+    try:
+        number = float(value.strip("'\""))
+    except ValueError:
+        number = float(LORA_ALPHA_DEFAULT)
+    fix = max(1, round(number)) if math.isfinite(number) else LORA_ALPHA_DEFAULT
+    where = setting_of("extraOverrides")
+    return [
+        f"{where} sets {LORA_ALPHA_KEY}={value}: verl declares lora_alpha an integer and refuses "
+        f"any other value when the rollout builds its model config, after the GPU nodes are up "
+        f"(OmegaConf: could not be converted to Integer). Fix: item '{LORA_ALPHA_KEY}={fix}' "
+        f"(PEFT scales the adapter by lora_alpha / lora_rank)"
+    ]
 
 
 # Bytes per parameter of one verl FSDP actor checkpoint (verl FSDPCheckpointManager with the

@@ -23,7 +23,10 @@
 4. When training exits 0, `training.done` is written (step, identity, command hash, length),
    then the export runs (export_model.py, next to this file). The exit status is the failed
    step's; a trainer killed by signal S is reported by the signal's name and exits 128 + S.
-5. Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
+5. The training data each attempt starts on is recorded (verl-gke-data.json: train_files, its
+   size and modification time); an attempt that resumes a checkpoint on other data says so and
+   what verl does with the saved dataloader position (data_change_note).
+6. Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
    restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
    attempts are recorded in recovery.json.
 
@@ -66,6 +69,8 @@ PRUNE_POLL_S = float(os.environ.get("VERL_GKE_PRUNE_POLL_S", "30"))
 EXPORT_SCRIPT = Path(__file__).with_name("export_model.py")
 # export_model.MARKER (tests/test_run_grpo.py checks they agree).
 EXPORT_MARKER = ".verl-gke-export.json"
+# The training data the run's latest attempt started on (data_change_note).
+DATA_FILE = "verl-gke-data.json"
 # Exit status when the run folder belongs to a run of another identity.
 IDENTITY_MISMATCH = 3
 
@@ -153,6 +158,50 @@ def finished_reason(
     return None
 
 
+def train_data(length: dict[str, Any]) -> dict[str, Any]:
+    """The run's train_files as the head sees them: path, size and modification time."""
+    path = str(length.get("train_files"))
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return {"train_files": path}
+    return {"train_files": path, "bytes": stat.st_size, "modified_ns": stat.st_mtime_ns}
+
+
+def data_change_note(run_dir: Path, length: dict[str, Any]) -> str | None:
+    """What resuming on other training data does, when the latest checkpoint was trained on
+    other data (another path, size or modification time); records the data this attempt uses.
+    verl resumes the checkpoint's model and optimizer and, from its data.pt, the train
+    dataloader's position (RayPPOTrainer._load_checkpoint, ray_trainer.py v0.6.1 and 0.9.0):
+    torchdata's StatefulDataLoader (0.11) restores how many samples the epoch had drawn and
+    skips that many of the new data's shuffled order (the sampler's fixed seed,
+    main_ppo.create_rl_sampler), so new rows are counted against the old position; with fewer
+    rows than that, the first batch raises StopIteration. verl 0.9.0 skips the restore when the
+    step is at an epoch boundary of the new dataloader, and starts at epoch
+    global_steps // len(train_dataloader). (Run with verl's RayPPOTrainer._load_checkpoint at
+    v0.6.1 and 0.9.0 and torchdata 0.11.0: 10 rows drawn 4, resumed on 10, 6, 4 and 3 rows.)"""
+    now = train_data(length)
+    before = _read_json(run_dir / DATA_FILE)
+    (run_dir / DATA_FILE).write_text(json.dumps(now, sort_keys=True) + "\n")
+    step = latest_step(run_dir)
+    if before is None or before == now or step is None:
+        return None
+    changed = ", ".join(
+        f"{key} {before.get(key)!r} -> {now.get(key)!r}"
+        for key in sorted({*before, *now})
+        if before.get(key) != now.get(key)
+    )
+    return (
+        f"the training data changed since this run's checkpoints ({changed}); verl resumes "
+        f"global_step_{step} (model, optimizer) and its saved dataloader position: it skips as "
+        "many rows of the new data's shuffled order as the epoch had drawn from the old data "
+        "and goes on, so this epoch repeats or misses rows, and with fewer new rows than were "
+        "drawn the trainer fails (StopIteration; verl 0.9.0 restores no position when the step "
+        "is at an epoch boundary of the new data). The run's length follows the new data. To "
+        "train on the new data from step 0, set a new verl-gke:job.experimentName"
+    )
+
+
 def signal_exit(returncode: int) -> tuple[str, int]:
     """(how the trainer ended, the runner's exit status). subprocess gives -S for a process
     killed by signal S (Python docs, subprocess.Popen.returncode); returned as is, sys.exit(-9)
@@ -217,6 +266,9 @@ def train(
         if (_read_json(run_dir / TRAINING_DONE_FILE) or {}).get("command_sha256") != sha:
             _record_done(run_dir, identity, sha, length)
         return 0
+    changed = data_change_note(run_dir, length)
+    if changed is not None:
+        _say(changed)
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
     with pruning(run_dir, keep):
