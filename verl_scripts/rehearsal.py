@@ -26,8 +26,9 @@ verl's own source run in that namespace; the record's notes say so.
 --stand-in-model JSON: {"dir": DIR, "max_position_embeddings": N, "vocab_size": N,
                         "chat_template": bool}: a tiny tokenizer and config written to DIR and
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
---cases CASES.json: {"parquet": {"<dest.parquet>": "<rows.jsonl>"}, "cases": {"<name>":
-    {"overrides": [...], "context": {...}, "stand_in_model": {...}, "offline_plan": bool}}};
+--cases CASES.json: {"parquet": {"<dest.parquet>": "<rows.jsonl>" or {"rows": ..., "at_least": N}},
+    "cases": {"<name>": {"overrides": [...], "context": {...}, "stand_in_model": {...},
+    "offline_plan": bool}}};
     --out then holds {"<name>": <record>}.
 --offline-plan: not the training image: a package missing here is a note, not a problem.
 Exit status 0 when every case is ok, 1 when a problem was found, 2 on bad arguments.
@@ -41,11 +42,9 @@ import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
-import inspect
 import json
 import os
 import sys
-import textwrap
 import traceback
 import types
 from pathlib import Path
@@ -62,7 +61,11 @@ STAND_IN_TEMPLATE = (
 )
 
 
-class Problem(Exception):
+# verl modules loaded statement by statement in this process -> the note saying why.
+PARTIAL: dict[str, str] = {}
+
+
+class ProblemFoundError(Exception):
     """A finding that stops the run: the Hydra key, its value, the library's message, a fix."""
 
     def __init__(self, key: str, value: Any, message: str, fix: str | None = None) -> None:
@@ -98,7 +101,7 @@ def verl_namespace(module: str, notes: list[str]) -> dict[str, Any]:
     partial module then stands in sys.modules for verl's own `from <module> import ...`."""
     try:
         return vars(importlib.import_module(module))
-    except ImportError as error:
+    except Exception as error:  # ImportError, or a package's own refusal (vLLM absent: ValueError)
         reason = f"{type(error).__name__}: {error}"
     path = verl_source(module)
     spec = importlib.util.spec_from_file_location(module, path)
@@ -112,7 +115,7 @@ def verl_namespace(module: str, notes: list[str]) -> dict[str, Any]:
         except Exception:  # a statement needing what is missing here; its names stay unbound
             skipped += 1
     sys.modules[module] = partial
-    notes.append(
+    PARTIAL[module] = (
         f"{module} does not import here ({reason}); its statements were run one by one "
         f"({skipped} skipped) and its functions are verl's own source in that namespace"
     )
@@ -314,7 +317,7 @@ def load_model(config: Any, record: dict[str, Any], notes: list[str]) -> tuple[A
         tokenizer = hf_tokenizer(local, trust_remote_code=trust)
         hf_config = AutoConfig.from_pretrained(local, trust_remote_code=trust)
     except Exception as error:
-        raise Problem(
+        raise ProblemFoundError(
             MODEL_PATH,
             path,
             f"{type(error).__name__}: {error}",
@@ -335,7 +338,7 @@ def check_chat_template(config: Any, tokenizer: Any, context: dict[str, Any]) ->
     import pyarrow.parquet as pq
 
     files = config.data.train_files
-    first = str(files if isinstance(files, str) else list(files)[0])
+    first = str(files if isinstance(files, str) else next(iter(files)))
     table = pq.read_table(first, columns=[config.data.prompt_key]).slice(0, 1).to_pylist()
     prompt = table[0][config.data.prompt_key] if table else None
     if not isinstance(prompt, list):
@@ -348,7 +351,7 @@ def check_chat_template(config: Any, tokenizer: Any, context: dict[str, Any]) ->
             fix = f"pulumi config set verl-gke:model {model}-Instruct"
         else:
             fix = "pulumi config set verl-gke:model <a model whose tokenizer has a chat template>"
-        raise Problem(
+        raise ProblemFoundError(
             "verl-gke:model",
             model or config.actor_rollout_ref.model.path,
             f"the prompts are chat messages and the tokenizer has no chat template: "
@@ -381,8 +384,8 @@ def build_dataloaders(
     (create_rl_sampler), the StatefulDataLoaders and total_training_steps."""
     trainer = types.SimpleNamespace(config=config, tokenizer=tokenizer, processor=None)
     if uses_v1(config):
-        module, method = "verl.trainer.ppo.v1.trainer_base", "TrainerBase._init_dataloader"
-        # TrainerBase.__init__ sets these two before init() calls _init_dataloader.
+        module, method = "verl.trainer.ppo.v1.trainer_base", "PPOTrainer._init_dataloader"
+        # PPOTrainer.__init__ sets these two before init() calls _init_dataloader.
         trainer.trainer_mode = config.trainer.v1.trainer_mode
         trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
             "parameter_sync_step", 1
@@ -421,7 +424,8 @@ def _legacy_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -
 
 
 def _v1_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -> tuple:
-    """TrainerBase.fit (0.9.0, trainer.use_v1), fresh start: global_steps starts at 1;
+    """PPOTrainer.fit (0.9.0 verl/trainer/ppo/v1/trainer_base.py, trainer.use_v1), fresh
+    start: global_steps starts at 1;
     `while current_epoch < total_epochs and global_steps <= total_training_steps`; the same
     is_last_step and save condition; current_epoch = (global_steps - 1) // steps_per_epoch."""
     step, epoch, saves = 1, 0, []
@@ -442,14 +446,21 @@ def run_length(
     save_freq = int(config.trainer.save_freq)
     if uses_v1(config):
         per_epoch = int(trainer.steps_per_epoch)
-        fit, loop = _v1_fit, line_of(
-            "verl.trainer.ppo.v1.trainer_base", "while current_epoch < self.config.trainer"
+        fit, loop = (
+            _v1_fit,
+            line_of(
+                "verl.trainer.ppo.v1.trainer_base", "while current_epoch < self.config.trainer"
+            ),
         )
         counted = f"len(train_dataset) // data.train_batch_size = {per_epoch}"
     else:
         per_epoch = len(trainer.train_dataloader)
-        fit, loop = _legacy_fit, line_of(
-            "verl.trainer.ppo.ray_trainer", "for epoch in range(self.config.trainer.total_epochs)"
+        fit, loop = (
+            _legacy_fit,
+            line_of(
+                "verl.trainer.ppo.ray_trainer",
+                "for epoch in range(self.config.trainer.total_epochs)",
+            ),
         )
         counted = f"len(train_dataloader) = {per_epoch}"
     last, saves = fit(per_epoch, epochs, total, save_freq)
@@ -643,9 +654,8 @@ def _run_spmd(
     context: dict[str, Any],
     record: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    from verl.utils.config import omega_conf_to_dataclass
-
     from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
 
     code, where = spmd
     composed = config.actor_rollout_ref.rollout
@@ -780,7 +790,7 @@ def rehearse(
             OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
             validate(config)
         except Exception as error:
-            raise Problem(
+            raise ProblemFoundError(
                 "overrides", None, f"{type(error).__name__}: {error}", "see verl's message"
             ) from error
         versions_and_requirements(config, offline, record, problems)
@@ -790,7 +800,7 @@ def rehearse(
         problems += run_length(config, trainer, context, record)
         problems += score_rows(config, trainer, samples, context, record, notes)
         problems += rollout_checks(config, hf_config, context, record, notes)
-    except Problem as problem:
+    except ProblemFoundError as problem:
         problems.append(
             _problem(
                 _setting(context, problem.key, problem.key),
@@ -811,19 +821,27 @@ def rehearse(
         notes.append(traceback.format_exc(limit=-8))
     if record["versions"] is None:
         versions_and_requirements(config, offline, record, problems)
+    notes.extend(PARTIAL.values())
     record["problems"] = problems
     record["ok"] = not problems
     return record
 
 
-def write_parquet(source: Path, destination: Path) -> None:
-    """JSON lines (rows in verl's parquet shape) -> parquet, for the committed example rows."""
+def write_parquet(destination: Path, source: str | dict[str, Any]) -> None:
+    """JSON lines (rows in verl's parquet shape) -> parquet, for the committed example rows;
+    {"rows": FILE, "at_least": N} repeats them (a fresh extra_info.index each) to N rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    spec = {"rows": source} if isinstance(source, str) else source
+    lines = Path(spec["rows"]).read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    wanted = max(len(rows), int(spec.get("at_least") or 0))
+    repeated = [json.loads(json.dumps(rows[i % len(rows)])) for i in range(wanted)]
+    for index, row in enumerate(repeated):
+        row.setdefault("extra_info", {})["index"] = index
     destination.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), str(destination))
+    pq.write_table(pa.Table.from_pylist(repeated), str(destination))
 
 
 def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -850,7 +868,7 @@ def main(argv: list[str]) -> int:
         request = json.loads(args.cases.read_text())
         cases = request["cases"]
         for destination, source in request.get("parquet", {}).items():
-            write_parquet(Path(source), Path(destination))
+            write_parquet(Path(destination), source)
     else:
         cases = None
     # verl, Hydra and datasets print progress on stdout: the record alone goes there.
