@@ -163,13 +163,19 @@ def config_dir() -> Path:
     return verl_source("verl.trainer.main_ppo").parent / "config"
 
 
+_HYDRA: list[Any] = []
+
+
 def compose(overrides: list[str]) -> Any:
+    """verl's ppo_trainer config with `overrides`, composed by Hydra as main_ppo's
+    @hydra.main(version_base=None) does; Hydra is initialized once per process."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    # version_base=None, as main_ppo's @hydra.main.
-    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+    if not _HYDRA:
+        _HYDRA.append(initialize_config_dir(config_dir=str(config_dir()), version_base=None))
+        _HYDRA[0].__enter__()
+    return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
 def validate(config: Any) -> None:
@@ -518,6 +524,9 @@ def load_reward(config: Any, notes: list[str]) -> tuple[Any, str]:
     load_reward_manager chooses (0.6.1; 0.9.0's reward loop calls the same pair)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
+    # get_custom_reward_fn keeps the file it loaded as sys.modules["custom_module"] and reuses
+    # it (reward.py, 0.6.1 and 0.9.0): one reward per trainer process, one per case here.
+    sys.modules.pop("custom_module", None)
     function = get_custom_reward_fn(config)
     if function is not None:
         section = config.get("custom_reward_function") or {}
