@@ -20,6 +20,7 @@ import pytest
 
 from config import run_inputs
 from config.profiles import PROFILES
+from config.settings import StackSettings, load_settings
 from planning.rehearsal import (
     EXAMPLE_ROWS,
     SCRIPT,
@@ -28,7 +29,9 @@ from planning.rehearsal import (
     rehearsal_context,
     rehearsal_env,
 )
+from tests.program import REAL
 from tests.support.require import verl_installed, verl_python
+from training.assembly import training_job
 from training.grpo_spec import GrpoSpec, apply_overrides, default_grpo_spec, hydra_overrides
 
 pytestmark = pytest.mark.integration
@@ -56,21 +59,21 @@ TEST_REWARDS = "tests/data/rehearsal/rewards.py"
 BASE_MODEL = "meta-llama/Llama-3.1-8B"
 # case -> (extraOverrides, reward (file, function) or None for verl's own score, stand-in changes)
 CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
-    "default": ([], EXACT_MATCH, {}),
-    "builtin-score": ([], None, {}),
+    "default": ([], None, {}),
     "steps-100": (["trainer.total_training_steps=100"], EXACT_MATCH, {}),
-    "steps-fixed": ([f"trainer.total_training_steps={STEPS_PER_EPOCH}"], EXACT_MATCH, {}),
     "steps-0": (["trainer.total_training_steps=0"], EXACT_MATCH, {}),
     "max-len-16k": (["actor_rollout_ref.rollout.max_model_len=16384"], EXACT_MATCH, {}),
-    "max-len-16k-fixed": (
+    "max-len-64k": (["actor_rollout_ref.rollout.max_model_len=65536"], EXACT_MATCH, {}),
+    # The fixes the refusals of steps-100 and max-len-16k offer, together.
+    "fixed": (
         [
+            f"trainer.total_training_steps={STEPS_PER_EPOCH}",
             "actor_rollout_ref.rollout.max_model_len=16384",
             "actor_rollout_ref.rollout.max_num_batched_tokens=16384",
         ],
         EXACT_MATCH,
         {},
     ),
-    "max-len-64k": (["actor_rollout_ref.rollout.max_model_len=65536"], EXACT_MATCH, {}),
     "no-chat-template": ([], EXACT_MATCH, {"chat_template": False}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
 }
@@ -135,6 +138,7 @@ def _records() -> dict[str, dict[str, dict[str, Any]]]:
                 env=rehearsal_env(release),
             ),
         )
+    _offline_plan()  # the offline plan's own rehearsal, while these run
     records = {}
     for release, (work, process) in running.items():
         _, stderr = process.communicate(timeout=300)
@@ -171,7 +175,8 @@ def test_the_default_job_rehearses_clean(release: str) -> None:
     assert length["save_steps"] == [2, 3] and length["final_save"]
     assert record["model"]["chat_template"] is True
     assert record["model"]["max_position_embeddings"] == MODEL_CONTEXT
-    assert record["reward"]["function"] == f"{REPO / EXACT_MATCH[0]}:{EXACT_MATCH[1]}"
+    # GSM8K without verl-gke:reward: verl's own default_compute_score.
+    assert record["reward"]["function"].endswith("default_compute_score")
     samples = record["reward"]["samples"]
     assert [s["ground_truth"] for s in samples] == ["84", "90", "120", "175"]
     assert all(s["score_correct"] == 1.0 and s["score_wrong"] == 0.0 for s in samples)
@@ -180,12 +185,11 @@ def test_the_default_job_rehearses_clean(release: str) -> None:
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_verls_own_score_is_used_without_a_reward(release: str) -> None:
-    builtin = _record(release, "builtin-score")
-    assert builtin["ok"], builtin["problems"]
-    assert builtin["reward"]["function"].endswith("default_compute_score")
-    assert [s["score_correct"] for s in builtin["reward"]["samples"]] == [1.0] * 4
-    assert [s["score_wrong"] for s in builtin["reward"]["samples"]] == [0.0] * 4
+def test_a_custom_reward_is_loaded_as_verl_loads_it_and_scores_the_rows(release: str) -> None:
+    record = _record(release, "fixed")
+    assert record["reward"]["function"] == f"{REPO / EXACT_MATCH[0]}:{EXACT_MATCH[1]}"
+    samples = record["reward"]["samples"]
+    assert [(s["score_correct"], s["score_wrong"]) for s in samples] == [(1.0, 0.0)] * 4
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -209,7 +213,7 @@ def test_total_training_steps_past_the_data_ends_with_the_data_and_no_final_save
         f"trainer.total_training_steps={STEPS_PER_EPOCH}"
     )
     # The fix, rehearsed: the run ends at its last step with that step saved.
-    fixed = _record(release, "steps-fixed")
+    fixed = _record(release, "fixed")
     assert fixed["ok"], fixed["problems"]
     assert fixed["length"]["last_step"] == STEPS_PER_EPOCH and fixed["length"]["final_save"]
 
@@ -249,7 +253,7 @@ def test_a_max_model_len_override_over_the_batched_tokens_is_refused_with_verls_
         "pulumi config set --path verl-gke:job.extraOverrides[1] "
         "actor_rollout_ref.rollout.max_num_batched_tokens=16384"
     )
-    fixed = _record("0.6.1", "max-len-16k-fixed")
+    fixed = _record("0.6.1", "fixed")
     assert fixed["ok"], fixed["problems"]
     assert fixed["rollout"]["max_model_len"] == 16384
 
@@ -317,20 +321,22 @@ def test_the_versions_are_the_environments_against_verls_declared_requirements(
     assert any("vllm is not installed here" in note for note in record["notes"])
 
 
-def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from config.settings import load_settings
-    from tests.program import REAL
-    from training.assembly import training_job
-
+@cache
+def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
+    """The a3u stack's job (verl v0.6.1) through planning/rehearsal.offline_rehearsal."""
     verl_python("0.6.1")
     settings = load_settings("a3u", dict(REAL), offline=False).settings
     spec = training_job(settings).spec
-    record = offline_rehearsal(settings, spec)
+    return spec, settings, offline_rehearsal(settings, spec)
+
+
+def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec, settings, record = _offline_plan()
     assert isinstance(record, dict), record
     assert record["verl"] == "0.6.1" and record["ok"], record["problems"]
-    # The example rows repeated to one batch of the stack's job.
+    # The example rows repeated to one batch of the stack's job: one step an epoch.
     assert record["data"]["train_rows"] == spec.train_batch_size
     assert record["length"]["last_step"] == spec.total_epochs
     assert any("offline plan" in note for note in record["notes"])

@@ -178,21 +178,25 @@ def compose(overrides: list[str]) -> Any:
     return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
-def validate(config: Any) -> None:
+def validate(config: Any, stage: dict[str, Any] | None = None) -> None:
     """main_ppo's checks before anything is built: verl's validate_config with the reference and
     critic switches TaskRunner derives, then the worker config dataclasses fsdp_workers.py
-    converts first (their __post_init__ checks)."""
+    converts first (their __post_init__ checks). `stage["stage"]` follows the step."""
     from verl.trainer.ppo.utils import need_critic
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
+    stage = stage if stage is not None else {}
+    stage["stage"] = "validate"
     # TaskRunner adds the reference-policy worker exactly when either KL switch is on
-    # (add_ref_policy_worker, 0.6.1; need_reference_policy, 0.9.0).
+    # (add_ref_policy_worker, 0.6.1; need_reference_policy, 0.9.0); the worker classes need
+    # GPUs, so the rule is restated here and the rest is verl's own code.
     use_reference_policy = bool(
         config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss
     )
     validate_config(
         config=config, use_reference_policy=use_reference_policy, use_critic=need_critic(config)
     )
+    stage["stage"] = "worker_config"
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.actor_rollout_ref.ref.fsdp_config)
 
