@@ -405,7 +405,18 @@ def build_dataloaders(
         module, method = "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._create_dataloader"
         # 0.6.1 imports create_rl_dataset/create_rl_sampler from main_ppo inside the method.
         verl_namespace("verl.trainer.main_ppo", notes)
-        verl_function(module, method, notes)(trainer, None, None, None, None)
+        try:
+            verl_function(module, method, notes)(trainer, None, None, None, None)
+        except AssertionError as error:  # "Train dataloader is empty!" (drop_last=True)
+            kept = len(getattr(trainer, "train_dataset", []) or [])
+            batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+            raise ProblemFoundError(
+                "data.train_batch_size",
+                batch,
+                f"AssertionError: {error} ({module}.{method}): {kept} training rows are left "
+                f"after verl's filtering, fewer than one batch of {batch}",
+                "a dataset with at least one batch of rows that fit data.max_prompt_length",
+            ) from error
     trainer.method = f"{module}.{method}"
     record["data"] = {
         "train_rows": _rows_in(config.data.train_files),
@@ -785,6 +796,7 @@ def rehearse(
     record["notes"] = notes
     problems: list[dict[str, Any]] = []
     config = None
+    stage = "writing the stand-in model"
     try:
         if stand_in is not None:
             folder = write_stand_in_model(stand_in)
@@ -796,6 +808,7 @@ def rehearse(
                 "the model's context and vocabulary; prompt token counts are words, not the "
                 "model's tokens"
             )
+        stage = "composing and validating the config (main_ppo)"
         try:
             config = compose(overrides)
             from omegaconf import OmegaConf
@@ -803,15 +816,20 @@ def rehearse(
             OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
             validate(config)
         except Exception as error:
-            raise ProblemFoundError(
-                "overrides", None, f"{type(error).__name__}: {error}", "see verl's message"
-            ) from error
+            message = f"{type(error).__name__}: {error}"
+            named = [o.lstrip("+").partition("=")[0] for o in overrides]
+            key = next((k for k in named if k in message), "verl-gke:job")
+            raise ProblemFoundError(key, None, message, f"correct or remove {key}") from error
         versions_and_requirements(config, offline, record, problems)
+        stage = "loading the tokenizer and model config (TaskRunner.run)"
         tokenizer, hf_config = load_model(config, record, notes)
         check_chat_template(config, tokenizer, context)
+        stage = "building the datasets and dataloaders (the trainer's own method)"
         trainer = build_dataloaders(config, tokenizer, record, notes)
         problems += run_length(config, trainer, context, record)
+        stage = "loading and calling the reward"
         problems += score_rows(config, trainer, samples, context, record, notes)
+        stage = "checking the rollout's lengths"
         problems += rollout_checks(config, hf_config, context, record, notes)
     except ProblemFoundError as problem:
         problems.append(
@@ -827,7 +845,7 @@ def rehearse(
             _problem(
                 "rehearsal",
                 None,
-                f"{type(error).__name__}: {error}",
+                f"verl refused the job while {stage}: {type(error).__name__}: {error}",
                 "see verl's message; the traceback is in the notes",
             )
         )
