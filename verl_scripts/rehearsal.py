@@ -211,6 +211,14 @@ def _installed(package: str) -> str | None:
         return None
 
 
+def _requires(package: str) -> list[str]:
+    """The distribution's Requires-Dist lines; none when it is not installed."""
+    try:
+        return importlib.metadata.requires(package) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+
+
 def versions_and_requirements(
     config: Any, offline: bool, record: dict[str, Any], problems: list[dict[str, Any]]
 ) -> None:
@@ -220,10 +228,9 @@ def versions_and_requirements(
     rollout = str(config.actor_rollout_ref.rollout.name) if config is not None else "vllm"
     # verl's base requirements, its extra for the rollout engine, and vLLM's own (torch,
     # transformers), read from the installed distributions' metadata.
-    declared = [("verl", r, {"extra": ""}) for r in importlib.metadata.requires("verl") or []]
-    declared += [("verl", r, {"extra": rollout}) for r in importlib.metadata.requires("verl") or []]
-    if _installed("vllm") is not None:
-        declared += [("vllm", r, {"extra": ""}) for r in importlib.metadata.requires("vllm") or []]
+    declared = [("verl", r, {"extra": ""}) for r in _requires("verl")]
+    declared += [("verl", r, {"extra": rollout}) for r in _requires("verl")]
+    declared += [("vllm", r, {"extra": ""}) for r in _requires("vllm")]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for owner, text, environment in declared:
         requirement = Requirement(text)
@@ -787,10 +794,8 @@ def rehearse(
     stand_in: dict[str, Any] | None,
     offline: bool,
 ) -> dict[str, Any]:
-    import verl
-
     notes: list[str] = []
-    record: dict[str, Any] = {"schema": SCHEMA, "ok": False, "verl": verl.__version__}
+    record: dict[str, Any] = {"schema": SCHEMA, "ok": False, "verl": _installed("verl")}
     for field in ("versions", "requirements", "model", "data", "length", "reward", "rollout"):
         record[field] = None
     record["notes"] = notes
