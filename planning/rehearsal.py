@@ -19,6 +19,7 @@ from typing import Any
 
 from config import run_inputs
 from config.settings import StackSettings
+from training.assembly import reward_overrides
 from training.grpo_spec import (
     CONFIG_KEY,
     MODEL_KEY,
@@ -80,7 +81,7 @@ def rehearsal_context(spec: GrpoSpec, model: str | None = None) -> dict[str, Any
     return context
 
 
-def _local_overrides(
+def local_overrides(
     overrides: list[str], data: Path, model: Path, reward_file: Path | None
 ) -> list[str]:
     """The job's overrides with the data files, the model and the reward file of this machine."""
@@ -100,57 +101,60 @@ def _local_overrides(
     return result
 
 
-def offline_rehearsal(
-    settings: StackSettings, spec: GrpoSpec, reward_overrides: list[str] | None = None
-) -> dict[str, Any] | str:
+def _request(settings: StackSettings, spec: GrpoSpec, work: Path) -> dict[str, Any]:
+    """The --cases request: the job's overrides on this machine's example rows, stand-in model
+    and reward file."""
+    reward = run_inputs.reward_of(settings)
+    overrides = local_overrides(
+        [*hydra_overrides(spec), *reward_overrides(settings)],
+        work / "data",
+        work / "model",
+        REPO / reward.file if reward is not None else None,
+    )
+    facts = table_facts(settings.model) if _known(settings.model) else None
+    stand_in = {
+        "dir": str(work / "model"),
+        "max_position_embeddings": (facts.max_position_embeddings if facts else None) or 32768,
+        "vocab_size": facts.arch.vocab_size if facts else 32000,
+        "chat_template": True,
+    }
+    rows = {"at_least": spec.train_batch_size}  # the trainer refuses an empty dataloader
+    return {
+        "parquet": {
+            str(work / "data" / f"{split}.parquet"): {
+                **rows,
+                "rows": str(EXAMPLE_ROWS / f"{split}.jsonl"),
+            }
+            for split in ("train", "test")
+        },
+        "cases": {
+            "plan": {
+                "overrides": overrides,
+                "context": rehearsal_context(spec, settings.model),
+                "stand_in_model": stand_in,
+                "offline_plan": True,
+            }
+        },
+    }
+
+
+def offline_rehearsal(settings: StackSettings, spec: GrpoSpec) -> dict[str, Any] | str:
     """The rehearsal's record for this job on the committed example rows, or why it could not
-    run. `reward_overrides`: training.assembly.reward_overrides(settings), when a reward is set."""
+    run."""
     release = local_release(settings.verl_ref)
     if release is None:
         return f"could not rehearse: no local verl release stands for verlRef {settings.verl_ref}"
     python = verl_venvs() / release / "bin" / "python"
     if not python.is_file():
         return f"could not rehearse: no verl {release} virtualenv ({python}; `bash .ci/setup`)"
-    reward = run_inputs.reward_of(settings)
-    facts = table_facts(settings.model) if _known(settings.model) else None
-    batch = spec.train_batch_size
     with tempfile.TemporaryDirectory(prefix="verl-gke-rehearsal-") as folder:
         work = Path(folder)
-        overrides = _local_overrides(
-            [*hydra_overrides(spec), *(reward_overrides or [])],
-            work / "data",
-            work / "model",
-            REPO / reward.file if reward is not None else None,
-        )
-        stand_in = {
-            "dir": str(work / "model"),
-            "max_position_embeddings": (facts.max_position_embeddings if facts else None) or 32768,
-            "vocab_size": facts.arch.vocab_size if facts else 32000,
-            "chat_template": True,
-        }
-        request = {
-            # The rows repeated to one batch at least: the trainer refuses an empty dataloader.
-            "parquet": {
-                str(work / "data" / f"{split}.parquet"): {
-                    "rows": str(EXAMPLE_ROWS / f"{split}.jsonl"),
-                    "at_least": batch,
-                }
-                for split in ("train", "test")
-            },
-            "cases": {
-                "plan": {
-                    "overrides": overrides,
-                    "context": rehearsal_context(spec, settings.model),
-                    "stand_in_model": stand_in,
-                    "offline_plan": True,
-                }
-            },
-        }
-        (work / "cases.json").write_text(json.dumps(request))
+        (work / "cases.json").write_text(json.dumps(_request(settings, spec, work)))
         out = work / "record.json"
+        command = [str(python), str(SCRIPT), "--out", str(out), "--cases", str(work / "cases.json")]
         try:
             done = subprocess.run(
-                [str(python), str(SCRIPT), "--out", str(out), "--cases", str(work / "cases.json")],
+                command,
                 capture_output=True,
                 text=True,
                 env=rehearsal_env(release),
@@ -161,14 +165,13 @@ def offline_rehearsal(
             return f"could not rehearse: verl {release}'s rehearsal ran past {TIMEOUT_S} s"
         if done.returncode not in (0, 1) or not out.is_file():
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return (
-                f"could not rehearse: verl {release}'s rehearsal exited {done.returncode}: {tail}"
-            )
+            exited = f"verl {release}'s rehearsal exited {done.returncode}"
+            return f"could not rehearse: {exited}: {tail}"
         record: dict[str, Any] = json.loads(out.read_text())["plan"]
     record["notes"].append(
         f"offline plan: verl {release} from {python.parent.parent}, on the committed example rows "
-        f"({EXAMPLE_ROWS.relative_to(REPO)}, repeated to one batch of {batch}); the run's own "
-        "data, model and image are rehearsed by the Job before training"
+        f"({EXAMPLE_ROWS.relative_to(REPO)}, repeated to one batch of {spec.train_batch_size}); "
+        "the run's own data, model and image are rehearsed in the training image before training"
     )
     return record
 

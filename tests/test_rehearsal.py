@@ -24,7 +24,7 @@ from config.settings import StackSettings, load_settings
 from planning.rehearsal import (
     EXAMPLE_ROWS,
     SCRIPT,
-    _local_overrides,
+    local_overrides,
     offline_rehearsal,
     rehearsal_context,
     rehearsal_env,
@@ -94,7 +94,7 @@ def _case(release: str, name: str, work: Path) -> dict[str, Any]:
     spec = _spec(release, extra, job)
     key = run_inputs.reward_config_key(REF[release], REF[release])
     rewards = [f"{key}.path={REPO / reward[0]}", f"{key}.name={reward[1]}"] if reward else []
-    overrides = _local_overrides(
+    overrides = local_overrides(
         [*hydra_overrides(spec), *rewards], work / "data", work / name, None
     )
     model = BASE_MODEL if "chat_template" in job else "Qwen/Qwen2.5-32B-Instruct"

@@ -466,38 +466,33 @@ def _v1_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -> tu
     return step - 1, saves
 
 
+def _fit_loop(config: Any, trainer: types.SimpleNamespace) -> tuple[Any, int, str, str]:
+    """The trainer's fit() walk, steps per epoch, how they were counted, and the loop's line."""
+    if uses_v1(config):
+        per_epoch = int(trainer.steps_per_epoch)
+        loop = line_of("verl.trainer.ppo.v1.trainer_base", "while current_epoch < self.config")
+        return (
+            _v1_fit,
+            per_epoch,
+            f"len(train_dataset) // data.train_batch_size = {per_epoch}",
+            loop,
+        )
+    per_epoch = len(trainer.train_dataloader)
+    loop = line_of("verl.trainer.ppo.ray_trainer", "for epoch in range(self.config.trainer.total")
+    return _legacy_fit, per_epoch, f"len(train_dataloader) = {per_epoch}", loop
+
+
 def run_length(
     config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    epochs = int(config.trainer.total_epochs)
+    epochs, save_freq = int(config.trainer.total_epochs), int(config.trainer.save_freq)
     total = int(trainer.total_training_steps)
-    save_freq = int(config.trainer.save_freq)
-    if uses_v1(config):
-        per_epoch = int(trainer.steps_per_epoch)
-        fit, loop = (
-            _v1_fit,
-            line_of(
-                "verl.trainer.ppo.v1.trainer_base", "while current_epoch < self.config.trainer"
-            ),
-        )
-        counted = f"len(train_dataset) // data.train_batch_size = {per_epoch}"
-    else:
-        per_epoch = len(trainer.train_dataloader)
-        fit, loop = (
-            _legacy_fit,
-            line_of(
-                "verl.trainer.ppo.ray_trainer",
-                "for epoch in range(self.config.trainer.total_epochs)",
-            ),
-        )
-        counted = f"len(train_dataloader) = {per_epoch}"
+    fit, per_epoch, counted, loop = _fit_loop(config, trainer)
     last, saves = fit(per_epoch, epochs, total, save_freq)
     override = config.trainer.total_training_steps
-    decided = (
-        f"trainer.total_training_steps = {override}"
-        if override is not None
-        else f"{counted} x trainer.total_epochs {epochs}"
-    )
+    decided = f"{counted} x trainer.total_epochs {epochs}"
+    if override is not None:
+        decided = f"trainer.total_training_steps = {override}"
     record["length"] = {
         "steps_per_epoch": per_epoch,
         "epochs": epochs,
@@ -509,33 +504,31 @@ def run_length(
         "final_save": bool(saves) and saves[-1] == last,
         "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
     }
-    problems = []
-    key = "trainer.total_training_steps"
     if last == 0:
-        problems.append(
-            _problem_for(
-                context,
-                key,
-                override,
-                f"verl trains no step: total_training_steps = {total}, total_epochs = {epochs} "
-                f"({loop})",
-                per_epoch * epochs if per_epoch * epochs > 0 else None,
-            )
-        )
+        message = f"verl trains no step: total_training_steps = {total}, total_epochs = {epochs}"
+        fixed = per_epoch * epochs
     elif save_freq > 0 and saves[-1:] != [last]:
         saved = f"its last checkpoint is step {saves[-1]}" if saves else "it saves no checkpoint"
-        problems.append(
-            _problem_for(
-                context,
-                key,
-                override,
-                f"verl's fit() ends at step {last} ({counted} x {epochs} epochs; {loop}) before "
-                f"total_training_steps = {total} is reached, so is_last_step never holds and "
-                f"{saved} (trainer.save_freq = {save_freq})",
-                last,
-            )
+        message = (
+            f"verl's fit() ends at step {last} ({counted} x {epochs} epochs) before "
+            f"total_training_steps = {total} is reached, so is_last_step never holds and "
+            f"{saved} (trainer.save_freq = {save_freq})"
         )
-    return problems
+        fixed = last
+    else:
+        return []
+    # The fix, walked through the same loop: it must end at a step it saves.
+    end, fixed_saves = fit(per_epoch, epochs, fixed, save_freq)
+    accepted = end > 0 and (save_freq <= 0 or fixed_saves[-1:] == [end])
+    key = "trainer.total_training_steps"
+    return [
+        _problem(
+            _setting(context, key),
+            override,
+            f"{message} ({loop})",
+            _fix(context, key, fixed) if accepted else f"a dataset of more rows than {key}",
+        )
+    ]
 
 
 # --- 5. the reward ------------------------------------------------------------------------------
@@ -781,82 +774,81 @@ def _fix(context: dict[str, Any], key: str, value: Any) -> str:
     return f"pulumi config set --path {append} {key}={value}"
 
 
-def _problem_for(
-    context: dict[str, Any], key: str, value: Any, message: str, fixed: Any
-) -> dict[str, Any]:
-    return _problem(_setting(context, key), value, message, _fix(context, key, fixed))
+def _with_stand_in(overrides: list[str], stand_in: dict[str, Any], notes: list[str]) -> list[str]:
+    folder = write_stand_in_model(stand_in)
+    notes.append(
+        f"the model is a stand-in ({folder}): a word-level tokenizer, chat template "
+        f"{bool(stand_in.get('chat_template', True))}, and a config with the model's context and "
+        "vocabulary; prompt token counts are words, not the model's tokens"
+    )
+    kept = [o for o in overrides if not o.lstrip("+").startswith(f"{MODEL_PATH}=")]
+    return [*kept, f"{MODEL_PATH}={folder}"]
 
 
-def rehearse(
+def _composed(overrides: list[str]) -> Any:
+    from omegaconf import OmegaConf
+
+    try:
+        config = compose(overrides)
+        OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
+        validate(config)
+    except Exception as error:
+        message = f"{type(error).__name__}: {error}"
+        named = [o.lstrip("+").partition("=")[0] for o in overrides]
+        key = next((k for k in named if k in message), "verl-gke:job")
+        raise ProblemFoundError(key, None, message, f"correct or remove {key}") from error
+    return config
+
+
+def _steps(
     overrides: list[str],
-    samples: int,
-    context: dict[str, Any],
-    stand_in: dict[str, Any] | None,
-    offline: bool,
-) -> dict[str, Any]:
+    args: argparse.Namespace,
+    record: dict[str, Any],
+    stage: list[str],
+    problems: list[dict[str, Any]],
+) -> None:
+    """The rehearsal's steps in the trainer's order, adding to `problems`; `stage` names the
+    step running."""
+    notes, context = record["notes"], args.context
+    stage[0] = "composing and validating the config (main_ppo)"
+    config = _composed(overrides)
+    versions_and_requirements(config, args.offline_plan, record, problems)
+    stage[0] = "loading the tokenizer and model config (TaskRunner.run)"
+    tokenizer, hf_config = load_model(config, record, notes)
+    check_chat_template(config, tokenizer, context)
+    stage[0] = "building the datasets and dataloaders (the trainer's own method)"
+    trainer = build_dataloaders(config, tokenizer, record, notes)
+    problems += run_length(config, trainer, context, record)
+    stage[0] = "loading and calling the reward"
+    problems += score_rows(config, trainer, args.reward_samples, context, record, notes)
+    stage[0] = "checking the rollout's lengths"
+    problems += rollout_checks(config, hf_config, context, record, notes)
+
+
+def rehearse(overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One record. `args`: reward_samples, context, stand_in_model, offline_plan."""
     notes: list[str] = []
     record: dict[str, Any] = {"schema": SCHEMA, "ok": False, "verl": _installed("verl")}
     for field in ("versions", "requirements", "model", "data", "length", "reward", "rollout"):
         record[field] = None
     record["notes"] = notes
     problems: list[dict[str, Any]] = []
-    config = None
-    stage = "writing the stand-in model"
+    stage = ["writing the stand-in model"]
     try:
-        if stand_in is not None:
-            folder = write_stand_in_model(stand_in)
-            overrides = [o for o in overrides if not o.lstrip("+").startswith(f"{MODEL_PATH}=")]
-            overrides.append(f"{MODEL_PATH}={folder}")
-            notes.append(
-                f"the model is a stand-in ({folder}): a word-level tokenizer, "
-                f"chat template {bool(stand_in.get('chat_template', True))}, and a config with "
-                "the model's context and vocabulary; prompt token counts are words, not the "
-                "model's tokens"
-            )
-        stage = "composing and validating the config (main_ppo)"
-        try:
-            config = compose(overrides)
-            from omegaconf import OmegaConf
-
-            OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
-            validate(config)
-        except Exception as error:
-            message = f"{type(error).__name__}: {error}"
-            named = [o.lstrip("+").partition("=")[0] for o in overrides]
-            key = next((k for k in named if k in message), "verl-gke:job")
-            raise ProblemFoundError(key, None, message, f"correct or remove {key}") from error
-        versions_and_requirements(config, offline, record, problems)
-        stage = "loading the tokenizer and model config (TaskRunner.run)"
-        tokenizer, hf_config = load_model(config, record, notes)
-        check_chat_template(config, tokenizer, context)
-        stage = "building the datasets and dataloaders (the trainer's own method)"
-        trainer = build_dataloaders(config, tokenizer, record, notes)
-        problems += run_length(config, trainer, context, record)
-        stage = "loading and calling the reward"
-        problems += score_rows(config, trainer, samples, context, record, notes)
-        stage = "checking the rollout's lengths"
-        problems += rollout_checks(config, hf_config, context, record, notes)
+        if args.stand_in_model is not None:
+            overrides = _with_stand_in(overrides, args.stand_in_model, notes)
+        _steps(overrides, args, record, stage, problems)
     except ProblemFoundError as problem:
-        problems.append(
-            _problem(
-                _setting(context, problem.key, problem.key),
-                problem.value,
-                problem.message,
-                problem.fix,
-            )
-        )
+        setting = _setting(args.context, problem.key, problem.key)
+        problems.append(_problem(setting, problem.value, problem.message, problem.fix))
     except Exception as error:  # verl refused something this rehearsal has no rule for
+        message = f"verl refused the job while {stage[0]}: {type(error).__name__}: {error}"
         problems.append(
-            _problem(
-                "rehearsal",
-                None,
-                f"verl refused the job while {stage}: {type(error).__name__}: {error}",
-                "see verl's message; the traceback is in the notes",
-            )
+            _problem("rehearsal", None, message, "see verl's message; the traceback is in notes")
         )
         notes.append(traceback.format_exc(limit=-8))
     if record["versions"] is None:
-        versions_and_requirements(config, offline, record, problems)
+        versions_and_requirements(None, args.offline_plan, record, problems)
     notes.extend(PARTIAL.values())
     record["problems"] = problems
     record["ok"] = not problems
@@ -910,21 +902,18 @@ def main(argv: list[str]) -> int:
     # verl, Hydra and datasets print progress on stdout: the record alone goes there.
     with contextlib.redirect_stdout(sys.stderr):
         if cases is None:
-            result = rehearse(
-                overrides, args.reward_samples, args.context, args.stand_in_model, args.offline_plan
-            )
+            result = rehearse(overrides, args)
             ok = result["ok"]
         else:
-            result = {
-                name: rehearse(
-                    case["overrides"],
-                    case.get("reward_samples", args.reward_samples),
-                    case.get("context", {}),
-                    case.get("stand_in_model"),
-                    case.get("offline_plan", args.offline_plan),
+            result = {}
+            for name, case in cases.items():
+                case_args = argparse.Namespace(
+                    reward_samples=case.get("reward_samples", args.reward_samples),
+                    context=case.get("context", {}),
+                    stand_in_model=case.get("stand_in_model"),
+                    offline_plan=case.get("offline_plan", args.offline_plan),
                 )
-                for name, case in cases.items()
-            }
+                result[name] = rehearse(case["overrides"], case_args)
             ok = all(r["ok"] for r in result.values())
     text = json.dumps(result, indent=2, default=str)
     args.out.parent.mkdir(parents=True, exist_ok=True)
