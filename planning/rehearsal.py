@@ -78,6 +78,10 @@ def rehearsal_context(spec: GrpoSpec, model: str | None = None) -> dict[str, Any
     }
     if model is not None:
         context["model"] = model
+        # The instruction-tuned sibling the refusal of a model without a chat template offers,
+        # where the program's model table has it (meta-llama/Llama-3.1-8B -> ...-Instruct).
+        if "instruct" not in model.lower() and _known(f"{model}-Instruct"):
+            context["chat_model"] = f"{model}-Instruct"
     return context
 
 

@@ -21,8 +21,9 @@ Where a verl module does not import here (a minimal virtualenv without vLLM, pef
 statements are loaded one by one, skipping the imports that fail, and the functions named are
 verl's own source run in that namespace; the record's notes say so.
 
---context JSON: {"settings": {"<hydra key>": "<setting, e.g. verl-gke:job.totalTrainingSteps>"},
-                 "append": "<setting path a new override goes to>", "model": "<hub id>"}
+--context JSON: {"settings": {"<hydra key>": "<setting, e.g. verl-gke:job.saveFreq>"},
+                 "append": "<setting path a new override goes to>", "model": "<hub id>",
+                 "chat_model": "<a model of the program's table with a chat template>"}
 --stand-in-model JSON: {"dir": DIR, "max_position_embeddings": N, "vocab_size": N,
                         "chat_template": bool}: a tiny tokenizer and config written to DIR and
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
@@ -364,10 +365,8 @@ def check_chat_template(config: Any, tokenizer: Any, context: dict[str, Any]) ->
         tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     except Exception as error:
         model = context.get("model")
-        if model and "instruct" not in model.lower() and "chat" not in model.lower():
-            fix = f"pulumi config set verl-gke:model {model}-Instruct"
-        else:
-            fix = "pulumi config set verl-gke:model <a model whose tokenizer has a chat template>"
+        chat_model = context.get("chat_model")
+        fix = f"pulumi config set verl-gke:model {chat_model or '<a model with a chat template>'}"
         raise ProblemFoundError(
             "verl-gke:model",
             model or config.actor_rollout_ref.model.path,
