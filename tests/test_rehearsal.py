@@ -75,6 +75,9 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
         {},
     ),
     "no-chat-template": ([], EXACT_MATCH, {"chat_template": False}),
+    # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
+    # epochs with total_training_steps still 3.
+    "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
@@ -91,8 +94,18 @@ def _spec(release: str, extra: list[str], job: dict[str, Any]) -> GrpoSpec:
     return spec.model_copy(update={"n_gpus_per_node": 1, "nnodes": 1})
 
 
+def _finished_run(folder: Path, step: int) -> Path:
+    """A checkpoint folder as verl's trainer leaves it: global_step_<n>/ and the tracker file
+    find_latest_ckpt_path reads (verl/utils/checkpoint/checkpoint_manager.py)."""
+    (folder / f"global_step_{step}").mkdir(parents=True)
+    (folder / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return folder
+
+
 def _case(release: str, name: str, work: Path) -> dict[str, Any]:
     extra, reward, job = CASES[name]
+    if name.startswith("resume-"):
+        job = {**job, "defaultLocalDir": str(_finished_run(work / name / "ckpt", STEPS_PER_EPOCH))}
     spec = _spec(release, extra, job)
     key = run_inputs.reward_config_key(REF[release], REF[release])
     rewards = [f"{key}.path={REPO / reward[0]}", f"{key}.name={reward[1]}"] if reward else []
@@ -227,6 +240,22 @@ def test_total_training_steps_past_the_data_ends_with_the_data_and_no_final_save
     fixed = _record(release, "fixed")
     assert fixed["ok"], fixed["problems"]
     assert fixed["length"]["last_step"] == STEPS_PER_EPOCH and fixed["length"]["final_save"]
+
+
+def test_a_finished_run_started_again_trains_one_more_step_at_0_6_1_and_none_at_0_9_0() -> None:
+    # Issue 34 item 1: 0.6.1's fit() resumes at step 3 and loops `for epoch in
+    # range(total_epochs)` from epoch 0: the restored dataloader has nothing left of epoch 0,
+    # epoch 1 gives step 4, and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer
+    # starts at epoch 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs.
+    at_061 = _record("0.6.1", "resume-finished")
+    assert at_061["ok"], at_061["problems"]
+    length = at_061["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 4, 1)
+    assert length["save_steps"] == [4] and length["final_save"]
+    at_090 = _record("0.9.0", "resume-finished")
+    assert at_090["ok"], at_090["problems"]
+    length = at_090["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 3, 0)
 
 
 def test_total_training_steps_zero_trains_and_saves_one_step_at_0_6_1() -> None:

@@ -433,14 +433,38 @@ def build_dataloaders(
     return trainer
 
 
-def _legacy_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -> tuple:
-    """RayPPOTrainer.fit (0.6.1 and 0.9.0's legacy trainer), fresh start: global_steps starts
-    at 1; `for epoch in range(total_epochs): for batch_dict in self.train_dataloader:`;
+def resumed_step(config: Any) -> int:
+    """The global step a fresh start resumes from, by the trainers' _load_checkpoint rules
+    (ray_trainer.py and v1/trainer_base.py, 0.6.1 and 0.9.0): resume_mode disable -> 0; auto ->
+    verl's find_latest_ckpt_path(default_local_dir), 0 without one; resume_path -> that folder;
+    the step is the number after "global_step_"."""
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    mode = config.trainer.resume_mode
+    if mode == "disable":
+        return 0
+    if mode == "resume_path":
+        folder = str(config.trainer.resume_from_path)
+    else:
+        found = find_latest_ckpt_path(os.path.abspath(str(config.trainer.default_local_dir)))
+        if found is None:
+            return 0
+        folder = found
+    return int(folder.split("global_step_")[-1])
+
+
+def _legacy_fit(per_epoch: int, epochs: int, total: int, save_freq: int, resumed: int) -> tuple:
+    """RayPPOTrainer.fit (0.6.1 and 0.9.0's legacy trainer): global_steps = the resumed step
+    + 1; `for epoch in range(total_epochs)` (0.9.0: from current_epoch = global_steps //
+    len(train_dataloader), 0.6.1: from 0) `for batch_dict in self.train_dataloader`, whose first
+    pass after a resume yields what the saved StatefulDataLoader state has left of its epoch;
     is_last_step = global_steps >= total_training_steps; a save when save_freq > 0 and
     (is_last_step or global_steps % save_freq == 0); return after the last step's save."""
-    step, saves = 1, []
-    for _epoch in range(epochs):
-        for _batch in range(steps_per_epoch):
+    first = resumed // per_epoch if _resumes_at_its_epoch() else 0
+    left = (per_epoch - resumed % per_epoch) % per_epoch if resumed else per_epoch
+    step, saves = resumed + 1, []
+    for epoch in range(first, epochs):
+        for _batch in range(left if epoch == first else per_epoch):
             is_last_step = step >= total
             if save_freq > 0 and (is_last_step or step % save_freq == 0):
                 saves.append(step)
@@ -450,12 +474,17 @@ def _legacy_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -
     return step - 1, saves
 
 
-def _v1_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int) -> tuple:
-    """PPOTrainer.fit (0.9.0 verl/trainer/ppo/v1/trainer_base.py, trainer.use_v1), fresh
-    start: global_steps starts at 1;
+def _resumes_at_its_epoch() -> bool:
+    source = verl_source("verl.trainer.ppo.ray_trainer").read_text()
+    return "current_epoch = self.global_steps // len(self.train_dataloader)" in source
+
+
+def _v1_fit(steps_per_epoch: int, epochs: int, total: int, save_freq: int, resumed: int) -> tuple:
+    """PPOTrainer.fit (0.9.0 verl/trainer/ppo/v1/trainer_base.py, trainer.use_v1):
+    current_epoch = resumed // steps_per_epoch, global_steps = resumed + 1;
     `while current_epoch < total_epochs and global_steps <= total_training_steps`; the same
     is_last_step and save condition; current_epoch = (global_steps - 1) // steps_per_epoch."""
-    step, epoch, saves = 1, 0, []
+    step, epoch, saves = resumed + 1, resumed // steps_per_epoch, []
     while epoch < epochs and step <= total:
         is_last_step = step >= total
         if save_freq > 0 and (is_last_step or step % save_freq == 0):
@@ -487,7 +516,8 @@ def run_length(
     epochs, save_freq = int(config.trainer.total_epochs), int(config.trainer.save_freq)
     total = int(trainer.total_training_steps)
     fit, per_epoch, counted, loop = _fit_loop(config, trainer)
-    last, saves = fit(per_epoch, epochs, total, save_freq)
+    resumed = resumed_step(config)
+    last, saves = fit(per_epoch, epochs, total, save_freq, resumed)
     override = config.trainer.total_training_steps
     decided = f"{counted} x trainer.total_epochs {epochs}"
     if override is not None:
@@ -502,7 +532,17 @@ def run_length(
         "save_steps": saves,
         "final_save": bool(saves) and saves[-1] == last,
         "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
+        "resumed_from": resumed,
+        "steps_to_train": last - resumed,
     }
+    if resumed:
+        record["notes"].append(
+            f"verl resumes from step {resumed} (trainer.resume_mode = "
+            f"{config.trainer.resume_mode}, {config.trainer.default_local_dir}) and trains "
+            f"{last - resumed} more step(s)"
+        )
+    if resumed and last == resumed:
+        return []
     if last == 0:
         message = f"verl trains no step: total_training_steps = {total}, total_epochs = {epochs}"
         fixed = per_epoch * epochs
@@ -517,8 +557,8 @@ def run_length(
     else:
         return []
     # The fix, walked through the same loop: it must end at a step it saves.
-    end, fixed_saves = fit(per_epoch, epochs, fixed, save_freq)
-    accepted = end > 0 and (save_freq <= 0 or fixed_saves[-1:] == [end])
+    end, fixed_saves = fit(per_epoch, epochs, fixed, save_freq, resumed)
+    accepted = end > resumed and (save_freq <= 0 or fixed_saves[-1:] == [end])
     key = "trainer.total_training_steps"
     return [
         _problem(
