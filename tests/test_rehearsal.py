@@ -75,6 +75,7 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
         {},
     ),
     "no-chat-template": ([], EXACT_MATCH, {"chat_template": False}),
+    "long-response": ([], None, {"maxResponseLength": 40000}),
     # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
     # epochs with total_training_steps still 3.
     "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
@@ -313,6 +314,23 @@ def test_a_max_model_len_override_past_the_models_context_is_refused_at_both_rel
     assert "vllm_async_server.py" in at_090["message"]
     # 16384 is within the model's context: 0.9.0 accepts it.
     assert _record("0.9.0", "max-len-16k")["ok"]
+
+
+def test_a_response_past_the_models_context_is_refused_at_0_6_1_with_verls_message() -> None:
+    # verl 0.6.1's vLLMRollout asserts max_position_embeddings >= prompt + response; the fix
+    # is the longest response the context holds, run through the same statements.
+    problem = _only_problem(_record("0.6.1", "long-response"))
+    assert problem["setting"] == "verl-gke:job.maxResponseLength" and problem["value"] == 40000
+    assert problem["message"].startswith(
+        "AssertionError: model context length should be greater than total sequence length"
+    )
+    assert problem["fix"] == (
+        f"pulumi config set --path verl-gke:job.maxResponseLength {MODEL_CONTEXT - 512}"
+    )
+    # 0.9.0's vLLM server takes the model's context as max_model_len and checks nothing more.
+    at_090 = _record("0.9.0", "long-response")
+    assert at_090["ok"], at_090["problems"]
+    assert at_090["rollout"]["max_model_len"] == MODEL_CONTEXT
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -733,33 +733,49 @@ def _run_spmd(
             exec(compile(code, where, "exec"), scope)
         except (ValueError, AssertionError) as error:
             return f"{type(error).__name__}: {' '.join(str(error).split())} ({where})"
-        record["rollout"]["max_model_len"] = scope.get("max_model_len")
+        if not values:  # the job's own config: the length vLLM gets
+            record["rollout"]["max_model_len"] = scope.get("max_model_len")
         return None
 
     message = run({})
     if message is None:
         return []
+    if message.startswith("AssertionError"):
+        return [_context_problem(composed, run, message, context, record)]
     asked = composed.get("max_model_len")
     context_len = record["rollout"]["model_context"]
     # The fix keeps the asked length where the model holds it (more batched tokens), else drops
     # the override; either is run through the same statements before it is offered.
-    if asked and context_len and int(asked) <= int(context_len):
-        key, value = "actor_rollout_ref.rollout.max_num_batched_tokens", int(asked)
-        fixed = run({"max_num_batched_tokens": int(asked)})
-    else:
-        key, value = "actor_rollout_ref.rollout.max_model_len", None
-        fixed = run({"max_model_len": None})
-    if fixed is not None:
-        key, value = "actor_rollout_ref.rollout.enable_chunked_prefill", False
-    run({})
-    return [
-        _problem(
-            _setting(context, "actor_rollout_ref.rollout.max_model_len"),
-            asked,
-            message,
-            _fix(context, key, value),
-        )
+    candidates: list[tuple[str, Any, dict[str, Any]]] = [
+        ("actor_rollout_ref.rollout.max_model_len", None, {"max_model_len": None})
     ]
+    if asked and context_len and int(asked) <= int(context_len):
+        batched = ("actor_rollout_ref.rollout.max_num_batched_tokens", int(asked))
+        candidates.insert(0, (*batched, {"max_num_batched_tokens": int(asked)}))
+    fix = next(
+        (_fix(context, key, value) for key, value, change in candidates if run(change) is None),
+        None,
+    )
+    setting = _setting(context, "actor_rollout_ref.rollout.max_model_len")
+    return [_problem(setting, asked, message, fix)]
+
+
+def _context_problem(
+    composed: Any, run: Any, message: str, context: dict[str, Any], record: dict[str, Any]
+) -> dict[str, Any]:
+    """verl 0.6.1's assertion that the model's context holds prompt + response: the fix is the
+    longest response it holds, run through the same statements (with max_num_batched_tokens at
+    least prompt + response, which the chunked-prefill check right after asks for)."""
+    prompt, response = int(composed.prompt_length), int(composed.response_length)
+    longest = int(record["rollout"]["model_context"] or 0) - prompt
+    change = {
+        "response_length": longest,
+        "max_num_batched_tokens": max(int(composed.max_num_batched_tokens), prompt + longest),
+    }
+    accepted = longest > 0 and run(change) is None
+    key = "data.max_response_length"
+    fix = _fix(context, key, longest) if accepted else "a model with a longer context"
+    return _problem(_setting(context, key), response, message, fix)
 
 
 def _run_server_check(
