@@ -2,9 +2,9 @@
 committed example rows, with a stand-in tokenizer and model config when the model is not here.
 
 `offline_rehearsal(settings, spec)` gives the record (verl_scripts/rehearsal.py, docs/rehearsal.md)
-or a plain "could not rehearse: <why>". `rehearsal_context(spec)` is the Hydra key -> setting map
-the rehearsal names problems and fixes by; the Job that runs the rehearsal in the training image
-passes the same map (--context).
+or a plain "could not rehearse: <why>"; `rehearsal_lines(result)` says it in the plan's words.
+`rehearsal_context(spec, model)` is the Hydra key -> setting map the rehearsal names problems and
+fixes by; the Job that runs the rehearsal in the training image passes the same map (--context).
 """
 
 from __future__ import annotations
@@ -186,3 +186,25 @@ def _known(model: str) -> bool:
     except (KeyError, ValueError):
         return False
     return True
+
+
+def rehearsal_lines(result: dict[str, Any] | str) -> list[str]:
+    """The offline rehearsal for the plan: what verl's code said, or why it could not run."""
+    if isinstance(result, str):
+        return [result]
+    length, data = result.get("length") or {}, result.get("data") or {}
+    lines = [
+        f"rehearsal with verl {result['verl']} on the example rows: "
+        + ("ok" if result["ok"] else f"{len(result['problems'])} problem(s)")
+    ]
+    if length:
+        saves = ", ".join(str(s) for s in length["save_steps"]) or "none"
+        lines.append(
+            f"  {data.get('train_rows_kept')} of {data.get('train_rows')} rows kept; fit() ends at "
+            f"step {length['last_step']} (saves at {saves})"
+        )
+    lines += [
+        f"  {p['setting']} = {p['value']!r}: {p['message']}. Fix: {p['fix']}"
+        for p in result["problems"]
+    ]
+    return lines

@@ -28,6 +28,7 @@ from planning.rehearsal import (
     offline_rehearsal,
     rehearsal_context,
     rehearsal_env,
+    rehearsal_lines,
 )
 from tests.program import REAL
 from tests.support.require import verl_installed, verl_python
@@ -398,6 +399,8 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     assert record["data"]["train_rows"] == spec.train_batch_size
     assert record["length"]["last_step"] == spec.total_epochs
     assert any("offline plan" in note for note in record["notes"])
+    assert rehearsal_lines(record)[0] == "rehearsal with verl 0.6.1 on the example rows: ok"
     monkeypatch.setenv("VERL_GKE_VERL_VENVS", str(REPO / "no-such-folder"))
     said = offline_rehearsal(settings, spec)
     assert isinstance(said, str) and said.startswith("could not rehearse: no verl 0.6.1")
+    assert rehearsal_lines(said) == [said]
