@@ -77,6 +77,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     ),
     "no-chat-template": ([], EXACT_MATCH, {"chat_template": False}),
     "long-response": ([], None, {"maxResponseLength": 40000}),
+    # As in the training image (no --offline-plan): a package verl requires must be there.
+    "as-image": ([], None, {}),
     # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
     # epochs with total_training_steps still 3.
     "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
@@ -85,6 +87,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
 }
 MODEL_CONTEXT = 32768
+# Cases rehearsed at some releases only.
+ONLY = {"legacy-steps-100": ("0.9.0",), "as-image": ("0.9.0",)}
 
 
 def _spec(release: str, extra: list[str], job: dict[str, Any]) -> GrpoSpec:
@@ -124,7 +128,7 @@ def _case(release: str, name: str, work: Path) -> dict[str, Any]:
             "vocab_size": 152064,
             "chat_template": job.get("chat_template", True),
         },
-        "offline_plan": True,
+        "offline_plan": name != "as-image",
     }
 
 
@@ -143,7 +147,7 @@ def _records() -> dict[str, dict[str, dict[str, Any]]]:
             "cases": {
                 name: _case(release, name, work)
                 for name in CASES
-                if release == "0.9.0" or not name.startswith("legacy-")
+                if release in ONLY.get(name, RELEASES)
             },
         }
         (work / "cases.json").write_text(json.dumps(request))
@@ -387,6 +391,14 @@ def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
     settings = load_settings("a3u", dict(REAL), offline=False).settings
     spec = training_job(settings).spec
     return spec, settings, offline_rehearsal(settings, spec)
+
+
+def test_in_the_image_a_missing_vllm_is_a_problem_naming_the_image() -> None:
+    # The verl virtualenv has no vLLM; verl 0.9.0's metadata requires vllm>=0.18.0 for its
+    # vllm extra, the rollout this job uses.
+    problem = _only_problem(_record("0.9.0", "as-image"))
+    assert problem["setting"] == "verl-gke:verlImage"
+    assert problem["message"] == "verl requires vllm>=0.18.0; vllm is not installed here"
 
 
 def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
