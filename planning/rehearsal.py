@@ -52,12 +52,20 @@ def verl_venvs() -> Path:
     return Path(os.environ.get(VENVS_ENV) or REPO / ".venv-verl")
 
 
+def rehearsal_site(release: str) -> Path | None:
+    """The folder of requirements-rehearsal-<release>.txt's packages, when the release has such a
+    file (None when it needs nothing beside its virtualenv)."""
+    if not (REPO / f"requirements-rehearsal-{release}.txt").is_file():
+        return None
+    return verl_venvs() / "rehearsal" / release
+
+
 def rehearsal_env(release: str) -> dict[str, str]:
     """The environment the rehearsal runs in locally: offline, with .venv-verl/rehearsal/<r>
     (requirements-rehearsal-<r>.txt) on PYTHONPATH."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    site = verl_venvs() / "rehearsal" / release
-    if site.is_dir():
+    site = rehearsal_site(release)
+    if site is not None and site.is_dir():
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     return env
 
@@ -151,6 +159,9 @@ def offline_rehearsal(settings: StackSettings, spec: GrpoSpec) -> dict[str, Any]
     python = verl_venvs() / release / "bin" / "python"
     if not python.is_file():
         return f"could not rehearse: no verl {release} virtualenv ({python}; `bash .ci/setup`)"
+    site = rehearsal_site(release)
+    if site is not None and not site.is_dir():
+        return f"could not rehearse: no {site} (verl's dataset packages; `bash .ci/setup`)"
     with tempfile.TemporaryDirectory(prefix="verl-gke-rehearsal-") as folder:
         work = Path(folder)
         (work / "cases.json").write_text(json.dumps(_request(settings, spec, work)))

@@ -29,9 +29,10 @@ from planning.rehearsal import (
     rehearsal_context,
     rehearsal_env,
     rehearsal_lines,
+    rehearsal_site,
 )
 from tests.program import REAL
-from tests.support.require import verl_installed, verl_python
+from tests.support.require import require, verl_installed, verl_python
 from training.assembly import training_job
 from training.grpo_spec import GrpoSpec, apply_overrides, default_grpo_spec, hydra_overrides
 
@@ -174,6 +175,9 @@ def _records() -> dict[str, dict[str, dict[str, Any]]]:
 
 def _record(release: str, case: str) -> dict[str, Any]:
     verl_installed(release, "verl/trainer")
+    for each in RELEASES:
+        site = rehearsal_site(each)
+        require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-{each}.txt)")
     return _records()[release][case]
 
 
@@ -388,6 +392,8 @@ def test_the_versions_are_the_environments_against_verls_declared_requirements(
 def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
     """The a3u stack's job (verl v0.6.1) through planning/rehearsal.offline_rehearsal."""
     verl_python("0.6.1")
+    site = rehearsal_site("0.6.1")
+    require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-0.6.1.txt)")
     settings = load_settings("a3u", dict(REAL), offline=False).settings
     spec = training_job(settings).spec
     return spec, settings, offline_rehearsal(settings, spec)
