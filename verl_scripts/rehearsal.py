@@ -1,6 +1,6 @@
 """The rehearsal: what verl's trainer does up to its first rollout, with verl's own code, on the
 job's real inputs. Runs inside verl (the training image; locally a verl virtualenv), imports
-nothing from this project, and writes the record of /work/briefs/record.md (docs/rehearsal.md).
+nothing from this project, and writes the record docs/rehearsal.md describes.
 
     python3 rehearsal.py --out RECORD.json [--reward-samples 4] [--context JSON]
         [--stand-in-model JSON] [--offline-plan] -- <main_ppo's Hydra overrides>
@@ -96,7 +96,7 @@ def verl_has(module: str) -> bool:
     return False
 
 
-def verl_namespace(module: str, notes: list[str]) -> dict[str, Any]:
+def verl_namespace(module: str) -> dict[str, Any]:
     """The module's globals: imported when it imports, else its top-level statements run one by
     one, those that fail (an import of a package missing here, a class built on one) skipped; the
     partial module then stands in sys.modules for verl's own `from <module> import ...`."""
@@ -131,9 +131,9 @@ def _function_node(path: Path, qualname: str) -> ast.FunctionDef:
     return next(n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-def verl_function(module: str, qualname: str, notes: list[str]) -> Any:
+def verl_function(module: str, qualname: str) -> Any:
     """verl's function or method `qualname` of `module` (a method as a plain function of self)."""
-    namespace = verl_namespace(module, notes)
+    namespace = verl_namespace(module)
     found: Any = namespace
     with contextlib.suppress(KeyError, AttributeError):
         for part in qualname.split("."):
@@ -306,14 +306,12 @@ def write_stand_in_model(spec: dict[str, Any]) -> Path:
     return folder
 
 
-def max_position_embeddings(hf_config: Any, notes: list[str]) -> int | None:
+def max_position_embeddings(hf_config: Any) -> int | None:
     # verl 0.9.0: verl/workers/rollout/utils.py get_max_position_embeddings (what the vLLM server
     # checks max_model_len against); 0.6.1 reads the attribute (vllm_rollout_spmd.py __init__).
     if verl_has("verl.workers.rollout.utils"):
         with contextlib.suppress(KeyError, StopIteration):
-            function = verl_function(
-                "verl.workers.rollout.utils", "get_max_position_embeddings", notes
-            )
+            function = verl_function("verl.workers.rollout.utils", "get_max_position_embeddings")
             return int(function(hf_config))
     for owner in (hf_config, getattr(hf_config, "text_config", None)):
         if owner is not None and getattr(owner, "max_position_embeddings", None) is not None:
@@ -321,7 +319,7 @@ def max_position_embeddings(hf_config: Any, notes: list[str]) -> int | None:
     return None
 
 
-def load_model(config: Any, record: dict[str, Any], notes: list[str]) -> tuple[Any, Any]:
+def load_model(config: Any, record: dict[str, Any]) -> tuple[Any, Any]:
     """TaskRunner.run (main_ppo.py): copy_to_local(model.path), hf_tokenizer(local_path,
     trust_remote_code=data.trust_remote_code); the workers' AutoConfig.from_pretrained."""
     from transformers import AutoConfig
@@ -343,7 +341,7 @@ def load_model(config: Any, record: dict[str, Any], notes: list[str]) -> tuple[A
         ) from error
     record["model"] = {
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
-        "max_position_embeddings": max_position_embeddings(hf_config, notes),
+        "max_position_embeddings": max_position_embeddings(hf_config),
         "vocab_size": getattr(hf_config, "vocab_size", None),
         "tokenizer_vocab": len(tokenizer),
     }
@@ -392,9 +390,7 @@ def uses_v1(config: Any) -> bool:
     return bool(config.trainer.get("use_v1", False))
 
 
-def build_dataloaders(
-    config: Any, tokenizer: Any, record: dict[str, Any], notes: list[str]
-) -> types.SimpleNamespace:
+def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> types.SimpleNamespace:
     """The trainer's own method on a stand-in for the trainer object: it builds the datasets
     (create_rl_dataset: filter_overlong_prompts, truncation, max_samples), the sampler
     (create_rl_sampler), the StatefulDataLoaders and total_training_steps."""
@@ -406,13 +402,13 @@ def build_dataloaders(
         trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
             "parameter_sync_step", 1
         )
-        verl_function(module, method, notes)(trainer)
+        verl_function(module, method)(trainer)
     else:
         module, method = "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._create_dataloader"
         # 0.6.1 imports create_rl_dataset/create_rl_sampler from main_ppo inside the method.
-        verl_namespace("verl.trainer.main_ppo", notes)
+        verl_namespace("verl.trainer.main_ppo")
         try:
-            verl_function(module, method, notes)(trainer, None, None, None, None)
+            verl_function(module, method)(trainer, None, None, None, None)
         except AssertionError as error:  # "Train dataloader is empty!" (drop_last=True)
             kept = len(getattr(trainer, "train_dataset", []) or [])
             batch = config.data.get("gen_batch_size") or config.data.train_batch_size
@@ -573,7 +569,7 @@ def run_length(
 # --- 5. the reward ------------------------------------------------------------------------------
 
 
-def load_reward(config: Any, notes: list[str]) -> tuple[Any, str]:
+def load_reward(config: Any) -> tuple[Any, str]:
     """verl's get_custom_reward_fn (verl/trainer/ppo/reward.py), else default_compute_score, as
     load_reward_manager chooses (0.6.1; 0.9.0's reward loop calls the same pair)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
@@ -609,9 +605,8 @@ def score_rows(
     samples: int,
     context: dict[str, Any],
     record: dict[str, Any],
-    notes: list[str],
 ) -> list[dict[str, Any]]:
-    function, name = load_reward(config, notes)
+    function, name = load_reward(config)
     record["reward"] = {"function": name, "samples": []}
     key = config.data.get("reward_fn_key", "data_source")
     count = min(samples, len(trainer.train_dataset))
@@ -696,7 +691,7 @@ def rollout_checks(
     if record["rollout"]["mode"] == "sync" and spmd is not None:
         return _run_spmd(spmd, config, hf_config, context, record)
     if server_check:  # 0.9.0: vLLMHttpServer._validate_configs
-        return _run_server_check(config, hf_config, context, record, notes)
+        return _run_server_check(config, hf_config, context, record)
     if record["rollout"]["mode"] == "async":
         # 0.6.1 vLLMHttpServerBase.__init__ (vllm_async_server.py) replaces the override.
         where = line_of(ASYNC_SERVER, "self.config.max_model_len = self.config.prompt_length")
@@ -779,11 +774,11 @@ def _context_problem(
 
 
 def _run_server_check(
-    config: Any, hf_config: Any, context: dict[str, Any], record: dict[str, Any], notes: list[str]
+    config: Any, hf_config: Any, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
     from verl.utils.config import omega_conf_to_dataclass
 
-    check = verl_function(ASYNC_SERVER, "vLLMHttpServer._validate_configs", notes)
+    check = verl_function(ASYNC_SERVER, "vLLMHttpServer._validate_configs")
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     server = types.SimpleNamespace(
         config=rollout, model_config=types.SimpleNamespace(hf_config=hf_config)
@@ -869,13 +864,13 @@ def _steps(
     config = _composed(overrides)
     versions_and_requirements(config, args.offline_plan, record, problems)
     stage[0] = "loading the tokenizer and model config (TaskRunner.run)"
-    tokenizer, hf_config = load_model(config, record, notes)
+    tokenizer, hf_config = load_model(config, record)
     check_chat_template(config, tokenizer, context)
     stage[0] = "building the datasets and dataloaders (the trainer's own method)"
-    trainer = build_dataloaders(config, tokenizer, record, notes)
+    trainer = build_dataloaders(config, tokenizer, record)
     problems += run_length(config, trainer, context, record)
     stage[0] = "loading and calling the reward"
-    problems += score_rows(config, trainer, args.reward_samples, context, record, notes)
+    problems += score_rows(config, trainer, args.reward_samples, context, record)
     stage[0] = "checking the rollout's lengths"
     problems += rollout_checks(config, hf_config, context, record, notes)
 
