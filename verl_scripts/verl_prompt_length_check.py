@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from payload_file import prepare_data
+from rehearsal import compose
 
 # A preamble and a generation prompt, so the template adds tokens of its own.
 CHAT_TEMPLATE = (
@@ -72,15 +73,6 @@ def _rows(words: list[int]) -> list[dict[str, Any]]:
     ]
 
 
-def _config(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    spec = importlib.util.find_spec("verl.trainer.main_ppo")
-    assert spec is not None and spec.origin is not None
-    with initialize_config_dir(str(Path(spec.origin).parent / "config"), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
-
-
 def _data_keys(config: Any) -> dict[str, Any]:
     return {k: config.data.get(k) for k in ("filter_overlong_prompts", "truncation")}
 
@@ -91,9 +83,9 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     work, limit = Path(request["workdir"]), request["max_prompt_length"]
     prep = prepare_data()
     result["stage"] = "compose"
-    result["defaults"] = _data_keys(_config([]))
+    result["defaults"] = _data_keys(compose([]))
     base = [*request["overrides"], f"data.max_prompt_length={limit}"]
-    config = _config(base)
+    config = compose(base)
     result["rendered"] = _data_keys(config)
     result["stage"] = "measure"
     model = work / "model"
@@ -123,7 +115,7 @@ def _with_parquet(
     data.mkdir(parents=True, exist_ok=True)
     for role in ("train", "test"):
         pq.write_table(pa.Table.from_pylist(rows), str(data / f"{role}.parquet"))
-    config = _config([*base, f"data.train_files={data}/train.parquet"])
+    config = compose([*base, f"data.train_files={data}/train.parquet"])
     dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
     result["verl_kept"] = [dataset[i]["extra_info"]["index"] for i in range(len(dataset))]
     result["agent_loop"] = [

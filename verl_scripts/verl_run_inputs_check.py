@@ -25,7 +25,6 @@ stdout: {"verl_version": ..., "ok": bool, "stage": ..., "error": ..., "train_row
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from payload_file import prepare_data
+from rehearsal import compose
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -58,15 +58,6 @@ def _tokenizer(texts: list[str]) -> Any:
     return tokenizer
 
 
-def _config(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    spec = importlib.util.find_spec("verl.trainer.main_ppo")
-    assert spec is not None and spec.origin is not None
-    with initialize_config_dir(str(Path(spec.origin).parent / "config"), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
-
-
 def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     work = Path(request["workdir"])
     out = work / "data" / "datasets" / "fixture"
@@ -83,7 +74,7 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
         )
         overrides += [f"data.train_files={out}/train.parquet", f"data.val_files={out}/test.parquet"]
     result["stage"] = "compose"
-    config = _config([*overrides, "data.max_prompt_length=512"])
+    config = compose([*overrides, "data.max_prompt_length=512"])
     if request["with_dataset"]:
         result["stage"] = "dataset"
         items = _dataset(request, config, result)

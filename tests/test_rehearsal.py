@@ -1,0 +1,424 @@
+"""The rehearsal (verl_scripts/rehearsal.py) in the verl virtualenvs at 0.6.1 and 0.9.0: verl's
+own config, tokenizer, dataloader, reward and rollout-length code on the committed example rows
+(docs/examples/rows: 12 train rows, 4 test rows) with a stand-in tokenizer and model config.
+
+The job is the program's own (training.grpo_spec, the stack whose profile runs each release),
+scaled to the rows: a batch of 4 (3 steps an epoch), one GPU, save_freq 2. Every case of a release
+runs in one interpreter (one `--cases` call), both releases at once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import run_inputs
+from config.profiles import PROFILES
+from config.settings import StackSettings, load_settings
+from planning.rehearsal import (
+    EXAMPLE_ROWS,
+    SCRIPT,
+    local_overrides,
+    offline_rehearsal,
+    rehearsal_context,
+    rehearsal_env,
+    rehearsal_lines,
+    rehearsal_site,
+)
+from tests.program import REAL
+from tests.support.require import require, verl_installed, verl_python
+from training.assembly import training_job
+from training.grpo_spec import GrpoSpec, apply_overrides, default_grpo_spec, hydra_overrides
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+RELEASES = ("0.6.1", "0.9.0")
+# The profile whose verl ref each release stands for (tests/test_verl_config_compose.py).
+PROFILE = {"0.6.1": "a3u", "0.9.0": "a4x"}
+REF = {"0.6.1": "v0.6.1", "0.9.0": "ddbcdb7"}
+TRAIN_ROWS, BATCH, SAVE_FREQ = 12, 4, 2
+STEPS_PER_EPOCH = TRAIN_ROWS // BATCH  # drop_last=True
+SMALL = {
+    "trainBatchSize": BATCH,
+    "ppoMiniBatchSize": BATCH,
+    "ppoMicroBatchSizePerGpu": 1,
+    "rolloutLogProbMicroBatchSizePerGpu": 1,
+    "refLogProbMicroBatchSizePerGpu": 1,
+    "rolloutTensorParallelSize": 1,
+    "rolloutN": 2,
+    "saveFreq": SAVE_FREQ,
+    "totalEpochs": 1,
+}
+EXACT_MATCH = ("docs/examples/exact_match.py", "compute_score")
+TEST_REWARDS = "tests/data/rehearsal/rewards.py"
+BASE_MODEL = "meta-llama/Llama-3.1-8B"
+# case -> (extraOverrides, reward (file, function) or None for verl's own score, stand-in changes)
+CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
+    "default": ([], None, {}),
+    "steps-100": (["trainer.total_training_steps=100"], EXACT_MATCH, {}),
+    "steps-0": (["trainer.total_training_steps=0"], EXACT_MATCH, {}),
+    "max-len-16k": (["actor_rollout_ref.rollout.max_model_len=16384"], EXACT_MATCH, {}),
+    "max-len-64k": (["actor_rollout_ref.rollout.max_model_len=65536"], EXACT_MATCH, {}),
+    # The fixes the refusals of steps-100 and max-len-16k offer, together.
+    "fixed": (
+        [
+            f"trainer.total_training_steps={STEPS_PER_EPOCH}",
+            "actor_rollout_ref.rollout.max_model_len=16384",
+            "actor_rollout_ref.rollout.max_num_batched_tokens=16384",
+        ],
+        EXACT_MATCH,
+        {},
+    ),
+    "no-chat-template": ([], EXACT_MATCH, {"chat_template": False}),
+    "long-response": ([], None, {"maxResponseLength": 40000}),
+    # As in the training image (no --offline-plan): a package verl requires must be there.
+    "as-image": ([], None, {}),
+    # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
+    # epochs with total_training_steps still 3.
+    "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
+    # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
+    "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
+    "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
+}
+MODEL_CONTEXT = 32768
+# Cases rehearsed at some releases only.
+ONLY = {"legacy-steps-100": ("0.9.0",), "as-image": ("0.9.0",)}
+
+
+def _spec(release: str, extra: list[str], job: dict[str, Any]) -> GrpoSpec:
+    profile = PROFILES[PROFILE[release]]
+    spec = default_grpo_spec(profile, profile.modes[0], profile.default_gpu_nodes)
+    fields = {**SMALL, **{k: v for k, v in job.items() if k != "chat_template"}}
+    spec = apply_overrides(spec, {**fields, "extraOverrides": extra})
+    # One GPU: nnodes and n_gpus_per_node follow verl-gke:gpuNodes and the profile.
+    return spec.model_copy(update={"n_gpus_per_node": 1, "nnodes": 1})
+
+
+def _finished_run(folder: Path, step: int) -> Path:
+    """A checkpoint folder as verl's trainer leaves it: global_step_<n>/ and the tracker file
+    find_latest_ckpt_path reads (verl/utils/checkpoint/checkpoint_manager.py)."""
+    (folder / f"global_step_{step}").mkdir(parents=True)
+    (folder / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return folder
+
+
+def _case(release: str, name: str, work: Path) -> dict[str, Any]:
+    extra, reward, job = CASES[name]
+    if name.startswith("resume-"):
+        job = {**job, "defaultLocalDir": str(_finished_run(work / name / "ckpt", STEPS_PER_EPOCH))}
+    spec = _spec(release, extra, job)
+    key = run_inputs.reward_config_key(REF[release], REF[release])
+    rewards = [f"{key}.path={REPO / reward[0]}", f"{key}.name={reward[1]}"] if reward else []
+    overrides = local_overrides(
+        [*hydra_overrides(spec), *rewards], work / "data", work / name, None
+    )
+    model = BASE_MODEL if "chat_template" in job else "Qwen/Qwen2.5-32B-Instruct"
+    return {
+        "overrides": overrides,
+        "context": rehearsal_context(spec, model),
+        "stand_in_model": {
+            "dir": str(work / name),
+            "max_position_embeddings": MODEL_CONTEXT,
+            "vocab_size": 152064,
+            "chat_template": job.get("chat_template", True),
+        },
+        "offline_plan": name != "as-image",
+    }
+
+
+@cache
+def _records() -> dict[str, dict[str, dict[str, Any]]]:
+    """Every case of both releases; one rehearsal process per release, both running at once."""
+    running = {}
+    for release in RELEASES:
+        python = verl_python(release)
+        work = Path(tempfile.mkdtemp(prefix=f"rehearsal-{release}-"))
+        request = {
+            "parquet": {
+                str(work / "data" / f"{split}.parquet"): str(EXAMPLE_ROWS / f"{split}.jsonl")
+                for split in ("train", "test")
+            },
+            "cases": {
+                name: _case(release, name, work)
+                for name in CASES
+                if release in ONLY.get(name, RELEASES)
+            },
+        }
+        (work / "cases.json").write_text(json.dumps(request))
+        command = [str(python), str(SCRIPT), "--out", str(work / "out.json")]
+        running[release] = (
+            work,
+            subprocess.Popen(
+                [*command, "--cases", str(work / "cases.json")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+                env=rehearsal_env(release),
+            ),
+        )
+    _offline_plan()  # the offline plan's own rehearsal, while these run
+    records = {}
+    for release, (work, process) in running.items():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 1, f"{release}: exit {process.returncode}\n{stderr[-3000:]}"
+        records[release] = json.loads((work / "out.json").read_text())
+    return records
+
+
+def _record(release: str, case: str) -> dict[str, Any]:
+    verl_installed(release, "verl/trainer")
+    for each in RELEASES:
+        site = rehearsal_site(each)
+        require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-{each}.txt)")
+    return _records()[release][case]
+
+
+def _only_problem(record: dict[str, Any]) -> dict[str, Any]:
+    assert not record["ok"]
+    [problem] = record["problems"]
+    return problem
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_default_job_rehearses_clean(release: str) -> None:
+    record = _record(release, "default")
+    assert record["ok"], record["problems"] or record["notes"]
+    assert record["verl"] == release and record["versions"]["verl"] == release
+    assert record["data"] == {
+        "train_rows": TRAIN_ROWS,
+        "train_rows_kept": TRAIN_ROWS,
+        "val_rows": 4,
+        "val_rows_kept": 4,
+    }
+    length = record["length"]
+    assert length["steps_per_epoch"] == STEPS_PER_EPOCH
+    assert length["total_training_steps"] == length["last_step"] == STEPS_PER_EPOCH
+    assert length["save_steps"] == [2, 3] and length["final_save"]
+    assert record["model"]["chat_template"] is True
+    assert record["model"]["max_position_embeddings"] == MODEL_CONTEXT
+    # GSM8K without verl-gke:reward: verl's own default_compute_score.
+    assert record["reward"]["function"].endswith("default_compute_score")
+    samples = record["reward"]["samples"]
+    assert [s["ground_truth"] for s in samples] == ["84", "90", "120", "175"]
+    assert all(s["score_correct"] == 1.0 and s["score_wrong"] == 0.0 for s in samples)
+    # 0.6.1's default rollout mode is sync (vllm_rollout_spmd.py): prompt + response = 1024.
+    assert record["rollout"]["max_num_batched_tokens"] == 8192
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_custom_reward_is_loaded_as_verl_loads_it_and_scores_the_rows(release: str) -> None:
+    record = _record(release, "fixed")
+    assert record["reward"]["function"] == f"{REPO / EXACT_MATCH[0]}:{EXACT_MATCH[1]}"
+    samples = record["reward"]["samples"]
+    assert [(s["score_correct"], s["score_wrong"]) for s in samples] == [(1.0, 0.0)] * 4
+
+
+@pytest.mark.parametrize(
+    ("release", "case"),
+    [("0.6.1", "steps-100"), ("0.9.0", "steps-100"), ("0.9.0", "legacy-steps-100")],
+)
+def test_total_training_steps_past_the_data_ends_with_the_data_and_no_final_save(
+    release: str, case: str
+) -> None:
+    # Issue 34 item 1: the plan counted trainer.total_training_steps (100); verl's fit() stops
+    # when the dataloader runs out (3 steps here) and is_last_step never holds, so its last
+    # checkpoint is the last save_freq multiple (2), not the last step.
+    record = _record(release, case)
+    trainer = "v1" if case == "steps-100" and release == "0.9.0" else "RayPPOTrainer"
+    assert record["length"]["trainer"] == trainer
+    length = record["length"]
+    assert length["total_training_steps"] == 100
+    assert length["last_step"] == STEPS_PER_EPOCH
+    assert length["save_steps"] == [2] and not length["final_save"]
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["value"] == 100
+    assert f"ends at step {STEPS_PER_EPOCH}" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[0] "
+        f"trainer.total_training_steps={STEPS_PER_EPOCH}"
+    )
+    # The fix, rehearsed: the run ends at its last step with that step saved.
+    fixed = _record(release, "fixed")
+    assert fixed["ok"], fixed["problems"]
+    assert fixed["length"]["last_step"] == STEPS_PER_EPOCH and fixed["length"]["final_save"]
+
+
+def test_a_finished_run_started_again_trains_one_more_step_at_0_6_1_and_none_at_0_9_0() -> None:
+    # Issue 34 item 1: 0.6.1's fit() resumes at step 3 and loops `for epoch in
+    # range(total_epochs)` from epoch 0: the restored dataloader has nothing left of epoch 0,
+    # epoch 1 gives step 4, and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer
+    # starts at epoch 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs.
+    at_061 = _record("0.6.1", "resume-finished")
+    assert at_061["ok"], at_061["problems"]
+    length = at_061["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 4, 1)
+    assert length["save_steps"] == [4] and length["final_save"]
+    at_090 = _record("0.9.0", "resume-finished")
+    assert at_090["ok"], at_090["problems"]
+    length = at_090["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 3, 0)
+
+
+def test_total_training_steps_zero_trains_and_saves_one_step_at_0_6_1() -> None:
+    # verl 0.6.1 fit(): global_steps starts at 1 and is_last_step = 1 >= 0 holds at once, so
+    # the first step trains, saves and returns (ray_trainer.py). The plan said 0 steps and $0.
+    record = _record("0.6.1", "steps-0")
+    assert record["ok"], record["problems"]
+    length = record["length"]
+    assert length["total_training_steps"] == 0
+    assert (length["last_step"], length["save_steps"], length["final_save"]) == (1, [1], True)
+    assert "ray_trainer.py" in length["source"]
+
+
+def test_total_training_steps_zero_trains_nothing_at_0_9_0_and_is_refused() -> None:
+    # verl 0.9.0's default trainer (trainer.use_v1) loops `while ... global_steps <=
+    # total_training_steps` (v1/trainer_base.py): with 0 the loop never runs.
+    record = _record("0.9.0", "steps-0")
+    assert record["length"]["trainer"] == "v1"
+    assert (record["length"]["last_step"], record["length"]["save_steps"]) == (0, [])
+    problem = _only_problem(record)
+    assert "verl trains no step" in problem["message"] and "trainer_base.py" in problem["message"]
+    assert problem["fix"].endswith(f"trainer.total_training_steps={STEPS_PER_EPOCH}")
+
+
+def test_a_max_model_len_override_over_the_batched_tokens_is_refused_with_verls_message() -> None:
+    # Issue 34 item 3: verl 0.6.1's vLLMRollout (sync mode, its default) raises when chunked
+    # prefill is on and max_num_batched_tokens (8192) < max_model_len.
+    problem = _only_problem(_record("0.6.1", "max-len-16k"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] == 16384
+    assert problem["message"].startswith(
+        "ValueError: Enable chunked prefill, max_num_batched_tokens is smaller than max_model_len"
+    )
+    assert "vllm_rollout_spmd.py" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[1] "
+        "actor_rollout_ref.rollout.max_num_batched_tokens=16384"
+    )
+    fixed = _record("0.6.1", "fixed")
+    assert fixed["ok"], fixed["problems"]
+    assert fixed["rollout"]["max_model_len"] == 16384
+
+
+def test_a_max_model_len_override_past_the_models_context_is_refused_at_both_releases() -> None:
+    at_061 = _only_problem(_record("0.6.1", "max-len-64k"))
+    assert "max_num_batched_tokens is smaller than max_model_len" in at_061["message"]
+    # More batched tokens would pass verl's check but not the model's context: drop it.
+    assert at_061["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    # 0.9.0's vLLM server checks max_model_len against the model (vllm_async_server.py).
+    at_090 = _only_problem(_record("0.9.0", "max-len-64k"))
+    assert at_090["message"] == (
+        f"ValueError: max_model_len (65536) should be less than or equal to "
+        f"max_position_embeddings ({MODEL_CONTEXT}) "
+        f"({at_090['message'].rsplit('(', 1)[1]}"
+    )
+    assert "vllm_async_server.py" in at_090["message"]
+    # 16384 is within the model's context: 0.9.0 accepts it.
+    assert _record("0.9.0", "max-len-16k")["ok"]
+
+
+def test_a_response_past_the_models_context_is_refused_at_0_6_1_with_verls_message() -> None:
+    # verl 0.6.1's vLLMRollout asserts max_position_embeddings >= prompt + response; the fix
+    # is the longest response the context holds, run through the same statements.
+    problem = _only_problem(_record("0.6.1", "long-response"))
+    assert problem["setting"] == "verl-gke:job.maxResponseLength" and problem["value"] == 40000
+    assert problem["message"].startswith(
+        "AssertionError: model context length should be greater than total sequence length"
+    )
+    assert problem["fix"] == (
+        f"pulumi config set --path verl-gke:job.maxResponseLength {MODEL_CONTEXT - 512}"
+    )
+    # 0.9.0's vLLM server takes the model's context as max_model_len and checks nothing more.
+    at_090 = _record("0.9.0", "long-response")
+    assert at_090["ok"], at_090["problems"]
+    assert at_090["rollout"]["max_model_len"] == MODEL_CONTEXT
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_chat_prompts_on_a_model_without_a_chat_template_are_refused(release: str) -> None:
+    # Issue 34 item 4: transformers' own error, the setting and a model that has a template.
+    record = _record(release, "no-chat-template")
+    assert record["model"]["chat_template"] is False
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:model" and problem["value"] == BASE_MODEL
+    assert "chat_template is not set" in problem["message"]
+    assert problem["fix"] == f"pulumi config set verl-gke:model {BASE_MODEL}-Instruct"
+    assert record["data"] is None and record["length"] is None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_reward_returning_none_is_refused_with_the_row(release: str) -> None:
+    # Issue 34 item 5: verl's reward manager writes the return into a float tensor.
+    record = _record(release, "none-reward")
+    problem = _only_problem(record)
+    assert problem["setting"] == run_inputs.REWARD_KEY
+    assert problem["value"] == f"{REPO / TEST_REWARDS}:none_when_wrong"
+    assert "train row 0" in problem["message"] and "'84'" in problem["message"]
+    assert "it returned None" in problem["message"] and "TypeError" in problem["message"]
+    assert record["reward"]["samples"] == [{"row": 0, "ground_truth": "84", "score_correct": 1.0}]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_versions_are_the_environments_against_verls_declared_requirements(
+    release: str,
+) -> None:
+    record = _record(release, "default")
+    python = verl_python(release)
+    found = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('transformers'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert record["versions"]["transformers"] == found
+    rows = {r["package"]: r for r in record["requirements"]}
+    assert rows["transformers"]["found"] == found and rows["transformers"]["ok"] is True
+    if release == "0.9.0":  # verl 0.9.0's metadata: transformers>=5.5.3
+        assert ">=5.5.3" in rows["transformers"]["required"]
+    # No vLLM in the local virtualenv: a note in the offline plan, not a problem.
+    assert rows["vllm"]["found"] is None and rows["vllm"]["ok"] is None
+    assert any("vllm is not installed here" in note for note in record["notes"])
+
+
+@cache
+def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
+    """The a3u stack's job (verl v0.6.1) through planning/rehearsal.offline_rehearsal."""
+    verl_python("0.6.1")
+    site = rehearsal_site("0.6.1")
+    require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-0.6.1.txt)")
+    settings = load_settings("a3u", dict(REAL), offline=False).settings
+    spec = training_job(settings).spec
+    return spec, settings, offline_rehearsal(settings, spec)
+
+
+def test_in_the_image_a_missing_vllm_is_a_problem_naming_the_image() -> None:
+    # The verl virtualenv has no vLLM; verl 0.9.0's metadata requires vllm>=0.18.0 for its
+    # vllm extra, the rollout this job uses.
+    problem = _only_problem(_record("0.9.0", "as-image"))
+    assert problem["setting"] == "verl-gke:verlImage"
+    assert problem["message"] == "verl requires vllm>=0.18.0; vllm is not installed here"
+
+
+def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec, settings, record = _offline_plan()
+    assert isinstance(record, dict), record
+    assert record["verl"] == "0.6.1" and record["ok"], record["problems"]
+    # The example rows repeated to one batch of the stack's job: one step an epoch.
+    assert record["data"]["train_rows"] == spec.train_batch_size
+    assert record["length"]["last_step"] == spec.total_epochs
+    assert any("offline plan" in note for note in record["notes"])
+    assert rehearsal_lines(record)[0] == "rehearsal with verl 0.6.1 on the example rows: ok"
+    monkeypatch.setenv("VERL_GKE_VERL_VENVS", str(REPO / "no-such-folder"))
+    said = offline_rehearsal(settings, spec)
+    assert isinstance(said, str) and said.startswith("could not rehearse: no verl 0.6.1")
+    assert rehearsal_lines(said) == [said]
