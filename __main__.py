@@ -21,6 +21,7 @@ from components.node_identity import NodeIdentity, NodeIdentityArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.rehearsal import Rehearsal, RehearsalArgs
 from components.run_telemetry import RunTelemetry, RunTelemetryArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
@@ -81,16 +82,28 @@ images = (
     else None
 )
 gke = GkeCluster("gke", GkeClusterArgs(settings, host_network, node_identity, images))
+
+# Kubernetes layer: everything here needs the cluster and its CPU pool, never the GPU pool. On a
+# reservation it is built while the GPU nodes are being created; where GPU nodes bill from their
+# creation (flex-start, Spot) the GPU pool and the RayCluster wait for the rehearsal below.
+namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
+kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
+storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
+data_prep = DataPreparation(
+    "data-prep",
+    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
+)
+# verl's own code on the job's exact command, in the training image, after data prep.
+rehearsal = Rehearsal(
+    "rehearsal",
+    RehearsalArgs(settings, gke, namespace, storage, data_prep, grpo, image_registry=images),
+)
+gpus_after = (rehearsal,) if settings.capacity_plan.gpus_after_rehearsal else ()
 gpu_pool = (
-    GpuNodePool("gpu", GpuNodePoolArgs(settings, gke, rdma_networks))
+    GpuNodePool("gpu", GpuNodePoolArgs(settings, gke, rdma_networks, after=gpus_after))
     if settings.mode is Mode.STANDARD
     else None
 )
-
-# Kubernetes layer: everything here needs the cluster and its CPU pool, never the GPU pool, so it
-# is built while the GPU nodes are still being created. Only the RayCluster's readiness waits
-# for GPU nodes.
-namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
 # Without streaming (Standard): pulls the worker image on each GPU node as it registers.
 prepull = (
     ImagePrepull("image-prepull", ImagePrepullArgs(settings, gke))
@@ -110,12 +123,6 @@ dra_driver = (
     if settings.profile.multi_node_nvlink
     else None
 )
-kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
-storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
-data_prep = DataPreparation(
-    "data-prep",
-    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
-)
 telemetry = RunTelemetry("run-telemetry", RunTelemetryArgs(settings, gke, namespace))
 ray_cluster = RayCluster(
     "ray",
@@ -131,10 +138,12 @@ ray_cluster = RayCluster(
         telemetry,
         image_registry=images,
         prepull=prepull,
+        after=gpus_after,
     ),
 )
 training = GrpoTraining(
-    "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, gpu_pool)
+    "grpo",
+    GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, rehearsal, gpu_pool),
 )
 
 pulumi.export("profile", settings.profile_name)
