@@ -76,9 +76,10 @@ def read_scripts(script: Path = SCRIPT_FILE, wrapper: Path = WRAPPER_FILE) -> di
         try:
             files[key] = path.read_text()
         except FileNotFoundError:
+            committed = (SCRIPT_FILE if key == SCRIPT_KEY else WRAPPER_FILE).relative_to(_ROOT)
             raise MissingScriptError(
                 f"{path} is missing: the rehearsal Job ships it to the cluster as a ConfigMap. "
-                f"Restore it from git (git checkout -- {path.relative_to(_ROOT)})."
+                f"Restore it from git (git checkout -- {committed})."
             ) from None
     return files
 
