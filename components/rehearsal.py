@@ -13,7 +13,9 @@ from components.gke_cluster import GkeCluster
 from components.image_registry import ImageRegistry
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
+from config.bucket_layout import bucket_url
 from config.settings import StackSettings
+from jobs.rehearsal_verdict import RehearsalVerdict
 from manifests import rehearsal as manifests
 from training.assembly import TrainingJob
 
@@ -41,6 +43,9 @@ class RehearsalArgs:
 
 class Rehearsal(pulumi.ComponentResource):
     job: k8s.batch.v1.Job
+    # The record judged: fails `pulumi up` with its problems, else its answers as outputs.
+    verdict: RehearsalVerdict
+    record_url: str
 
     def __init__(
         self, name: str, args: RehearsalArgs, opts: pulumi.ResourceOptions | None = None
@@ -93,4 +98,14 @@ class Rehearsal(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        self.register_outputs({"job": self.job.metadata.name})
+        self.record_url = bucket_url(s.bucket_name, args.job.rehearsal_record)
+        logs = f"kubectl logs -n {s.namespace} -l job-name={manifests.JOB_NAME} --tail=-1"
+        self.verdict = RehearsalVerdict(
+            f"{name}-verdict",
+            record_url=self.record_url,
+            # A new Job (a changed command, image or script) is a new rehearsal: read again.
+            job_uid=self.job.metadata.uid,
+            logs_hint=logs,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.job]),
+        )
+        self.register_outputs({"job": self.job.metadata.name, "record": self.record_url})

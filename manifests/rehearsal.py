@@ -42,9 +42,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_FILE = _ROOT / "verl_scripts" / SCRIPT_KEY
 WRAPPER_FILE = _ROOT / "payloads" / WRAPPER_KEY
 SCRIPT_DIR = "/scripts"
-# payloads/rehearse.py PROBLEMS_FOUND: the inputs have a problem, which a retry does not fix.
-PROBLEMS_FOUND = 3
-# Other failures (a pod killed, the bucket mount not ready) are retried.
+# The wrapper exits 0 once the record is written (ok or not; jobs/rehearsal_verdict.py judges
+# it), so a failed pod is a rehearsal that wrote none (a pod killed, the mount not ready): retried.
 BACKOFF_LIMIT = 2
 # Hugging Face caches of the pod: it reads the model from the bucket and downloads nothing.
 HF_HOME = "/tmp/huggingface"
@@ -187,7 +186,7 @@ def rehearsal_job(
         # rehearsal never calls the Kubernetes API.
         "automountServiceAccountToken": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        # podFailurePolicy needs Never; a failed pod (and its log) stays for `kubectl logs`.
+        # A failed pod (and its log) stays for `kubectl logs`.
         "restartPolicy": "Never",
         **_placement(settings, cpu_pool_name),
         "initContainers": init,
@@ -205,20 +204,6 @@ def rehearsal_job(
         ),
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
-            # A problem in the inputs fails the Job at once (Kubernetes "Handling retriable and
-            # non-retriable pod failures with Pod failure policy", batch/v1, GA in 1.31).
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": "rehearsal",
-                            "operator": "In",
-                            "values": [PROBLEMS_FOUND],
-                        },
-                    }
-                ]
-            },
             "template": {
                 "metadata": {
                     "labels": labels(COMPONENT),

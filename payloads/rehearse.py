@@ -1,5 +1,4 @@
-"""The rehearsal Job's entrypoint: runs verl_scripts/rehearsal.py and turns its record into the
-pod's verdict.
+"""The rehearsal Job's entrypoint: runs verl_scripts/rehearsal.py and keeps its record.
 
     python3 /scripts/rehearse.py --script /scripts/rehearsal.py --out /data/rehearsals/... \\
         -- key=value ...   (the GRPO job's exact Hydra overrides)
@@ -8,10 +7,9 @@ rehearsal.py writes one JSON record (/work/briefs/record.md: "ok", "problems" wi
 value, message and fix) and exits 1 when it found a problem. This wrapper
 - removes the record of an earlier rehearsal of the same command first, so a rehearsal that dies
   before writing is never judged by an old record;
-- on problems writes one line per problem ("<setting> = <value>: <message>. Fix: <fix>") to the
-  pod's termination message, which the Job's failure and `kubectl describe` show, and exits
-  PROBLEMS_FOUND: the Job's podFailurePolicy fails the Job at once on that code (a problem in the
-  inputs does not go away on a retry; manifests/rehearsal.py);
+- exits 0 once a record is written, ok or not: `pulumi up` judges the record
+  (jobs/rehearsal_verdict.py) and fails with its problems as a message; the problems also go to
+  the pod's termination message for `kubectl describe`;
 - when the script dies without a record (an image without verl, a killed pod) says so and exits
   with the script's status, which the Job retries (backoffLimit).
 
@@ -27,8 +25,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The exit status of a rehearsal that found problems (manifests/rehearsal.py podFailurePolicy).
-PROBLEMS_FOUND = 3
 # Kubernetes keeps at most 4096 bytes of a termination message (core/v1 Container
 # terminationMessagePath: "Message written is intended to be brief final status ... will be
 # truncated by the node if greater than 4096 bytes").
@@ -55,7 +51,7 @@ def verdict(record: dict[str, Any]) -> list[str]:
 
 
 def termination_message(lines: list[str], record_path: Path) -> str:
-    text = "\n".join(["rehearsal failed (no GPU was used):", *lines, f"record: {record_path}"])
+    text = "\n".join(["rehearsal found problems:", *lines, f"record: {record_path}"])
     data = text.encode()
     if len(data) <= TERMINATION_MESSAGE_BYTES:
         return text
@@ -103,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print(message, file=sys.stderr, flush=True)
     if args.termination_log.is_file():
         args.termination_log.write_text(message + "\n")
-    return PROBLEMS_FOUND
+    return 0
 
 
 if __name__ == "__main__":

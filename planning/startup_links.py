@@ -217,8 +217,13 @@ class StartupFacts(GraphFacts):
     val_before_train: bool
 
 
+RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
+# The rehearsal's record, read from the bucket and judged (jobs/rehearsal_verdict.py).
+REHEARSAL_VERDICT = "pulumi-python:dynamic/jobs:RehearsalVerdict"
+
+
 def ray_jobs(result: Graph) -> list[Any]:
-    return [r for r in result.resources if r.type.startswith("pulumi-python:dynamic")]
+    return [r for r in result.resources if r.type == RAY_JOB]
 
 
 def is_grpo(resource: Any) -> bool:
@@ -457,6 +462,13 @@ RESOURCE_LINKS: Mapping[str, Link] = MappingProxyType(
             12.0,
             "est.: verl image pull ~3 min, clone + GSM8K ~1.5 min, the ~66 GB model (seed) at "
             "~150 MB/s through GCS FUSE ~7.5 min; the tutorial scripts allow 60 min",
+            estimate=True,
+        ),
+        REHEARSAL_VERDICT: _link(
+            "rehearsal-verdict",
+            "rehearsal record read and judged",
+            0.1,
+            "est.: one GCS object read from the machine running pulumi up",
             estimate=True,
         ),
         "rehearsal": _link(
@@ -892,7 +904,9 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
     if resource.type == DATA_PREP_JOB:
         data_prep = RESOURCE_LINKS["data-prep"]
         return (table.autopilot_cpu_node, data_prep) if autopilot else (data_prep,)
-    if resource.type.startswith("pulumi-python:dynamic"):
+    if resource.type == REHEARSAL_VERDICT:
+        return (RESOURCE_LINKS[REHEARSAL_VERDICT],)
+    if resource.type == RAY_JOB:
         if is_grpo(resource):
             return (table.job_submit, *table.grpo)
         return (table.job_submit, table.fabric_check)

@@ -25,6 +25,7 @@ from training.assembly import REHEARSAL_RECORD_ENV, training_job
 JOB = "kubernetes:batch/v1:Job"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 GPU_POOL = "gcp:container/nodePool:NodePool"
+VERDICT = "pulumi-python:dynamic/jobs:RehearsalVerdict"
 NO_RESERVATION = ("verl-gke:reservation",)
 
 
@@ -152,19 +153,29 @@ def test_outside_a_reservation_no_gpu_node_exists_before_it_succeeded(
         assert result.depends_on(request, job)
 
 
-def test_a_problem_fails_the_job_at_once_other_failures_are_retried() -> None:
-    spec = rehearsal(plan("a4", "standard")).inputs["spec"]
-    from payloads import rehearse
+def verdict(result: PlanResult) -> RecordedResource:
+    return result.one(VERDICT, "rehearsal-verdict")
 
-    (rule,) = spec["podFailurePolicy"]["rules"]
-    assert rule["action"] == "FailJob"
-    assert rule["onExitCodes"] == {
-        "containerName": "rehearsal",
-        "operator": "In",
-        "values": [rehearse.PROBLEMS_FOUND],
-    }
-    assert spec["backoffLimit"] >= 1
-    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_the_verdict_reads_the_record_of_this_job_and_training_waits_for_it(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode)
+    judged = verdict(result)
+    assert result.depends_on(judged, rehearsal(result))
+    assert result.depends_on(grpo_job(result), judged)
+    record = grpo_job(result).inputs["runtime_env"]["env_vars"][REHEARSAL_RECORD_ENV]
+    bucket = result.one("gcp:storage/bucket:Bucket").inputs["name"]
+    assert judged.inputs["record_url"] == bucket_layout.bucket_url(bucket, record)
+    assert "job-name=rehearsal-job" in judged.inputs["logs_hint"]
+    assert result.outputs["rehearsalRecord"] == judged.inputs["record_url"]
+
+
+def test_outside_a_reservation_the_gpu_nodes_wait_for_the_verdict() -> None:
+    result = plan("a4", "standard", unset=NO_RESERVATION, **{"verl-gke__capacity": "spot"})
+    assert result.depends_on(result.one(GPU_POOL, "gpu-pool"), verdict(result))
+    assert result.depends_on(result.one(RAY_CLUSTER), verdict(result))
 
 
 @pytest.mark.parametrize("stack", ["a3u", "a4x"])
