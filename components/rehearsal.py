@@ -50,6 +50,8 @@ class Rehearsal(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: RehearsalArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        """Long because the ConfigMap, the policy, the Job and its verdict are declared together:
+        each names the one before it."""
         super().__init__("verl-gke:rehearsal:Rehearsal", name, None, opts)
         s = args.settings
         provider = args.cluster.provider
