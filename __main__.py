@@ -25,15 +25,24 @@ from components.rehearsal import Rehearsal, RehearsalArgs
 from components.run_telemetry import RunTelemetry, RunTelemetryArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
+from config.bucket_layout import bucket_url
 from config.image_tags import moving_images_notice
 from config.profiles import Mode
 from config.pulumi_cli import require_cli_features
 from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
+from jobs.rehearsal_verdict import existing_record
 from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
 from training.live_prices import read_catalog
-from training.run_cost import price_book, spec_steps, stack_outputs, up_block
+from training.run_cost import (
+    ESTIMATED,
+    price_book,
+    record_steps,
+    spec_steps,
+    stack_outputs,
+    up_block,
+)
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
@@ -64,7 +73,10 @@ pulumi.log.info(run_block(grpo, settings))
 prices = price_book(settings)
 if not pulumi.runtime.is_dry_run():
     prices = price_book(settings, read_catalog(settings))
-    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
+    # verl's own count from an earlier rehearsal of this very command, else the estimate.
+    counted = record_steps(existing_record(bucket_url(settings.bucket_name, grpo.rehearsal_record)))
+    steps, counted_by = counted if counted is not None else (spec_steps(grpo.spec), ESTIMATED)
+    pulumi.log.info(up_block(settings, prices, steps, counted_by))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 

@@ -118,6 +118,22 @@ def read_record(
     return record
 
 
+def existing_record(record_url: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The record of this command if an earlier rehearsal wrote it, for `pulumi up`'s cost block
+    (verl's own step count instead of the program's estimate); None when it is absent or cannot
+    be read (no bucket yet, no credentials): the estimate is then used, and said so."""
+    try:
+        from google.cloud import storage
+
+        bucket, path = parse_gcs_url(record_url)
+        client = storage.Client(project=None)
+        text = client.bucket(bucket).blob(path).download_as_text(timeout=timeout_s, retry=None)
+        record = json.loads(text)
+    except Exception:  # any failure means "no record to use": the plan's estimate is said
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class RehearsalVerdictProvider(pulumi.dynamic.ResourceProvider):
     """Reads and judges the record; stateless (everything comes in the inputs)."""
 
