@@ -189,7 +189,7 @@ def rehearsal_job(
         # A failed pod (and its log) stays for `kubectl logs`.
         "restartPolicy": "Never",
         **_placement(settings, cpu_pool_name),
-        "initContainers": init,
+        **({"initContainers": init} if init else {}),
         "containers": [container],
         "volumes": volumes,
     }
