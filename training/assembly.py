@@ -227,9 +227,14 @@ REHEARSAL_RECORD_ENV = "VERL_GKE_REHEARSAL_RECORD"
 
 
 def rehearsal_record(settings: StackSettings, spec: GrpoSpec, overrides: list[str]) -> str:
-    """The record's path for this stack, experiment and command: the overrides and what runs
-    verl (another image or ref may answer otherwise)."""
-    command = {"overrides": overrides, "verl": verl_source_label(settings)}
+    """The record's path for this stack, experiment and command: the overrides, what runs verl
+    and the image (another ref or image may answer otherwise, and the Ray head's data mount
+    caches a file's metadata for good: a new answer gets a new path)."""
+    command = {
+        "overrides": overrides,
+        "verl": verl_source_label(settings),
+        "image": settings.verl_image,
+    }
     digest = hashlib.sha256(json.dumps(command, sort_keys=True).encode()).hexdigest()
     return rehearsal_record_path(settings.stack, spec.experiment_name, digest)
 
