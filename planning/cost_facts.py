@@ -136,7 +136,11 @@ def config(key: str) -> str:
     return f"verl-gke:{key}"
 
 
-def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
+def what_you_pay_for(
+    result: PlanResult, settings: StackSettings, record: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The block; `record`: a rehearsal's record of this run's command (the offline plan's, where
+    one ran), whose length replaces the program's estimated step count."""
     profile = settings.profile
     timed = modelled_schedule(result, settings)
     minutes = timed.overlapped
@@ -153,7 +157,7 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         f"(bench/critical_path.py's model)",
         f"  a failed rehearsal (verl's checks in the training image, before training) costs: "
         f"{settings.capacity_plan.rehearsal_failure_cost()}",
-        *money_lines(settings, minutes, job_overrides(result)),
+        *money_lines(settings, minutes, job_overrides(result), record=record),
     ]
 
 

@@ -11,7 +11,12 @@ import json
 import grpc
 import pytest
 
-from jobs.rehearsal_verdict import OUTPUT_KEYS, RehearsalVerdictProvider, summary
+from jobs.rehearsal_verdict import (
+    OUTPUT_KEYS,
+    RehearsalVerdictProvider,
+    existing_record,
+    summary,
+)
 from tests.support.dynamic_host import DynamicHost, engine_inputs, from_wire, wire
 from tests.support.gcs_emulator import GcsEmulator
 
@@ -124,3 +129,15 @@ def test_ok_without_problems_is_the_only_pass() -> None:
     assert summary({**OK_RECORD, "ok": False})["ok"] is False
     assert summary({**OK_RECORD, "problems": [PROBLEM]})["ok"] is False
     assert summary({"schema": 1})["steps"] is None
+
+
+def test_pulumi_up_finds_an_earlier_record_of_this_command_or_none(
+    gcs: GcsEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pulumi up`'s cost block takes verl's count from a record already there (__main__.py)."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+    url = put(gcs, "rehearsals/a4/exp/earlier.json", OK_RECORD)
+    assert existing_record(url) == OK_RECORD
+    assert existing_record(f"gs://{BUCKET}/rehearsals/a4/exp/none.json") is None
+    assert existing_record(put(gcs, "rehearsals/a4/exp/list.json", "[1]")) is None
+    assert existing_record("gs://verl-gke-no-such-bucket-x/r.json") is None
