@@ -49,7 +49,7 @@ BACKOFF_LIMIT = 2
 HF_HOME = "/tmp/huggingface"
 
 # The tokenizer over every row (RLHFDataset's overlong-prompt filter) and verl's imports: a few
-# GiB (est.); the same size per mode as the data-prep Job's Standard pod.
+# GiB (est.), with room for larger datasets; one size on Standard and Autopilot.
 _RESOURCES = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"}
 # The GCS FUSE sidecar reads the parquet and the tokenizer files only (the weights are not read).
 _SIDECAR_LIMITS = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "5Gi"}
