@@ -21,18 +21,28 @@ from components.node_identity import NodeIdentity, NodeIdentityArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.rehearsal import Rehearsal, RehearsalArgs
 from components.run_telemetry import RunTelemetry, RunTelemetryArgs
 from components.storage import TrainingStorage, TrainingStorageArgs
 from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceArgs
+from config.bucket_layout import bucket_url
 from config.image_tags import moving_images_notice
 from config.profiles import Mode
 from config.pulumi_cli import require_cli_features
 from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
+from jobs.rehearsal_verdict import existing_record
 from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
 from training.live_prices import read_catalog
-from training.run_cost import price_book, spec_steps, stack_outputs, up_block
+from training.run_cost import (
+    ESTIMATED,
+    price_book,
+    record_steps,
+    spec_steps,
+    stack_outputs,
+    up_block,
+)
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
@@ -63,7 +73,10 @@ pulumi.log.info(run_block(grpo, settings))
 prices = price_book(settings)
 if not pulumi.runtime.is_dry_run():
     prices = price_book(settings, read_catalog(settings))
-    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
+    # verl's own count from an earlier rehearsal of this very command, else the estimate.
+    counted = record_steps(existing_record(bucket_url(settings.bucket_name, grpo.rehearsal_record)))
+    steps, counted_by = counted if counted is not None else (spec_steps(grpo.spec), ESTIMATED)
+    pulumi.log.info(up_block(settings, prices, steps, counted_by))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 for note in grpo.notes:
@@ -83,16 +96,28 @@ images = (
     else None
 )
 gke = GkeCluster("gke", GkeClusterArgs(settings, host_network, node_identity, images))
+
+# Kubernetes layer: everything here needs the cluster and its CPU pool, never the GPU pool. On a
+# reservation it is built while the GPU nodes are being created; where GPU nodes bill from their
+# creation (flex-start, Spot) the GPU pool and the RayCluster wait for the rehearsal below.
+namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
+kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
+storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
+data_prep = DataPreparation(
+    "data-prep",
+    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
+)
+# verl's own code on the job's exact command, in the training image, after data prep.
+rehearsal = Rehearsal(
+    "rehearsal",
+    RehearsalArgs(settings, gke, namespace, storage, data_prep, grpo, image_registry=images),
+)
+gpus_after = (rehearsal,) if settings.capacity_plan.gpus_after_rehearsal else ()
 gpu_pool = (
-    GpuNodePool("gpu", GpuNodePoolArgs(settings, gke, rdma_networks))
+    GpuNodePool("gpu", GpuNodePoolArgs(settings, gke, rdma_networks, after=gpus_after))
     if settings.mode is Mode.STANDARD
     else None
 )
-
-# Kubernetes layer: everything here needs the cluster and its CPU pool, never the GPU pool, so it
-# is built while the GPU nodes are still being created. Only the RayCluster's readiness waits
-# for GPU nodes.
-namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
 # Without streaming (Standard): pulls the worker image on each GPU node as it registers.
 prepull = (
     ImagePrepull("image-prepull", ImagePrepullArgs(settings, gke))
@@ -112,12 +137,6 @@ dra_driver = (
     if settings.profile.multi_node_nvlink
     else None
 )
-kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
-storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
-data_prep = DataPreparation(
-    "data-prep",
-    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
-)
 telemetry = RunTelemetry("run-telemetry", RunTelemetryArgs(settings, gke, namespace))
 ray_cluster = RayCluster(
     "ray",
@@ -133,10 +152,12 @@ ray_cluster = RayCluster(
         telemetry,
         image_registry=images,
         prepull=prepull,
+        after=gpus_after,
     ),
 )
 training = GrpoTraining(
-    "grpo", GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, gpu_pool)
+    "grpo",
+    GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, rehearsal, gpu_pool),
 )
 
 pulumi.export("profile", settings.profile_name)
@@ -170,5 +191,14 @@ pulumi.export("checkpointRoot", training.job.checkpoint_root)
 pulumi.export("checkpoints", training.job.checkpoints)
 pulumi.export("latestCheckpoint", training.job.latest_checkpoint)
 pulumi.export("latestCheckpointStep", training.job.latest_step)
+# The rehearsal's answers, read from its record (jobs/rehearsal_verdict.py): verl's own count of
+# the run's steps, the rows its dataset keeps, the reward's sample scores, the image's versions.
+pulumi.export("rehearsalRecord", rehearsal.record_url)
+pulumi.export("rehearsalSteps", rehearsal.verdict.steps)
+pulumi.export("rehearsalSaveSteps", rehearsal.verdict.save_steps)
+pulumi.export("rehearsalRows", rehearsal.verdict.rows)
+pulumi.export("rehearsalRewardSamples", rehearsal.verdict.reward_samples)
+pulumi.export("rehearsalVersions", rehearsal.verdict.versions)
+pulumi.export("rehearsalProblems", rehearsal.verdict.problems)
 pulumi.export("fabricCheckBusbwGbps", training.fabric_result("busbw_gbps"))
 pulumi.export("fabricCheckTransport", training.fabric_result("transport"))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from config.profiles import PROFILES, Mode
+from config.profiles import PROFILES, Capacity, Mode
 from planning.startup_links import (
     ALL_LEVERS,
     LEVER_SOURCES,
@@ -63,12 +63,19 @@ CONFIG = {
 LEVERS = (Lever.FUSE_TUNED, Lever.IMAGE_STREAMING, Lever.PREPULL, Lever.NO_DEFAULT_POOL)
 
 
+def _config(mode: str, capacity: Capacity) -> dict[str, str]:
+    config = {**CONFIG, "verl-gke:mode": mode, "verl-gke:capacity": capacity.value}
+    if capacity is not Capacity.RESERVATION:
+        del config["verl-gke:reservation"]
+    return config
+
+
 @cache
-def recorded(stack: str, mode: str) -> PlanResult:
-    """The program's registrations for one stack/mode (offline, no cloud)."""
+def recorded(stack: str, mode: str, capacity: Capacity = Capacity.RESERVATION) -> PlanResult:
+    """The program's registrations for one stack/mode/capacity (offline, no cloud)."""
     from planning.offline_engine import run_stack
 
-    return run_stack(stack, {**CONFIG, "verl-gke:mode": mode}, strict=True)
+    return run_stack(stack, _config(mode, capacity), strict=True)
 
 
 @cache
@@ -83,10 +90,15 @@ def run_facts(stack: str, mode: str) -> JobFacts:
     return job_facts(settings, job.spec, job.model)
 
 
-def modelled_schedule(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> Schedule:
+def modelled_schedule(
+    stack: str,
+    mode: str,
+    levers: Iterable[Lever] = NO_LEVERS,
+    capacity: Capacity = Capacity.RESERVATION,
+) -> Schedule:
     if stack not in PROFILES:
         raise ValueError(f"stack {stack!r}: one of {', '.join(PROFILES)}")
-    return schedule(recorded(stack, mode), run_facts(stack, mode), levers)
+    return schedule(recorded(stack, mode, capacity), run_facts(stack, mode), levers)
 
 
 def modelled_minutes(stack: str, mode: str, levers: Iterable[Lever] = NO_LEVERS) -> float:
@@ -171,6 +183,22 @@ def _print_critical_paths(cache_: Schedules, sources: dict[str, int]) -> None:
             print(f"    ({lever.value} not applied: {why})")
 
 
+def _print_capacities() -> None:
+    """The program as recorded on each capacity mode it supports: outside a reservation the GPU
+    pool and the RayCluster wait for the rehearsal (config/capacity.py gpus_after_rehearsal)."""
+    print("\nBy capacity mode, the program as recorded (minutes to the first step, once capacity")
+    print("is granted; outside a reservation the GPU nodes are created after the rehearsal):")
+    for stack, mode in COMBINATIONS:
+        support = PROFILES[stack].capacity.get(Mode(mode))
+        cells = []
+        for capacity in support.supported if support is not None else ():
+            timed = modelled_schedule(
+                stack, mode, implemented_levers(stack, mode), capacity=capacity
+            )
+            cells.append(f"{capacity.value} {timed.overlapped:.1f}")
+        print(f"  {stack}/{mode}: {'; '.join(cells)}")
+
+
 def _print_recovery(sources: dict[str, int]) -> None:
     """Node loss to training again per capacity mode; GPU-hours of a hang (planning/
     recovery_links.py), for the program as recorded."""
@@ -213,6 +241,7 @@ def main() -> int:
         )
     sources: dict[str, int] = {}
     _print_critical_paths(cache_, sources)
+    _print_capacities()
     _print_recovery(sources)
     print("\nLevers:")
     for lever in LEVERS:

@@ -109,6 +109,9 @@ class GpuNodePoolArgs:
     settings: StackSettings
     cluster: GkeCluster
     rdma_networks: RdmaNetworks | None
+    # What must succeed before the pool is created (the rehearsal, where GPU nodes bill from
+    # their creation: config/capacity.py gpus_after_rehearsal).
+    after: tuple[pulumi.Resource, ...] = ()
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -216,6 +219,7 @@ class GpuNodePool(pulumi.ComponentResource):
             upgrade_settings=upgrade_settings(s.reservation, s.capacity_plan.flex_start),
             opts=pulumi.ResourceOptions(
                 parent=self,
+                depends_on=list(args.after),
                 custom_timeouts=GPU_POOL_TIMEOUTS,
                 ignore_changes=IGNORED_POOL_CHANGES,
             ),

@@ -12,6 +12,7 @@ from components.data_preparation import DataPreparation
 from components.gke_cluster import GkeCluster
 from components.gpu_node_pool import GpuNodePool
 from components.ray_cluster import RayCluster
+from components.rehearsal import Rehearsal
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from jobs.dashboard_access import kube_proxy_dashboard
@@ -32,6 +33,8 @@ class GrpoTrainingArgs:
     namespace: WorkloadNamespace
     ray_cluster: RayCluster
     data_preparation: DataPreparation
+    # verl's rehearsal of this job's command: training starts only after it succeeded.
+    rehearsal: Rehearsal
     # Standard only. Jobs run on its nodes: `pulumi destroy` must stop them before the pool goes.
     gpu_pool: GpuNodePool | None
 
@@ -63,7 +66,7 @@ class GrpoTraining(pulumi.ComponentResource):
         on_cluster: list[pulumi.Resource] = [args.ray_cluster]
         if args.gpu_pool is not None:
             on_cluster.append(args.gpu_pool)
-        grpo_waits_for = [*on_cluster, args.data_preparation]
+        grpo_waits_for = [*on_cluster, args.data_preparation, args.rehearsal]
         if s.fabric_check:
             run = fabric_check_run(s)
             # wait_for "finished": GRPO is only submitted once the fabric passed (GPUs are

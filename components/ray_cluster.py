@@ -54,6 +54,9 @@ class RayClusterArgs:
     # The worker-image pre-puller (Standard, no image streaming): it must exist before the workers
     # are created, since on an autoscaled pool the workers are what brings the GPU nodes.
     prepull: ImagePrepull | None = None
+    # What must succeed before the RayCluster is created (the rehearsal, where GPU nodes bill
+    # from their creation: config/capacity.py gpus_after_rehearsal); its workers bring them.
+    after: tuple[pulumi.Resource, ...] = ()
 
 
 class RayCluster(pulumi.ComponentResource):
@@ -82,6 +85,7 @@ class RayCluster(pulumi.ComponentResource):
             depends_on.extend(args.image_registry.ready)
         if args.prepull is not None:
             depends_on.append(args.prepull)
+        depends_on.extend(args.after)
         self.cluster = k8s.apiextensions.CustomResource(
             f"{name}-cluster",
             api_version=body["apiVersion"],

@@ -42,6 +42,9 @@ GSM8K_TEST = f"{GSM8K_DIR}/test.parquet"
 # (config/run_inputs.py), and the run's reward files, one folder per file content.
 DATASETS_ROOT = f"{DATA_MOUNT}/datasets"
 REWARDS_ROOT = f"{DATA_MOUNT}/rewards"
+# The rehearsal's records (verl_scripts/rehearsal.py --out), one per stack, experiment and
+# training command (rehearsal_record_path).
+REHEARSALS_ROOT = f"{DATA_MOUNT}/rehearsals"
 # The data-prep script's completion markers (one per step).
 PREP_MARKERS = f"{DATA_MOUNT}/.prep"
 # Hugging Face caches: the data-prep (Kubernetes) Job's download cache, and the HF_HOME of the
@@ -87,6 +90,17 @@ def run_checkpoint_dir(experiment: str, world_size: int, resume_identity: str) -
     sharding: resume_identity says which) gets a new folder and starts from step 0."""
     digest = hashlib.sha256(resume_identity.encode()).hexdigest()[:8]
     return f"{checkpoint_dir(experiment)}/w{world_size}-{digest}"
+
+
+def rehearsal_record_path(stack: str, experiment: str, command_digest: str) -> str:
+    """The rehearsal's record of one training command: `rehearsals/<stack>/<experiment>/<12 hex
+    digits of the command>.json`. The stack keeps two stacks of one bucket apart; the command's
+    digest (its Hydra overrides and what runs verl) means a record found there answers for
+    exactly this command, and a changed command is rehearsed again."""
+    for name, value in (("stack", stack), ("experiment", experiment)):
+        if not value or "/" in value or value in {".", ".."}:
+            raise ValueError(f"{name} {value!r} must be one folder name (no '/')")
+    return f"{REHEARSALS_ROOT}/{stack}/{experiment}/{command_digest[:12]}.json"
 
 
 # What each run folder holds besides verl's own files (payloads/grpo/run_grpo.py writes them).

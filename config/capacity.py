@@ -56,6 +56,27 @@ class CapacityPlan:
         return self.capacity is Capacity.RESERVATION
 
     @property
+    def gpus_after_rehearsal(self) -> bool:
+        """Whether the GPU node pool and the RayCluster are created only once the rehearsal
+        succeeded (components/rehearsal.py), so a failed rehearsal costs no GPU node-hour: where
+        GPU nodes bill only from their creation (flex-start, Spot, on-demand). A reservation
+        bills its machines whether nodes run or not, so there they are created alongside data
+        prep and the rehearsal, and the time to the first step stays as short as before."""
+        return not self.uses_reservation
+
+    def rehearsal_failure_cost(self) -> str:
+        """What a failed rehearsal costs in GPU node-hours, for the plan."""
+        if self.gpus_after_rehearsal:
+            return (
+                "nothing in GPU node-hours: the GPU node pool and the RayCluster are created "
+                "only after the rehearsal succeeded (its pod runs on the CPU nodes)"
+            )
+        return (
+            "the reservation's machines bill anyway; the GPU nodes are created alongside the "
+            "rehearsal and no training starts until it succeeded"
+        )
+
+    @property
     def nodes_all_at_once(self) -> bool:
         """True where the N GPU nodes are created together or not at all, so none exists (and
         none is billed) while the rest are awaited: flex-start, whose ProvisioningRequest is

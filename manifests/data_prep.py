@@ -174,11 +174,8 @@ def run_input_args(settings: StackSettings) -> list[str]:
             args += ["--scored-prefixes", ",".join(run_inputs.VERL_SCORED_PREFIXES)]
     if reward is not None:
         args += ["--reward-file", f"{SCRIPT_DIR}/{REWARD_KEY}"]
+        # The rehearsal loads it in the training image (manifests/rehearsal.py).
         args += ["--reward-dest", reward.mounted_path]
-        # Where the Job runs the Ray pods' image, a reward importing a package it lacks fails
-        # here, before the GPUs are asked for; another image would prove nothing about theirs.
-        if settings.data_prep_image == settings.verl_image:
-            args += ["--reward-import"]
     return args
 
 

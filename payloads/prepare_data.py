@@ -10,8 +10,8 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
     verl    <data-root>/<verl-dir>                 verl checked out at --verl-ref, one folder per
                                                    stack (none with --verl-from-image: the
                                                    image's verl runs)
-    reward  --reward-dest                          a copy of --reward-file (only when given),
-                                                   imported here with --reward-import
+    reward  --reward-dest                          a copy of --reward-file (only when given;
+                                                   the rehearsal loads it in the training image)
     gsm8k   <data-root>/gsm8k/{train,test}.parquet by verl's examples/data_preprocess/gsm8k.py
                                                    (with --verl-from-image: the same rows,
                                                    written by hub_rows below)
@@ -542,48 +542,6 @@ def copy_reward(source: Path, dest: Path) -> None:
     log(step, f"copied {source} ({len(data)} bytes) to {dest}")
 
 
-# Imports the reward file as verl's get_custom_reward_fn does at v0.6.1, the x86 stacks' verlRef
-# (verl/trainer/ppo/reward.py): spec_from_file_location('custom_module'), the module entered in
-# sys.modules as 'custom_module', then exec_module. The entry matters: a @dataclass under
-# `from __future__ import annotations` looks its module up there (Python's dataclasses). v0.7.0
-# and 0.9.0 load the file without the entry (verl/utils/import_utils.py load_module), so there
-# such a file fails in verl and passes here. In a child process so the import cannot touch this
-# one.
-REWARD_IMPORT = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('custom_module', sys.argv[1])\n"
-    "module = importlib.util.module_from_spec(spec)\n"
-    "sys.modules['custom_module'] = module\n"
-    "spec.loader.exec_module(module)\n"
-)
-
-
-def check_reward_imports(path: Path, verl: Path | None) -> None:
-    """Refuse a reward file whose module-level imports fail in this image, which the Ray pods
-    also run: verl would fail at the first reward, on the GPUs."""
-    step = "reward"
-    env = dict(os.environ)
-    if verl is not None:  # the job imports verl from the checkout, as prepare_gsm8k does
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(verl), env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, "-c", REWARD_IMPORT, str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        errors="replace",
-    )
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        last = lines[-1].strip() if lines else f"exit code {done.returncode}"
-        raise StepError(
-            f"the reward file ({path}) fails to import in this image, which the Ray pods also "
-            f"run: {last}. verl would fail at the first reward, on the GPUs. Fix: import only the "
-            "standard library and packages the image has (verl-gke:verlImage), or set "
-            "verl-gke:verlImage and verl-gke:dataPrepImage to an image that has them"
-        )
-    log(step, f"{path} imports in this image")
-
-
 # --- step 3: model ------------------------------------------------------------------------------
 
 
@@ -916,11 +874,6 @@ def add_run_input_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reward-file", type=Path, help="the reward file to copy")
     parser.add_argument("--reward-dest", type=Path, help="where verl reads --reward-file")
-    parser.add_argument(
-        "--reward-import",
-        action="store_true",
-        help="import the reward file here: this image is the Ray pods' image",
-    )
 
 
 def add_length_args(parser: argparse.ArgumentParser) -> None:
@@ -1053,9 +1006,6 @@ def run_steps(
         )
     if args.reward_file is not None:
         steps.append(("reward", lambda: copy_reward(args.reward_file, args.reward_dest)))
-    if args.reward_file is not None and args.reward_import:
-        verl = None if args.verl_from_image else root / args.verl_dir
-        steps.append(("reward", lambda: check_reward_imports(args.reward_dest, verl)))
     default = args.dataset is None and args.check_dataset is None and not args.verl_from_image
     steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))
     steps.append(

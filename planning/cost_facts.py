@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
@@ -28,7 +29,16 @@ from planning.startup_links import job_facts, levers_in_graph
 from planning.startup_schedule import Schedule, schedule
 from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
-from training.run_cost import PriceBook, cost_lines, price_book, rate, training_steps, usd
+from training.run_cost import (
+    ESTIMATED,
+    PriceBook,
+    cost_lines,
+    price_book,
+    rate,
+    record_steps,
+    training_steps,
+    usd,
+)
 from training.run_life import CHECKPOINT_BYTES_PER_PARAM
 
 
@@ -126,7 +136,11 @@ def config(key: str) -> str:
     return f"verl-gke:{key}"
 
 
-def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
+def what_you_pay_for(
+    result: PlanResult, settings: StackSettings, record: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The block; `record`: a rehearsal's record of this run's command (the offline plan's, where
+    one ran), whose length replaces the program's estimated step count."""
     profile = settings.profile
     timed = modelled_schedule(result, settings)
     minutes = timed.overlapped
@@ -141,7 +155,9 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         f"  worker image: {_image_line(timed, settings)}",
         f"  modelled time to the first training step: {minutes:.0f} min once capacity is there "
         f"(bench/critical_path.py's model)",
-        *money_lines(settings, minutes, job_overrides(result)),
+        f"  a failed rehearsal (verl's checks in the training image, before training) costs: "
+        f"{settings.capacity_plan.rehearsal_failure_cost()}",
+        *money_lines(settings, minutes, job_overrides(result), record=record),
     ]
 
 
@@ -175,11 +191,15 @@ def money_lines(
     minutes: float,
     job: Mapping[str, str],
     book: PriceBook | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Dollars (training/run_cost.py, the prices of config/price_table.py unless a book is given):
     the hourly rate of what runs, the modelled cost up to the first step, one more hour, the
-    whole run, and the kept checkpoints' storage."""
+    whole run (its steps from the rehearsal's `record` of this run where there is one, else the
+    program's estimate, said so), and the kept checkpoints' storage."""
     book = book or price_book(settings)
+    counted = record_steps(record)
+    steps, counted_by = counted if counted is not None else (training_steps(job), ESTIMATED)
     region_note = (
         ""
         if settings.region == REGION
@@ -188,7 +208,7 @@ def money_lines(
     return [
         f"  prices: list prices for {REGION} (config/price_table.py: sources and dates below); "
         f"prices vary by region{region_note}",
-        *cost_lines(settings, book, training_steps(job), minutes),
+        *cost_lines(settings, book, steps, minutes, counted_by),
         f"  control plane ($/h): {usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
         f"management fee in both modes ({GKE_PRICING}); "
         + (

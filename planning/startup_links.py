@@ -124,6 +124,8 @@ DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 PERSISTENT_VOLUME = "kubernetes:core/v1:PersistentVolume"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+# The rehearsal's Job (components/rehearsal.py): a Job like data prep's, with its own link.
+REHEARSAL_JOB_NAME = "rehearsal-job"
 # The verl entry point of the GRPO job; other Ray jobs (the fabric check) run before it.
 GRPO_ENTRYPOINT = "verl.trainer.main_ppo"
 ARCHES = ("amd64", "arm64")
@@ -215,8 +217,13 @@ class StartupFacts(GraphFacts):
     val_before_train: bool
 
 
+RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
+# The rehearsal's record, read from the bucket and judged (jobs/rehearsal_verdict.py).
+REHEARSAL_VERDICT = "pulumi-python:dynamic/jobs:RehearsalVerdict"
+
+
 def ray_jobs(result: Graph) -> list[Any]:
-    return [r for r in result.resources if r.type.startswith("pulumi-python:dynamic")]
+    return [r for r in result.resources if r.type == RAY_JOB]
 
 
 def is_grpo(resource: Any) -> bool:
@@ -455,6 +462,25 @@ RESOURCE_LINKS: Mapping[str, Link] = MappingProxyType(
             12.0,
             "est.: verl image pull ~3 min, clone + GSM8K ~1.5 min, the ~66 GB model (seed) at "
             "~150 MB/s through GCS FUSE ~7.5 min; the tutorial scripts allow 60 min",
+            estimate=True,
+        ),
+        REHEARSAL_VERDICT: _link(
+            "rehearsal-verdict",
+            "rehearsal record read and judged",
+            0.1,
+            "est.: one GCS object read from the machine running pulumi up",
+            estimate=True,
+        ),
+        "rehearsal": _link(
+            "rehearsal",
+            "rehearsal Job (verl's config, dataset, reward, length)",
+            1.5,
+            "est.: the training image is on the node already (the data-prep Job or the x86 head "
+            "pulled it; on A4X the GPU node's pull, modelled in the schedule); verl + vLLM "
+            "imports ~0.5 min, RLHFDataset's tokenizer over the 7,473 GSM8K rows (overlong "
+            "filter) ~0.5 min, Hydra compose, model config and reward samples seconds, pod start "
+            "and FUSE mount ~0.3 min; on Autopilot the pod takes the Performance-class node the "
+            "data-prep pod just left",
             estimate=True,
         ),
     }
@@ -853,6 +879,13 @@ def links(facts: StartupFacts, levers: Iterable[Lever] = NO_LEVERS) -> StartupLi
     )
 
 
+def runs_on_gpu_nodes(resource: Any) -> bool:
+    """A Job whose pod runs on a GPU node (the rehearsal on A4X, where the training image does
+    not run on the x86 CPU pool): its start waits for the GPU nodes and the image's pull."""
+    pod = ((resource.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any("gke-accelerator" in key for key in pod.get("nodeSelector") or {})
+
+
 def is_gpu_pool(resource: Any) -> bool:
     return resource.type == NODE_POOL and resource.name == "gpu-pool"
 
@@ -866,10 +899,14 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
         return (table.gpu_nodes,) if is_gpu_pool(resource) else (table.cpu_pool,)
     if resource.type == HELM_RELEASE and resource.name in RESOURCE_LINKS:
         return (RESOURCE_LINKS[resource.name],)
+    if resource.type == DATA_PREP_JOB and resource.name == REHEARSAL_JOB_NAME:
+        return (RESOURCE_LINKS["rehearsal"],)
     if resource.type == DATA_PREP_JOB:
         data_prep = RESOURCE_LINKS["data-prep"]
         return (table.autopilot_cpu_node, data_prep) if autopilot else (data_prep,)
-    if resource.type.startswith("pulumi-python:dynamic"):
+    if resource.type == REHEARSAL_VERDICT:
+        return (RESOURCE_LINKS[REHEARSAL_VERDICT],)
+    if resource.type == RAY_JOB:
         if is_grpo(resource):
             return (table.job_submit, *table.grpo)
         return (table.job_submit, table.fabric_check)

@@ -29,6 +29,7 @@ from planning.startup_links import (
     pod_images,
     ray_jobs,
     resource_links,
+    runs_on_gpu_nodes,
     startup_facts,
 )
 
@@ -211,6 +212,17 @@ class _Walk:
         self.first_pull, self.worker_start = warmed, workers
         return max(end, gpu_ready) + _minutes(workers), (*own, *workers), before
 
+    def _on_gpu_node(self, start: float, before: str | None) -> tuple[float, str | None]:
+        """A CPU-only pod placed on a GPU node starts once a GPU node exists and has pulled the
+        training image (the same pull the workers wait for, a cold one: no earlier pull)."""
+        table = self.table
+        if self.gpu_pool is None:  # Autopilot: GPU nodes come only for the Ray workers
+            raise LookupError("a Job on GPU nodes needs the Standard GPU pool in the graph")
+        ready = self.visit(self.gpu_pool.urn) + DRIVER_MIN + table.cold_pull.minutes
+        if ready > start:
+            return ready, self.gpu_pool.urn
+        return start, before
+
     def visit(self, urn: str) -> float:
         if urn in self.finish:
             return self.finish[urn]
@@ -218,7 +230,10 @@ class _Walk:
         for dep in self.deps[urn]:
             if self.visit(dep) > start:
                 start, before = self.finish[dep], dep
-        own = resource_links(self.by_urn[urn], self.table)
+        resource = self.by_urn[urn]
+        if resource.type == DATA_PREP_JOB and runs_on_gpu_nodes(resource):
+            start, before = self._on_gpu_node(start, before)
+        own = resource_links(resource, self.table)
         end = start + _minutes(own)
         if urn == self.ray.urn:
             end, own, before = self._ray_cluster_ready(end, own, before)

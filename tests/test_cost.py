@@ -18,7 +18,7 @@ from planning.cost_facts import checkpoints_kept, money_lines, wait_line, what_y
 from tests.program import REAL, plan
 from tools.run import RunView, cost_text
 from tools.run_target import RunPrice
-from training.run_cost import PriceBook, price_book, stack_outputs
+from training.run_cost import ESTIMATED, PriceBook, price_book, stack_outputs
 
 # The rendered GRPO job's Hydra overrides that decide the checkpoints (the a3u/a4 default job).
 DEFAULT_JOB = {
@@ -113,7 +113,7 @@ def test_the_block_shows_dollars_per_hour_or_names_the_missing_page(
         assert "bills the CPU pods' resource requests" in cpu
     (first,) = [x for x in lines if "cost to the first training step:" in x]
     (run,) = [x for x in lines if "the whole run:" in x]
-    assert "58 steps x 97.7-393 s per step" in run
+    assert f"58 steps ({ESTIMATED}) x 97.7-393 s per step" in run
     assert "one more hour" in "\n".join(lines)
     if priced:  # the GPU nodes are in the first-step cost, not only the control plane
         assert not first.partition(":")[2].strip().startswith("at least")
@@ -378,3 +378,34 @@ def test_the_stack_outputs_carry_the_stacks_hourly_price() -> None:
     assert outputs["gpuNodeHourlyUsd"] == pytest.approx(32.61871)
     assert outputs["stackHourlyUsd"] == pytest.approx(66.33252)
     assert RunPrice.from_outputs(outputs) is not None
+
+
+def test_the_whole_run_takes_verls_count_from_the_rehearsals_record() -> None:
+    """verl 0.6.1 ends at the step the data gives (58 on GSM8K at batch 256) even where
+    trainer.total_training_steps asks for 100; the rehearsal's record says so and the plan uses
+    it instead of its own count, naming where it came from."""
+    settings = settings_for("a3u", Mode.STANDARD, Capacity.RESERVATION)
+    job = {**DEFAULT_JOB, "trainer.total_training_steps": "100"}
+    (estimate,) = [x for x in money_lines(settings, 60.0, job) if "the whole run:" in x]
+    assert f"100 steps ({ESTIMATED})" in estimate
+    record = {"length": {"last_step": 58, "source": "dataloader x epochs"}}
+    lines = money_lines(settings, 60.0, job, record=record)
+    (run,) = [x for x in lines if "the whole run:" in x]
+    assert "58 steps (verl's own count, from the rehearsal's record: dataloader x epochs)" in run
+
+
+@pytest.mark.parametrize(
+    ("capacity", "said"),
+    [
+        (Capacity.RESERVATION, "the reservation's machines bill anyway"),
+        (Capacity.SPOT, "nothing in GPU node-hours"),
+        (Capacity.FLEX_START, "nothing in GPU node-hours"),
+    ],
+)
+def test_the_plan_says_what_a_failed_rehearsal_costs(capacity: Capacity, said: str) -> None:
+    extra = {} if capacity is Capacity.RESERVATION else {"verl-gke__capacity": capacity.value}
+    unset = () if capacity is Capacity.RESERVATION else ("verl-gke:reservation",)
+    result = plan("a4", "standard", unset=unset, **extra)
+    lines = what_you_pay_for(result, settings_for("a4", Mode.STANDARD, capacity))
+    (line,) = [x for x in lines if "a failed rehearsal" in x]
+    assert said in line

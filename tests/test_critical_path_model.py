@@ -405,3 +405,42 @@ def test_cli_prints_every_combination_and_its_sources(capsys: pytest.CaptureFixt
     for lever in Lever:
         assert LEVER_SOURCES[lever] in out
     assert "Sources:" in out
+
+
+# --- the rehearsal on the way to the first step ---------------------------------------------
+
+REHEARSAL_PARTS = ("rehearsal-job", "rehearsal-verdict")
+
+
+def without_rehearsal(result: PlanResult) -> PlanResult:
+    """The recorded program minus the rehearsal Job and its verdict: the graph before it."""
+    gone = {r.urn for r in result.resources if r.name in REHEARSAL_PARTS}
+    assert len(gone) == len(REHEARSAL_PARTS)
+    kept = [r for r in result.resources if r.urn not in gone]
+    return dataclasses.replace(result, resources=kept)
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_on_a_reservation_the_rehearsal_adds_under_two_minutes(stack: str, mode: str) -> None:
+    """Reserved GPU nodes bill anyway: they are created alongside data prep and the rehearsal,
+    which keeps the time to the first step within 2 minutes of the program without it."""
+    result = plan(stack, mode)
+    levers = levers_in_graph(result, PROFILES[stack].arch)
+    facts = run_facts(stack, mode)
+    with_it = schedule(result, facts, levers).overlapped
+    before = schedule(without_rehearsal(result), facts, levers).overlapped
+    assert before <= with_it <= before + 2.0
+
+
+@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a3u", "autopilot")])
+def test_outside_a_reservation_the_gpu_nodes_start_after_the_rehearsal(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode, unset=("verl-gke:reservation",), **{"verl-gke__capacity": "spot"})
+    timed = schedule(result, run_facts(stack, mode), levers_in_graph(result, PROFILES[stack].arch))
+    names = [step.name for step in timed.path]
+    # data prep, then the rehearsal and its verdict, then the GPU nodes: all on the longest path.
+    assert names.index("data-prep-job") < names.index("rehearsal-job")
+    assert names.index("rehearsal-verdict") < names.index(
+        "gpu-pool" if mode == "standard" else "ray-cluster"
+    )

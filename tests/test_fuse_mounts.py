@@ -125,7 +125,7 @@ def test_data_prep_mounts_data_writable(stack: str, mode: str) -> None:
     options make it read-only (Kubernetes `readOnly`; gcsfuse `ro`), and files it has not written
     yet are looked up again (negative-ttl 0) rather than cached as absent."""
     result = plan(stack, mode)
-    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    job = result.one("kubernetes:batch/v1:Job", "data-prep-job")
     pod = job.inputs["spec"]["template"]["spec"]
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"]
     assert not mount.get("readOnly")
@@ -171,7 +171,7 @@ def test_verl_is_imported_from_a_node_local_copy(stack: str, mode: str) -> None:
     assert env["PYTHONPATH"] == "/opt/verl-node-local"
     spec = result.one(RAY_CLUSTER).inputs["spec"]
     # The marker data prep writes for the repo and ref the data-prep Job is given.
-    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    job = result.one("kubernetes:batch/v1:Job", "data-prep-job")
     argv = job.inputs["spec"]["template"]["spec"]["containers"][0]["command"]
     repo, ref = argv[argv.index("--verl-repo") + 1], argv[argv.index("--verl-ref") + 1]
     folder = argv[argv.index("--verl-dir") + 1]
@@ -360,7 +360,7 @@ def _head_pod(result: Any) -> dict[str, Any]:
 
 
 def _data_prep_pod(result: Any) -> dict[str, Any]:
-    (job,) = result.of_type("kubernetes:batch/v1:Job")
+    job = result.one("kubernetes:batch/v1:Job", "data-prep-job")
     return dict(job.inputs["spec"]["template"]["spec"])
 
 

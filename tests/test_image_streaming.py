@@ -152,7 +152,7 @@ def test_autopilot_streams_without_pool_settings_or_pre_pull(stack: str, mode: s
     assert "nodePools" not in cluster and not result.of_type(NODE_POOL)
     assert "gcfsConfig" not in str(cluster)
     assert not result.of_type(DAEMON_SET)
-    (job,) = result.of_type(DATA_PREP_JOB)
+    job = result.one(DATA_PREP_JOB, "data-prep-job")
     assert [c["image"] for c in containers(dict(job.inputs))] == [
         f"{registry(stack)}/verlai/verl:vllm011.latest"
     ]

@@ -96,13 +96,13 @@ def test_ray_cluster_waits_for_operator_storage_and_networking(stack: str, mode:
     for resource in needed:
         assert result.depends_on(ray, resource), resource.name
     # ... but not for the data: the job (not the cluster) needs the prepared data.
-    assert not result.depends_on(ray, by_kind(result, "Job")[0])
+    assert not result.depends_on(ray, result.one("kubernetes:batch/v1:Job", "data-prep-job"))
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
 def test_data_prep_waits_for_storage_only(stack: str, mode: str) -> None:
     result = plan(stack, mode)
-    (job,) = by_kind(result, "Job")
+    job = result.one("kubernetes:batch/v1:Job", "data-prep-job")
     for kind in ("ServiceAccount", "Secret"):
         (needed,) = by_kind(result, kind)
         assert result.depends_on(job, needed), kind

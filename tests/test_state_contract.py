@@ -18,10 +18,13 @@ import dill
 import pytest
 
 from jobs.ray_job import RayJobProvider
+from jobs.rehearsal_verdict import RehearsalVerdictProvider
 from tests.program import COMBINATIONS, plan
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 PROVIDER_REFERENCE = ("jobs.ray_job", "RayJobProvider")
+VERDICT = "pulumi-python:dynamic/jobs:RehearsalVerdict"
+VERDICT_PROVIDER_REFERENCE = ("jobs.rehearsal_verdict", "RehearsalVerdictProvider")
 COMPONENT_TYPES = {
     # Only with verl-gke:capacity flexStart on Standard (tests/test_capacity.py).
     "verl-gke:capacity:GpuCapacityRequest",
@@ -40,6 +43,7 @@ COMPONENT_TYPES = {
     "verl-gke:nvidia_dra_driver:NvidiaDraDriver",
     "verl-gke:ray_cluster:RayCluster",
     "verl-gke:rdma_networks:RdmaNetworks",
+    "verl-gke:rehearsal:Rehearsal",
     "verl-gke:run_telemetry:RunTelemetry",
     "verl-gke:storage:TrainingStorage",
     "verl-gke:workload_namespace:WorkloadNamespace",
@@ -73,6 +77,14 @@ def test_the_job_provider_is_pickled_by_its_module_path(stack: str, mode: str) -
         provider = dill.loads(base64.b64decode(serialized))
         assert type(provider) is RayJobProvider
         assert (type(provider).__module__, type(provider).__qualname__) == PROVIDER_REFERENCE
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_the_verdict_provider_is_pickled_by_its_module_path(stack: str, mode: str) -> None:
+    (verdict,) = plan(stack, mode).of_type(VERDICT)
+    serialized = verdict.inputs["__provider"]
+    assert pickled_globals(serialized)[0] == VERDICT_PROVIDER_REFERENCE
+    assert type(dill.loads(base64.b64decode(serialized))) is RehearsalVerdictProvider
 
 
 def test_component_type_tokens_across_every_stack_and_mode() -> None:

@@ -22,6 +22,10 @@ the cluster CA, or at a plain URL (a local cluster, a port-forward), with Ray's 
 the head requires one (RAY_AUTH_MODE=token). Connection values come from the stack outputs when
 the Pulumi CLI is on PATH; flags override them (tools/run_target.py).
 
+With a stack, status also shows the rehearsal's answers (the stack outputs of
+jobs/rehearsal_verdict.py: verl's own count of the run's steps and its save steps, the rows its
+dataset keeps, the reward's sample scores, the versions in the training image, any problem).
+
 Logs: status uses the last --tail-lines lines of the driver log (Ray's state API) and falls back
 to the whole log (Jobs API) when the tail holds no training step or the state API does not
 answer; --plot and --all-steps read the whole log, since every step's line is needed.
@@ -30,6 +34,7 @@ answer; --plot and --all-steps read the whole log, since every step's line is ne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -46,6 +51,7 @@ from jobs.provider_errors import ProviderRuntimeError
 from jobs.verl_log import StepMetrics
 from tools import run_control
 from tools.run_target import (
+    Rehearsal,
     RunPrice,
     RunToolError,
     Target,
@@ -253,7 +259,39 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
 
 
-def render_text(view: RunView, price: RunPrice | None = None) -> str:
+def rehearsal_rows(rehearsal: Rehearsal) -> list[tuple[str, str]]:
+    """The rehearsal's answers (verl's own code in the training image, before the GPUs)."""
+    rows = []
+    if rehearsal.steps is not None:
+        saves = ", ".join(str(s) for s in rehearsal.save_steps or []) or "none"
+        rows.append(("run length", f"{rehearsal.steps} steps (verl's count); saves at {saves}"))
+    data = rehearsal.rows or {}
+    kept = [
+        f"{split} {data.get(f'{split}_rows_kept')} of {data.get(f'{split}_rows')}"
+        for split in ("train", "val")
+        if data.get(f"{split}_rows") is not None
+    ]
+    if kept:
+        rows.append(("rows kept", ", ".join(kept)))
+    for sample in rehearsal.reward_samples or []:
+        rows.append(
+            (
+                "reward sample",
+                f"row {sample.get('row')}: right answer {sample.get('score_correct')}, wrong "
+                f"answer {sample.get('score_wrong')} (ground truth {sample.get('ground_truth')!r})",
+            )
+        )
+    if rehearsal.versions:
+        found = ", ".join(f"{k} {v}" for k, v in sorted(rehearsal.versions.items()) if v)
+        rows.append(("image versions", found))
+    rows.extend(("rehearsal problem", problem) for problem in rehearsal.problems)
+    rows.append(("rehearsal record", rehearsal.record))
+    return rows
+
+
+def render_text(
+    view: RunView, price: RunPrice | None = None, rehearsal: Rehearsal | None = None
+) -> str:
     rows: list[tuple[str, str]] = [("run", view.submission_id)]
     status = view.status
     if view.elapsed_s is not None:
@@ -263,10 +301,11 @@ def render_text(view: RunView, price: RunPrice | None = None) -> str:
     if (cost := cost_text(view, price)) is not None:
         rows.append(("cost", cost))
     latest = view.latest
+    total = view.total_steps or (rehearsal.steps if rehearsal is not None else None)
     if latest is None:
         rows.append(("step", f"no training step logged yet (phase: {view.phase})"))
     else:
-        of = f" of {view.total_steps}" if view.total_steps else ""
+        of = f" of {total}" if total else ""
         rows.append(("step", f"{latest.step}{of}"))
         for label, keys, unit in FIELDS:
             found = latest.first_of(*keys)
@@ -280,6 +319,8 @@ def render_text(view: RunView, price: RunPrice | None = None) -> str:
         rows.append(("message", short_message(view.message)))
     if view.recovery is not None:
         rows.extend(recovery_log.describe(view.recovery))
+    if rehearsal is not None:
+        rows.extend(rehearsal_rows(rehearsal))
     rows.append(("dashboard", view.dashboard))
     rows.append(("log read", view.log_source))
     width = max(len(label) for label, _ in rows)
@@ -315,9 +356,10 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None  # JSON has no NaN / Infinity
 
 
-def to_json(view: RunView) -> dict[str, Any]:
+def to_json(view: RunView, rehearsal: Rehearsal | None = None) -> dict[str, Any]:
     latest = view.latest
     return {
+        "rehearsal": None if rehearsal is None else dataclasses.asdict(rehearsal),
         "submission_id": view.submission_id,
         "dashboard": view.dashboard,
         "status": view.status,
@@ -473,9 +515,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(to_json(view), indent=2))
+        print(json.dumps(to_json(view, target.rehearsal), indent=2))
     else:
-        print(render_text(view, target.price))
+        print(render_text(view, target.price, target.rehearsal))
     if args.plot:
         if not view.steps:
             print(

@@ -39,6 +39,14 @@ OUT_GPU_NODE_HOURLY = "gpuNodeHourlyUsd"
 OUT_GPU_NODES = "gpuNodes"
 OUT_STACK_HOURLY = "stackHourlyUsd"
 OUT_PRICE_SOURCE = "priceSource"
+# The rehearsal's answers (__main__.py exports jobs/rehearsal_verdict.py's outputs).
+OUT_REHEARSAL_RECORD = "rehearsalRecord"
+OUT_REHEARSAL_STEPS = "rehearsalSteps"
+OUT_REHEARSAL_SAVE_STEPS = "rehearsalSaveSteps"
+OUT_REHEARSAL_ROWS = "rehearsalRows"
+OUT_REHEARSAL_REWARD = "rehearsalRewardSamples"
+OUT_REHEARSAL_VERSIONS = "rehearsalVersions"
+OUT_REHEARSAL_PROBLEMS = "rehearsalProblems"
 SECRET_PLACEHOLDER = "[secret]"  # what `pulumi stack output` prints for a secret it does not show
 
 
@@ -69,11 +77,48 @@ class RunPrice:
 
 
 @dataclass(frozen=True)
+class Rehearsal:
+    """What the rehearsal answered with verl's own code (None where the outputs have nothing)."""
+
+    record: str
+    steps: int | None
+    save_steps: list[int] | None
+    rows: dict[str, Any] | None
+    reward_samples: list[dict[str, Any]] | None
+    versions: dict[str, Any] | None
+    problems: list[str]
+
+    @classmethod
+    def from_outputs(cls, outputs: dict[str, Any]) -> Rehearsal | None:
+        if not outputs.get(OUT_REHEARSAL_RECORD):
+            return None  # a stack from before the rehearsal
+        steps = outputs.get(OUT_REHEARSAL_STEPS)
+        return cls(
+            record=str(outputs[OUT_REHEARSAL_RECORD]),
+            steps=int(steps) if isinstance(steps, int | float) else None,
+            save_steps=_list(outputs.get(OUT_REHEARSAL_SAVE_STEPS)),
+            rows=_dict(outputs.get(OUT_REHEARSAL_ROWS)),
+            reward_samples=_list(outputs.get(OUT_REHEARSAL_REWARD)),
+            versions=_dict(outputs.get(OUT_REHEARSAL_VERSIONS)),
+            problems=[str(p) for p in _list(outputs.get(OUT_REHEARSAL_PROBLEMS)) or []],
+        )
+
+
+def _list(value: Any) -> list[Any] | None:
+    return value if isinstance(value, list) else None
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
 class Target:
     dashboard: dashboard_access.DashboardSpec
     submission_id: str
     stack: str | None
     price: RunPrice | None = None
+    rehearsal: Rehearsal | None = None
 
 
 def stack_outputs(
@@ -193,6 +238,7 @@ def resolve_target(
         submission_id=str(submission_id),
         stack=args.stack,
         price=RunPrice.from_outputs(outputs),
+        rehearsal=Rehearsal.from_outputs(outputs),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from config.bucket_layout import (
     CHECKPOINT_ROOT,
     DATA_MOUNT,
     bucket_url,
+    rehearsal_record_path,
 )
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
@@ -22,16 +24,17 @@ from payloads.fabric import fabric_check
 from training.grpo_preflight import grpo_notes, preflight, train_batch_step
 from training.grpo_spec import (
     CONFIG_KEY,
+    ENTRYPOINT_MODULE,
     OFFLOAD_POLICY_KEY,
     GrpoPreflightError,
     GrpoSpec,
     apply_overrides,
     default_grpo_spec,
     extra_override_flag,
+    hydra_overrides,
     in_config_terms,
     render_runtime_env,
     resume_identity,
-    training_argv,
 )
 from training.job_secrets import job_settings_secret_problems, rendered_secret_problems
 from training.memory_fit import (
@@ -81,6 +84,11 @@ class TrainingJob:
     # Estimated per-GPU memory of each GRPO phase, and a warning when it is within 10 % of it.
     memory: MemoryBreakdown
     memory_warning: str | None
+    # The Hydra overrides of `python3 -m verl.trainer.main_ppo` exactly as the job submits them;
+    # the rehearsal runs verl's own code on the same list (components/rehearsal.py).
+    hydra_overrides: tuple[str, ...]
+    # Where the rehearsal writes its record of this command (config/bucket_layout.py).
+    rehearsal_record: str
     # gs:// folder of the merged Hugging Face model (None: verl-gke:exportModel is false).
     model_export_url: str | None = None
     # What verl does with settings it runs but that change what GRPO learns (grpo_notes).
@@ -135,7 +143,9 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         message = in_config_terms(str(error))
         message = message.replace(NODES_FIX, f"more GPU nodes: {config_key('gpu_nodes')}=")
         raise GrpoPreflightError([message]) from None
-    entrypoint, runtime_env = _runner(spec, settings, model)
+    overrides = job_overrides(spec, settings)
+    record = rehearsal_record(settings, spec, overrides)
+    entrypoint, runtime_env = _runner(spec, settings, model, overrides, record)
     export_path = (
         export_url(settings.bucket_name, spec.experiment_name) if settings.export_model else None
     )
@@ -147,6 +157,8 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         model=model,
         entrypoint=entrypoint,
         runtime_env=runtime_env,
+        hydra_overrides=tuple(overrides),
+        rehearsal_record=record,
         model_export_url=export_path,
         checkpoint_url=bucket_url(settings.bucket_name, spec.default_local_dir),
         memory=estimate(memory_inputs),
@@ -213,13 +225,44 @@ def _fix_acceptor(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) ->
     return accept
 
 
+def job_overrides(spec: GrpoSpec, settings: StackSettings) -> list[str]:
+    """The `key=value` arguments of verl's main_ppo as the GRPO job passes them: the spec's
+    (training/grpo_spec.hydra_overrides), vLLM's batched-token limit and the reward function."""
+    return [*hydra_overrides(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)]
+
+
+# The runner's environment variable naming the rehearsal's record (payloads/export/run_grpo.py
+# reads the run's length from it).
+REHEARSAL_RECORD_ENV = "VERL_GKE_REHEARSAL_RECORD"
+
+
+def rehearsal_record(settings: StackSettings, spec: GrpoSpec, overrides: list[str]) -> str:
+    """The record's path for this stack, experiment and command: the overrides, what runs verl
+    and the image (another ref or image may answer otherwise, and the Ray head's data mount
+    caches a file's metadata for good: a new answer gets a new path)."""
+    command = {
+        "overrides": overrides,
+        "verl": verl_source_label(settings),
+        "image": settings.verl_image,
+    }
+    digest = hashlib.sha256(json.dumps(command, sort_keys=True).encode()).hexdigest()
+    return rehearsal_record_path(settings.stack, spec.experiment_name, digest)
+
+
 def _runner(
-    spec: GrpoSpec, settings: StackSettings, model: ModelFacts
+    spec: GrpoSpec,
+    settings: StackSettings,
+    model: ModelFacts,
+    overrides: list[str],
+    record: str,
 ) -> tuple[str, dict[str, Any]]:
-    """The entrypoint and runtime env: verl's trainer under the runner (model_export.py)."""
+    """The entrypoint and runtime env: verl's trainer under the runner (model_export.py), with
+    the rehearsal's record named in the environment."""
+    env = job_runtime_env(spec, settings)
+    env = {"env_vars": {**env["env_vars"], REHEARSAL_RECORD_ENV: record}}
     return runner_job(
-        [*training_argv(spec), *batched_tokens_overrides(spec), *reward_overrides(settings)],
-        job_runtime_env(spec, settings),
+        ["python3", "-m", ENTRYPOINT_MODULE, *overrides],
+        env,
         run_dir=spec.default_local_dir,
         identity=resume_identity(spec),
         export_experiment=spec.experiment_name if settings.export_model else None,

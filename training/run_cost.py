@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from config.bucket_layout import GSM8K_TRAIN
 from config.price_table import (
@@ -230,9 +231,27 @@ def training_steps(job: Mapping[str, str]) -> int | None:
     return None
 
 
-def run_line(settings: StackSettings, book: PriceBook, steps: int | None) -> str:
-    """The whole run: steps x the step-time range, at the stack's $/h; per hour when the step
-    count is not known."""
+# How the plan's step count was found, said next to it.
+ESTIMATED = "the program's estimate; verl's own count comes with the rehearsal's record"
+
+
+def record_steps(record: Mapping[str, Any] | None) -> tuple[int, str] | None:
+    """The run's length in steps from the rehearsal's record (verl_scripts/rehearsal.py:
+    length.last_step, the step at which verl's fit() ends) and how it was counted; None without
+    one."""
+    length = (record or {}).get("length")
+    last = length.get("last_step") if isinstance(length, Mapping) else None
+    if not isinstance(last, int) or isinstance(last, bool):
+        return None
+    assert isinstance(length, Mapping)
+    return last, f"verl's own count, from the rehearsal's record: {length.get('source')}"
+
+
+def run_line(
+    settings: StackSettings, book: PriceBook, steps: int | None, counted_by: str = ESTIMATED
+) -> str:
+    """The whole run: steps (and how they were counted) x the step-time range, at the stack's
+    $/h; per hour when the step count is not known."""
     total = hourly(settings, book)
     if steps is None:
         return (
@@ -245,13 +264,17 @@ def run_line(settings: StackSettings, book: PriceBook, steps: int | None) -> str
     if total.missing:
         cost = f"at least {usd(low_h * total.usd)}-{usd(high_h * total.usd)} (priced parts)"
     return (
-        f"{steps} steps x {STEP_SECONDS_LOW:g}-{STEP_SECONDS_HIGH:g} s per step "
+        f"{steps} steps ({counted_by}) x {STEP_SECONDS_LOW:g}-{STEP_SECONDS_HIGH:g} s per step "
         f"({STEP_SOURCE}) = {low_h:.1f}-{high_h:.1f} h, {cost}"
     )
 
 
 def cost_lines(
-    settings: StackSettings, book: PriceBook, steps: int | None, minutes: float | None
+    settings: StackSettings,
+    book: PriceBook,
+    steps: int | None,
+    minutes: float | None,
+    counted_by: str = ESTIMATED,
 ) -> list[str]:
     """The money lines shared by the plan and `pulumi up`'s log (indented two spaces)."""
     lines = [
@@ -268,7 +291,7 @@ def cost_lines(
             f"{first_step_line(settings, book, minutes)}"
         )
     lines.append(f"  one more hour of training: {hourly(settings, book).text()}")
-    lines.append(f"  the whole run: {run_line(settings, book, steps)}")
+    lines.append(f"  the whole run: {run_line(settings, book, steps, counted_by)}")
     if settings.gpu_node_hourly_usd is None:
         lines.append(
             f"  your own rate (committed-use, negotiated, reservation): pulumi config set "
@@ -292,7 +315,9 @@ def spec_steps(spec: GrpoSpec) -> int | None:
     return training_steps(job)
 
 
-def up_block(settings: StackSettings, book: PriceBook, steps: int | None) -> str:
+def up_block(
+    settings: StackSettings, book: PriceBook, steps: int | None, counted_by: str = ESTIMATED
+) -> str:
     """`pulumi up`'s cost block: where the prices came from, then the shared money lines (the
     first-step cost is the plan's: its start-up model needs the plan's own graph)."""
     read = book.catalog_note
@@ -305,7 +330,7 @@ def up_block(settings: StackSettings, book: PriceBook, steps: int | None) -> str
         [
             "What you pay for:",
             f"  prices in {settings.region}: {origin}",
-            *cost_lines(settings, book, steps, None),
+            *cost_lines(settings, book, steps, None, counted_by),
             "  modelled cost to the first training step: see `python -m tools.plan "
             f"{settings.stack}`",
         ]

@@ -20,9 +20,15 @@
 3. With --keep-checkpoints K, global_step_* folders beyond the K latest complete ones are
    removed when an attempt starts and each time verl's tracker moves (prune_checkpoints): verl
    prunes only the saves of its own process (previous_saved_paths lives in memory).
-4. When training exits 0, `training.done` is written (step, identity, command hash, length),
-   then the export runs (export_model.py, next to this file). The exit status is the failed
-   step's; a trainer killed by signal S is reported by the signal's name and exits 128 + S.
+4. "Finished" is verl's own state, never the trainer's exit status: with the rehearsal's record
+   (--rehearsal-record, verl_scripts/rehearsal.py: length.last_step, the step at which verl's
+   fit() ends, and save_steps) the run is finished when latest_checkpointed_iteration.txt names
+   last_step (reached and saved). A trainer that exits 0 before that writes no `training.done`
+   and the runner exits NOT_FINISHED; the next attempt resumes from the latest checkpoint.
+   Without a record the plan's --length estimate is used, and the runner says so. When training
+   finished, `training.done` is written (step, identity, command hash, length), then the export
+   runs (export_model.py, next to this file). The exit status is the failed step's; a trainer
+   killed by signal S is reported by the signal's name and exits 128 + S.
 5. The training data each attempt starts on is recorded (verl-gke-data.json: train_files, its
    size and modification time); an attempt that resumes a checkpoint on other data says so and
    what verl does with the saved dataloader position (data_change_note).
@@ -73,6 +79,10 @@ EXPORT_MARKER = ".verl-gke-export.json"
 DATA_FILE = "verl-gke-data.json"
 # Exit status when the run folder belongs to a run of another identity.
 IDENTITY_MISMATCH = 3
+# Exit status when the trainer exited 0 before verl's last step was saved.
+NOT_FINISHED = 4
+# The environment variable naming the rehearsal's record (training/assembly.py sets it).
+REHEARSAL_RECORD_ENV = "VERL_GKE_REHEARSAL_RECORD"
 
 
 def _say(text: str) -> None:
@@ -133,6 +143,37 @@ def unrecorded_checkpoint_problem(run_dir: Path, identity: dict[str, Any]) -> st
     )
 
 
+def record_length(record_path: Path | None) -> dict[str, Any] | None:
+    """The run's length as the rehearsal decided it with verl's own code: {"last_step": N,
+    "save_steps": [...], "source": ...}; None without a readable record or a last step."""
+    if record_path is None:
+        return None
+    record = _read_json(record_path)
+    length = (record or {}).get("length")
+    if not isinstance(length, dict):
+        return None
+    last = length.get("last_step")
+    if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+        return None
+    saves = length.get("save_steps")
+    return {
+        "last_step": last,
+        "save_steps": saves if isinstance(saves, list) else None,
+        "source": f"rehearsal record {record_path}: {length.get('source')}",
+    }
+
+
+def run_length(record_path: Path | None, estimate: dict[str, Any]) -> dict[str, Any]:
+    """The record's length where there is one, else the plan's --length estimate (said so)."""
+    length = record_length(record_path)
+    if length is not None:
+        _say(f"the run ends at step {length['last_step']} ({length['source']})")
+        return length
+    where = "no record named" if record_path is None else f"no usable record at {record_path}"
+    _say(f"{where}: the run's length is the plan's estimate (--length), not verl's own count")
+    return estimate
+
+
 def finished_reason(
     run_dir: Path, identity: dict[str, Any], sha: str, length: dict[str, Any]
 ) -> str | None:
@@ -152,6 +193,12 @@ def finished_reason(
                 "any other setting (lr, loggers, test frequency) does not train a finished run. "
                 "To train on, raise trainer.total_training_steps or totalEpochs"
             )
+    last = length.get("last_step")
+    if isinstance(last, int) and latest is not None and latest >= last:
+        return (
+            f"the latest checkpoint (step {latest}) is at the run's last step {last} "
+            f"({length.get('source')})"
+        )
     total = length.get("total_training_steps")
     if isinstance(total, int) and latest is not None and latest >= total:
         return f"the latest checkpoint (step {latest}) is at trainer.total_training_steps={total}"
@@ -280,9 +327,29 @@ def train(
         how, status = signal_exit(returncode)
         _say(f"training {how}")
         return status
+    unfinished = unfinished_exit(run_dir, length)
+    if unfinished is not None:
+        _say(unfinished)
+        return NOT_FINISHED
     step = _record_done(run_dir, identity, sha, length)
     _say(f"training finished at step {step}: {run_dir / TRAINING_DONE_FILE}")
     return 0
+
+
+def unfinished_exit(run_dir: Path, length: dict[str, Any]) -> str | None:
+    """Why a trainer that exited 0 has not finished the run: verl's last step (the record's) is
+    not its latest saved checkpoint. None when it has, or when no last step is known."""
+    last = length.get("last_step")
+    if not isinstance(last, int):
+        return None
+    latest = latest_step(run_dir)
+    if latest is not None and latest >= last:
+        return None
+    return (
+        f"the trainer exited 0 but verl's latest checkpoint is step {latest}, not the run's last "
+        f"step {last} ({length.get('source')}): the run is not finished, no training.done is "
+        "written and the next attempt resumes from the latest checkpoint"
+    )
 
 
 def _record_done(
@@ -394,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-target", type=Path)
     # What decides how many steps the run has; a finished run trains again only when it changes.
     parser.add_argument("--length", type=json.loads, required=True)
+    # The rehearsal's record: its length replaces --length where it exists.
+    parser.add_argument(
+        "--rehearsal-record", type=Path, default=os.environ.get(REHEARSAL_RECORD_ENV) or None
+    )
     parser.add_argument("--keep-checkpoints", type=int)
     # A LoRA run's lora_alpha, for the exported adapter's config (export_model.py).
     parser.add_argument("--lora-alpha", type=int)
@@ -414,8 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         label_superseded_export(args.export_target, args.run_dir)
     policy = supervise.policy_from(args)
     capacity = supervise.capacity_from(args, _say)
+    length = run_length(args.rehearsal_record, args.length)
     returncode = train(
-        args.run_dir, args.identity, command, args.length, args.keep_checkpoints,
+        args.run_dir, args.identity, command, length, args.keep_checkpoints,
         policy, args.dashboard_url, capacity,
     )
     if returncode != 0 or args.export_target is None:

@@ -1,0 +1,237 @@
+"""The rehearsal Job: verl's own code, in the training image, on the job's exact Hydra overrides,
+after data prep and before any GPU trains. The ConfigMap carries verl_scripts/rehearsal.py and its
+wrapper payloads/rehearse.py.
+
+The pod runs where the Ray head runs: the CPU pool (Autopilot: the Performance class), or on A4X,
+whose arm64-only image the x86 CPU pool cannot run, a GPU node without GPUs (as the head,
+manifests/ray_cluster.py; A4X is reservation-bound only, so that node is billed anyway). It gets
+verl as the Ray pods get it (manifests/fuse_mounts.py): with verl-gke:verlSource=checkout the
+same init container copies data prep's checkout of verlRef to a node-local folder on
+PYTHONPATH; with verlSource=image the image's installed verl runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from config.bucket_layout import VERL_NODE_LOCAL
+from config.image_streaming import through_registry
+from config.settings import StackSettings
+from manifests import fuse_mounts
+from manifests.common import (
+    ACCELERATOR_LABEL,
+    GCSFUSE_VOLUMES,
+    Manifest,
+    accepted_findings,
+    bucket_mount,
+    bucket_volume,
+    cpu_node_selector,
+    default_namespace_findings,
+    equal_requests_and_limits,
+    labels,
+    metadata,
+)
+
+JOB_NAME = "rehearsal-job"
+COMPONENT = "rehearsal"
+SCRIPT_KEY = "rehearsal.py"
+WRAPPER_KEY = "rehearse.py"
+_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT_FILE = _ROOT / "verl_scripts" / SCRIPT_KEY
+WRAPPER_FILE = _ROOT / "payloads" / WRAPPER_KEY
+SCRIPT_DIR = "/scripts"
+# The wrapper exits 0 once the record is written (ok or not; jobs/rehearsal_verdict.py judges
+# it), so a failed pod is a rehearsal that wrote none (a pod killed, the mount not ready): retried.
+BACKOFF_LIMIT = 2
+# Hugging Face caches of the pod: it reads the model from the bucket and downloads nothing.
+HF_HOME = "/tmp/huggingface"
+
+# The tokenizer over every row (RLHFDataset's overlong-prompt filter) and verl's imports: a few
+# GiB (est.), with room for larger datasets; one size on Standard and Autopilot.
+_RESOURCES = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"}
+# The GCS FUSE sidecar reads the parquet and the tokenizer files only (the weights are not read).
+_SIDECAR_LIMITS = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "5Gi"}
+
+# checkov findings the Job keeps, and why (docs/architecture.md, "checkov findings").
+JOB_FINDINGS = {
+    "CKV_K8S_15": "tag-pinned image; IfNotPresent uses the training image already on the node",
+    "CKV_K8S_22": "verl, vLLM and transformers write caches under the home directory",
+    "CKV_K8S_23": "the verl image runs as root and the GCS FUSE volume is mounted for root",
+    "CKV_K8S_40": "the verl image runs as root and the GCS FUSE volume is mounted for root",
+    "CKV_K8S_43": "pinned by tag (verl-gke:verlImage accepts a @sha256 digest)",
+}
+
+
+class MissingScriptError(FileNotFoundError):
+    pass
+
+
+def read_scripts(script: Path = SCRIPT_FILE, wrapper: Path = WRAPPER_FILE) -> dict[str, str]:
+    """The ConfigMap's files: the rehearsal and its wrapper."""
+    files = {}
+    for key, path in ((SCRIPT_KEY, script), (WRAPPER_KEY, wrapper)):
+        try:
+            files[key] = path.read_text()
+        except FileNotFoundError:
+            committed = (SCRIPT_FILE if key == SCRIPT_KEY else WRAPPER_FILE).relative_to(_ROOT)
+            raise MissingScriptError(
+                f"{path} is missing: the rehearsal Job ships it to the cluster as a ConfigMap. "
+                f"Restore it from git (git checkout -- {committed})."
+            ) from None
+    return files
+
+
+def configmap_name(files: dict[str, str]) -> str:
+    """Named after its content: a changed script is a new Job spec, so Pulumi re-runs it."""
+    content = "\0".join(f"{key}\0{files[key]}" for key in sorted(files))
+    return f"rehearsal-script-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
+
+
+def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            configmap_name(files),
+            COMPONENT,
+            settings.namespace,
+            annotations=accepted_findings(default_namespace_findings(settings)),
+        ),
+        "data": dict(files),
+    }
+
+
+def command(record: str, overrides: tuple[str, ...]) -> list[str]:
+    """`python3 rehearse.py --script rehearsal.py --out <record> -- <overrides>`."""
+    return [
+        "python3",
+        f"{SCRIPT_DIR}/{WRAPPER_KEY}",
+        "--script",
+        f"{SCRIPT_DIR}/{SCRIPT_KEY}",
+        "--out",
+        record,
+        "--",
+        *overrides,
+    ]
+
+
+def _placement(settings: StackSettings, cpu_pool_name: str | None) -> dict[str, Any]:
+    """Where the Ray head runs (manifests/ray_cluster.py _head_group)."""
+    profile = settings.profile
+    if profile.ray_head_on_gpu_nodes:
+        return {
+            "nodeSelector": {ACCELERATOR_LABEL: profile.gpu_type},
+            "tolerations": [t.manifest() for t in profile.gpu_tolerations],
+        }
+    return {"nodeSelector": cpu_node_selector(settings, cpu_pool_name)}
+
+
+def _env(settings: StackSettings) -> list[dict[str, str]]:
+    env = [
+        {"name": "HF_HOME", "value": HF_HOME},
+        # Every file is in the bucket: a Hub lookup would only hide a missing download.
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+    ]
+    if settings.verl_source != "image":
+        # The Ray pods import the same node-local copy (training/grpo_spec.py PYTHONPATH).
+        env.append({"name": "PYTHONPATH", "value": VERL_NODE_LOCAL})
+    return env
+
+
+def rehearsal_job(
+    settings: StackSettings,
+    record: str,
+    overrides: tuple[str, ...],
+    files: dict[str, str],
+    cpu_pool_name: str | None,
+) -> Manifest:
+    """The rehearsal Job's body.
+
+    Long because it is one declarative Kubernetes object; its parts are named constants above."""
+    sidecar = _SIDECAR_LIMITS
+    mounts = [bucket_mount(), {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [
+        # Uncached, as the data-prep Job's: the pod has no sized file-cache volume.
+        bucket_volume(file_cache=False),
+        {"name": "scripts", "configMap": {"name": configmap_name(files)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    init = fuse_mounts.verl_copy_containers(settings)
+    if init:
+        mounts.append(
+            {"name": fuse_mounts.VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL, "readOnly": True}
+        )
+        volumes.append({"name": fuse_mounts.VERL_LOCAL_VOLUME, "emptyDir": {}})
+    container = {
+        "name": "rehearsal",
+        # The training image: its own verl, vLLM and transformers answer (not the data-prep
+        # image's).
+        "image": settings.verl_image,
+        "command": command(record, overrides),
+        "env": _env(settings),
+        "resources": equal_requests_and_limits(_RESOURCES),
+        # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": settings.ksa_name,
+        # Workload Identity and the GCS FUSE driver do not use the mounted token, and the
+        # rehearsal never calls the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # A failed pod (and its log) stays for `kubectl logs`.
+        "restartPolicy": "Never",
+        **_placement(settings, cpu_pool_name),
+        **({"initContainers": init} if init else {}),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(
+            JOB_NAME,
+            COMPONENT,
+            settings.namespace,
+            annotations=accepted_findings({**JOB_FINDINGS, **default_namespace_findings(settings)}),
+        ),
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "template": {
+                "metadata": {
+                    "labels": labels(COMPONENT),
+                    "annotations": {
+                        GCSFUSE_VOLUMES: "true",
+                        "gke-gcsfuse/cpu-limit": sidecar["cpu"],
+                        "gke-gcsfuse/memory-limit": sidecar["memory"],
+                        "gke-gcsfuse/ephemeral-storage-limit": sidecar["ephemeral-storage"],
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
+    return through_registry(job, settings.image_pull)
+
+
+def ingress_policy(settings: StackSettings) -> Manifest:
+    """Nothing connects to the rehearsal pod: deny all ingress."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(
+            "rehearsal-deny-ingress",
+            COMPONENT,
+            settings.namespace,
+            annotations=accepted_findings(default_namespace_findings(settings)),
+        ),
+        "spec": {"podSelector": {"matchLabels": labels(COMPONENT)}, "policyTypes": ["Ingress"]},
+    }

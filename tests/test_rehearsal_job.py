@@ -1,0 +1,220 @@
+"""The rehearsal step of the program (components/rehearsal.py, manifests/rehearsal.py): verl's own
+code on the GRPO job's exact command, in the training image, after data prep; and where GPU nodes
+bill from their creation (flex-start, Spot) the GPU pool and the RayCluster wait for it.
+
+The Job's objects are validated with the others (tests/test_k8s_schemas.py, test_k8s_objects.py);
+here: what it runs, where, with which verl, and what waits for it."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+
+from config import bucket_layout, run_inputs
+from config.image_streaming import registry_image
+from config.profiles import PROFILES
+from config.settings import load_settings
+from manifests import data_prep
+from manifests import rehearsal as manifests
+from planning.offline_engine import PlanResult, RecordedResource
+from tests.program import COMBINATIONS, REAL, plan
+from training.assembly import REHEARSAL_RECORD_ENV, training_job
+
+JOB = "kubernetes:batch/v1:Job"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+GPU_POOL = "gcp:container/nodePool:NodePool"
+VERDICT = "pulumi-python:dynamic/jobs:RehearsalVerdict"
+NO_RESERVATION = ("verl-gke:reservation",)
+
+
+def rehearsal(result: PlanResult) -> RecordedResource:
+    return result.one(JOB, manifests.JOB_NAME)
+
+
+def pod(job: RecordedResource) -> dict[str, Any]:
+    return job.inputs["spec"]["template"]["spec"]
+
+
+def grpo_job(result: PlanResult) -> RecordedResource:
+    (job,) = [
+        r
+        for r in result.of_type("pulumi-python:dynamic/jobs:RayJob")
+        if "verl.trainer.main_ppo" in r.inputs["entrypoint"]
+    ]
+    return job
+
+
+def trainer_overrides(entrypoint: str) -> list[str]:
+    """The key=value arguments after `python3 -m verl.trainer.main_ppo` in the runner's command."""
+    words = shlex.split(entrypoint)
+    start = words.index("verl.trainer.main_ppo")
+    assert words[start - 2 : start] == ["python3", "-m"]
+    return words[start + 1 :]
+
+
+def head_pod(result: PlanResult) -> dict[str, Any]:
+    return result.one(RAY_CLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_it_rehearses_the_jobs_exact_command_in_the_training_image(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    spec = pod(rehearsal(result))
+    (container,) = spec["containers"]
+    grpo = grpo_job(result)
+    # The image as the Ray head gets it (the same image-streaming rewrite).
+    head = head_pod(result)["containers"][0]
+    assert container["image"] == head["image"]
+    command = container["command"]
+    record = command[command.index("--out") + 1]
+    assert command[:5] == [
+        "python3",
+        f"{manifests.SCRIPT_DIR}/{manifests.WRAPPER_KEY}",
+        "--script",
+        f"{manifests.SCRIPT_DIR}/{manifests.SCRIPT_KEY}",
+        "--out",
+    ]
+    overrides = command[command.index("--") + 1 :]
+    assert overrides == trainer_overrides(grpo.inputs["entrypoint"])
+    assert any(o.startswith("data.train_files=") for o in overrides)
+    # The runner reads the record the rehearsal writes.
+    assert grpo.inputs["runtime_env"]["env_vars"][REHEARSAL_RECORD_ENV] == record
+    assert record.startswith(f"{bucket_layout.REHEARSALS_ROOT}/{stack}/")
+    assert {"name": "training-bucket-vol", "mountPath": bucket_layout.DATA_MOUNT} in container[
+        "volumeMounts"
+    ]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_it_runs_where_the_ray_head_runs_with_verl_as_the_ray_pods_get_it(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode)
+    spec, head = pod(rehearsal(result)), head_pod(result)
+    # The CPU nodes data prep runs on; on A4X (an arm64-only image, an x86 CPU pool) a GPU node
+    # as the head, tolerating its taints.
+    where = head if PROFILES[stack].ray_head_on_gpu_nodes else pod(result.one(JOB, "data-prep-job"))
+    assert spec["nodeSelector"] == where["nodeSelector"]
+    assert spec.get("tolerations") == where.get("tolerations")
+    # verlSource=checkout: the head's copy of data prep's checkout of verlRef, on PYTHONPATH.
+    copy = [c for c in head["initContainers"] if c["name"] == "verl-node-local-copy"]
+    assert [(c["image"], c["args"]) for c in spec["initContainers"]] == [
+        (c["image"], c["args"]) for c in copy
+    ]
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    python_path = grpo_job(result).inputs["runtime_env"]["env_vars"]["PYTHONPATH"]
+    assert env["PYTHONPATH"] == python_path
+    assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_with_verl_from_the_image_it_imports_the_images_verl() -> None:
+    result = plan("a3u", "standard", **{"verl-gke__verlSource": "image"})
+    spec = pod(rehearsal(result))
+    assert "initContainers" not in spec
+    env = {e["name"] for e in spec["containers"][0]["env"]}
+    assert "PYTHONPATH" not in env
+    assert "PYTHONPATH" not in grpo_job(result).inputs["runtime_env"]["env_vars"]
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_it_runs_after_data_prep_and_training_after_it(stack: str, mode: str) -> None:
+    result = plan(stack, mode)
+    job = rehearsal(result)
+    assert result.depends_on(job, result.one(JOB, "data-prep-job"))
+    assert result.depends_on(grpo_job(result), job)
+    # On a reservation (billed anyway) the GPU nodes and the RayCluster do not wait for it.
+    assert not result.depends_on(result.one(RAY_CLUSTER), job)
+    if mode == "standard":
+        assert not result.depends_on(result.one(GPU_POOL, "gpu-pool"), job)
+
+
+@pytest.mark.parametrize(
+    ("stack", "mode", "capacity"),
+    [
+        ("a4", "standard", "flexStart"),
+        ("a3u", "standard", "spot"),
+        ("a4", "autopilot", "flexStart"),
+        ("a3u", "autopilot", "spot"),
+    ],
+)
+def test_outside_a_reservation_no_gpu_node_exists_before_it_succeeded(
+    stack: str, mode: str, capacity: str
+) -> None:
+    result = plan(stack, mode, unset=NO_RESERVATION, **{"verl-gke__capacity": capacity})
+    job = rehearsal(result)
+    assert result.depends_on(result.one(RAY_CLUSTER), job)
+    if mode == "standard":
+        assert result.depends_on(result.one(GPU_POOL, "gpu-pool"), job)
+    # Nothing that brings GPU nodes is created before it: the ProvisioningRequest (Standard
+    # flex-start) follows the pool.
+    for request in result.of_type("kubernetes:autoscaling.x-k8s.io/v1:ProvisioningRequest"):
+        assert result.depends_on(request, job)
+
+
+def verdict(result: PlanResult) -> RecordedResource:
+    return result.one(VERDICT, "rehearsal-verdict")
+
+
+@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
+def test_the_verdict_reads_the_record_of_this_job_and_training_waits_for_it(
+    stack: str, mode: str
+) -> None:
+    result = plan(stack, mode)
+    judged = verdict(result)
+    assert result.depends_on(judged, rehearsal(result))
+    assert result.depends_on(grpo_job(result), judged)
+    record = grpo_job(result).inputs["runtime_env"]["env_vars"][REHEARSAL_RECORD_ENV]
+    bucket = result.one("gcp:storage/bucket:Bucket").inputs["name"]
+    assert judged.inputs["record_url"] == bucket_layout.bucket_url(bucket, record)
+    assert "job-name=rehearsal-job" in judged.inputs["logs_hint"]
+    assert result.outputs["rehearsalRecord"] == judged.inputs["record_url"]
+
+
+def test_outside_a_reservation_the_gpu_nodes_wait_for_the_verdict() -> None:
+    result = plan("a4", "standard", unset=NO_RESERVATION, **{"verl-gke__capacity": "spot"})
+    assert result.depends_on(result.one(GPU_POOL, "gpu-pool"), verdict(result))
+    assert result.depends_on(result.one(RAY_CLUSTER), verdict(result))
+
+
+@pytest.mark.parametrize("stack", ["a3u", "a4x"])
+def test_the_reward_is_loaded_by_the_rehearsal_in_the_training_image(stack: str) -> None:
+    """Data prep no longer imports the reward (it did only when its image string equalled the
+    Ray pods'): the rehearsal gets the reward override and runs verlImage on every stack."""
+    settings = load_settings(
+        stack, {**REAL, "verl-gke:reward": run_inputs.REWARD_EXAMPLE}, offline=False
+    ).settings
+    job = training_job(settings)
+    files = {manifests.SCRIPT_KEY: "", manifests.WRAPPER_KEY: ""}
+    body = manifests.rehearsal_job(
+        settings, job.rehearsal_record, job.hydra_overrides, files, "cpu-pool"
+    )
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == registry_image(settings.verl_image, settings.image_pull)
+    reward = run_inputs.reward_of(settings)
+    assert reward is not None
+    assert any(a.endswith(f".path={reward.mounted_path}") for a in container["command"])
+    assert "--reward-import" not in data_prep.command(settings, job.spec)
+
+
+def test_two_stacks_and_two_commands_get_their_own_records() -> None:
+    base = load_settings("a4", {**REAL}, offline=False).settings
+    other_stack = load_settings("a3u", {**REAL}, offline=False).settings
+    longer = load_settings(
+        "a4", {**REAL, "verl-gke:job": '{"totalEpochs": 3}'}, offline=False
+    ).settings
+    records = {training_job(s).rehearsal_record for s in (base, other_stack, longer)}
+    assert len(records) == 3
+    assert training_job(base).rehearsal_record == training_job(base).rehearsal_record
+
+
+@pytest.mark.parametrize("value", ["", "a/b", ".."])
+def test_a_record_path_needs_one_folder_name(value: str) -> None:
+    with pytest.raises(ValueError, match="one folder name"):
+        bucket_layout.rehearsal_record_path(value, "exp", "0" * 64)
+
+
+def test_a_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
+    with pytest.raises(manifests.MissingScriptError, match="git checkout -- "):
+        manifests.read_scripts(script=tmp_path / "rehearsal.py")
