@@ -32,7 +32,9 @@ from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
 from training.live_prices import read_catalog
-from training.run_cost import price_book, spec_steps, stack_outputs, up_block
+from training.model_evaluation import OUTPUT_KEYS as EVALUATION_OUTPUTS
+from training.model_evaluation import evaluation_outputs, evaluation_report_url, warn_evaluation
+from training.run_cost import evaluation_line, price_book, spec_steps, stack_outputs, up_block
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
@@ -63,7 +65,8 @@ pulumi.log.info(run_block(grpo, settings))
 prices = price_book(settings)
 if not pulumi.runtime.is_dry_run():
     prices = price_book(settings, read_catalog(settings))
-    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec)))
+    evaluation_cost = evaluation_line(settings, prices, grpo.evaluation, grpo.model.arch.num_params)
+    pulumi.log.info(up_block(settings, prices, spec_steps(grpo.spec), evaluation_cost))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 
@@ -170,3 +173,11 @@ pulumi.export("latestCheckpoint", training.job.latest_checkpoint)
 pulumi.export("latestCheckpointStep", training.job.latest_step)
 pulumi.export("fabricCheckBusbwGbps", training.fabric_result("busbw_gbps"))
 pulumi.export("fabricCheckTransport", training.fabric_result("transport"))
+# The export against its base model (payloads/export/evaluate.py): scores, interval, the flag; a
+# regressed or failed evaluation is also a warning in this log.
+evaluation_url = evaluation_report_url(settings, grpo)
+evaluation = training.job.result.apply(evaluation_outputs)
+for key in EVALUATION_OUTPUTS:
+    pulumi.export(key, evaluation.apply(lambda outputs, key=key: outputs[key]))
+pulumi.export("evaluationReport", evaluation_url)
+training.job.result.apply(lambda result: warn_evaluation(result, evaluation_url))

@@ -28,7 +28,15 @@ from planning.startup_links import job_facts, levers_in_graph
 from planning.startup_schedule import Schedule, schedule
 from training.assembly import training_job
 from training.model_facts import ModelFactsError, model_facts
-from training.run_cost import PriceBook, cost_lines, price_book, rate, training_steps, usd
+from training.run_cost import (
+    PriceBook,
+    cost_lines,
+    evaluation_line,
+    price_book,
+    rate,
+    training_steps,
+    usd,
+)
 from training.run_life import CHECKPOINT_BYTES_PER_PARAM
 
 
@@ -142,7 +150,14 @@ def what_you_pay_for(result: PlanResult, settings: StackSettings) -> list[str]:
         f"  modelled time to the first training step: {minutes:.0f} min once capacity is there "
         f"(bench/critical_path.py's model)",
         *money_lines(settings, minutes, job_overrides(result)),
+        f"  the export's evaluation: {_evaluation_line(settings)}",
     ]
+
+
+def _evaluation_line(settings: StackSettings) -> str:
+    grpo = training_job(settings)
+    book = price_book(settings)
+    return evaluation_line(settings, book, grpo.evaluation, grpo.model.arch.num_params)
 
 
 def _compute_class(result: PlanResult) -> str:

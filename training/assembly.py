@@ -46,6 +46,7 @@ from training.memory_fit import (
     check_fit,
     estimate,
 )
+from training.model_evaluation import EvaluationPlan, evaluation_plan
 from training.model_export import SaveWatch, export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
 from training.run_life import (
@@ -79,6 +80,8 @@ class TrainingJob:
     memory_warning: str | None
     # gs:// folder of the merged Hugging Face model (None: verl-gke:exportModel is false).
     model_export_url: str | None = None
+    # The export's evaluation against the base model (None: no export, or turned off).
+    evaluation: EvaluationPlan | None = None
 
 
 def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
@@ -142,6 +145,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         checkpoint_url=bucket_url(settings.bucket_name, spec.default_local_dir),
         memory=estimate(memory_inputs),
         memory_warning=warning,
+        evaluation=evaluation_plan(spec, settings),
     )
 
 
@@ -224,6 +228,9 @@ def _runner(
         lora_alpha=lora_alpha(spec),
         capacity=runner_capacity(settings, WORKER_GROUP)
         if settings.capacity_plan.queued_provisioning
+        else None,
+        evaluation=evaluation.arguments
+        if (evaluation := evaluation_plan(spec, settings)) is not None
         else None,
     )
 

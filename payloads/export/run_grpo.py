@@ -23,6 +23,9 @@
 4. When training exits 0, `training.done` is written (step, identity, command hash, length),
    then the export runs (export_model.py, next to this file). The exit status is the failed
    step's; a trainer killed by signal S is reported by the signal's name and exits 128 + S.
+   With --evaluation, the export is then evaluated against the base model (evaluate.py, as a
+   Ray task on a GPU node); a failed evaluation is reported and keeps the export and the exit
+   status 0.
 5. Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
    restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
    attempts are recorded in recovery.json.
@@ -64,6 +67,7 @@ STEP_PREFIX = "global_step_"
 # How often the pruner looks at the tracker while training runs (a save takes minutes).
 PRUNE_POLL_S = float(os.environ.get("VERL_GKE_PRUNE_POLL_S", "30"))
 EXPORT_SCRIPT = Path(__file__).with_name("export_model.py")
+EVALUATE_SCRIPT = Path(__file__).with_name("evaluate.py")
 # export_model.MARKER (tests/test_run_grpo.py checks they agree).
 EXPORT_MARKER = ".verl-gke-export.json"
 # Exit status when the run folder belongs to a run of another identity.
@@ -335,6 +339,31 @@ def export(run_dir: Path, target: Path, options: list[str]) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
+def evaluation_argv(options: dict[str, Any]) -> list[str]:
+    """evaluate.py's flags from the runner's --evaluation object (training/model_evaluation.py)."""
+    argv: list[str] = []
+    for key, value in options.items():
+        shown = json.dumps(value) if isinstance(value, dict) else str(value)
+        argv += [f"--{key.replace('_', '-')}", shown]
+    return argv
+
+
+def evaluate(target: Path, options: dict[str, Any], extra: list[str]) -> None:
+    """The export against the base model, on a GPU node (evaluate.py --on-node GPU). Its last
+    line is the summary the job provider reads; a failure leaves the export as it is."""
+    argv = [
+        sys.executable, str(EVALUATE_SCRIPT), "--trained", str(target), "--on-node", "GPU",
+        *evaluation_argv(options), *extra,
+    ]  # fmt: skip
+    _say(f"evaluation: {target} against {options.get('base')}")
+    returncode = subprocess.run(argv, check=False).returncode
+    if returncode != 0:
+        _say(
+            f"the evaluation failed (exit {returncode}; the reason is above and in its report); "
+            f"the export in {target} stays as it is"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True)
@@ -347,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-alpha", type=int)
     # Tests only: options passed on to export_model.py (a stand-in merger).
     parser.add_argument("--export-option", action="append", default=[])
+    # evaluate.py's flags as one JSON object (training/model_evaluation.py); none: no evaluation.
+    parser.add_argument("--evaluation", type=json.loads)
+    # Tests only: options passed on to evaluate.py (where it runs).
+    parser.add_argument("--evaluation-option", action="append", default=[])
     supervise.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -370,7 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         return returncode
     supervise.ask_for_export_node(capacity, args.dashboard_url, _say)
     lora = [] if args.lora_alpha is None else ["--lora-alpha", str(args.lora_alpha)]
-    return export(args.run_dir, args.export_target, [*lora, *args.export_option])
+    returncode = export(args.run_dir, args.export_target, [*lora, *args.export_option])
+    if returncode == 0 and args.evaluation is not None:
+        evaluate(args.export_target, args.evaluation, args.evaluation_option)
+    return returncode
 
 
 if __name__ == "__main__":
