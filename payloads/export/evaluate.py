@@ -36,9 +36,9 @@ The last line printed is the summary as one JSON object with "check": "verl-gke-
 
 Where generation runs: with --on-node RESOURCE (the GRPO job's runner passes GPU) the evaluation
 runs as a Ray task asking for --tensor-parallel units of RESOURCE (like export_model.py's merge:
-resource demand brings a scaled-down worker back); without it, here. Each model is generated in
-its own child process (`--role base|trained`), so the first model's GPU memory is returned
-before the second loads; the parent is standard library only.
+resource demand brings a scaled-down worker back); without it, here. Generation runs in child
+processes (this file with --generate ROLE=FOLDER): with vLLM one per model, so the first
+engine's GPU memory is returned before the second loads; the parent is standard library only.
 
 Generation backend (VERL_GKE_EVAL_BACKEND): "vllm" (default; vllm.LLM with tensor parallel
 --tensor-parallel, SamplingParams(n=k)), "hf" (transformers generate: where vLLM is not
@@ -436,34 +436,38 @@ def _jsonable(value: Any) -> Any:
 
 
 def generate_and_score(
-    role: str, model_dir: str, settings: EvalSettings, tensor_parallel: int
-) -> dict[str, Any]:
-    from transformers import AutoTokenizer
+    models: dict[str, str], settings: EvalSettings, tensor_parallel: int, parts_dir: Path
+) -> None:
+    """Each model (role -> folder) answers the rows; one scored part per role in parts_dir."""
+    import gc
 
-    started = time.monotonic()
     rows = read_rows(settings.data, settings.prompts)
     if not rows:
         raise EvaluationError(f"{settings.data} has no rows")
     compute_score = load_reward(settings.reward_file, settings.reward_name, settings.reward_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    request = GenerationRequest(
-        prompt_ids=render_prompts(tokenizer, rows),
-        samples=settings.samples,
-        temperature=settings.temperature,
-        max_new_tokens=settings.max_new_tokens,
-        seed=settings.seed,
-        tensor_parallel=tensor_parallel,
-    )
+    from transformers import AutoTokenizer
+
     backend = os.environ.get(BACKEND_ENV, DEFAULT_BACKEND)
-    print(
-        f"evaluate: {role}: {len(rows)} prompts, {backend} generating from {model_dir}", flush=True
-    )
-    answers = backend_factory(backend)(model_dir, tokenizer, request).generate(request)
-    if len(answers) != len(rows):
-        raise EvaluationError(f"{backend} answered {len(answers)} of {len(rows)} prompts")
-    prompts = []
-    for index, (row, answer) in enumerate(zip(rows, answers, strict=True)):
-        prompts.append(
+    for role, model_dir in models.items():
+        started = time.monotonic()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        request = GenerationRequest(
+            prompt_ids=render_prompts(tokenizer, rows),
+            samples=settings.samples,
+            temperature=settings.temperature,
+            max_new_tokens=settings.max_new_tokens,
+            seed=settings.seed,
+            tensor_parallel=tensor_parallel,
+        )
+        print(f"evaluate: {role}: {len(rows)} prompts, {backend} on {model_dir}", flush=True)
+        generator = backend_factory(backend)(model_dir, tokenizer, request)
+        answers = generator.generate(request)
+        del generator
+        gc.collect()
+        _release_gpu_cache()
+        if len(answers) != len(rows):
+            raise EvaluationError(f"{backend} answered {len(answers)} of {len(rows)} prompts")
+        prompts = [
             {
                 "index": index,
                 "data_source": row[REWARD_FN_KEY],
@@ -472,25 +476,39 @@ def generate_and_score(
                 "sample_scores": [score(compute_score, row, text) for text in answer.samples],
                 "greedy_answer": answer.greedy,
             }
-        )
-    return {
-        "role": role,
-        "model": model_dir,
-        "backend": backend,
-        "seconds": round(time.monotonic() - started, 1),
-        "prompts": prompts,
-    }
+            for index, (row, answer) in enumerate(zip(rows, answers, strict=True))
+        ]
+        part = {
+            "role": role,
+            "model": model_dir,
+            "backend": backend,
+            "seconds": round(time.monotonic() - started, 1),
+            "prompts": prompts,
+        }
+        write_json(parts_dir / f"{role}.json", part)
+
+
+def _release_gpu_cache() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # --- the evaluation (standard library only) -------------------------------------------------------
 
 
-def child_argv(args: argparse.Namespace, role: str, part: Path) -> list[str]:
-    model = args.base if role == "base" else args.trained
-    return [
-        sys.executable, str(Path(__file__).resolve()), "--role", role, "--model", model,
-        "--part-out", str(part), *settings_argv(args),
-    ]  # fmt: skip
+def child_groups(backend: str) -> list[tuple[str, ...]]:
+    """The roles each child process generates: vLLM one model per process (the process's exit
+    returns all of the engine's GPU memory before the next model loads), others both in one."""
+    return [(role,) for role in ROLES] if backend == "vllm" else [ROLES]
+
+
+def child_argv(args: argparse.Namespace, roles: tuple[str, ...], parts_dir: Path) -> list[str]:
+    models = [f"{role}={args.base if role == 'base' else args.trained}" for role in roles]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--parts-dir", str(parts_dir)]
+    for model in models:
+        argv += ["--generate", model]
+    return [*argv, *settings_argv(args)]
 
 
 def settings_argv(args: argparse.Namespace) -> list[str]:
@@ -521,14 +539,15 @@ def settings_of(args: argparse.Namespace) -> EvalSettings:
     )
 
 
-def run_child(role: str, argv: list[str]) -> None:
+def run_child(roles: tuple[str, ...], argv: list[str]) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     output = (proc.stdout + proc.stderr).splitlines()
     print("\n".join(output), flush=True)
     if proc.returncode != 0:
         tail = "\n".join(output[-TAIL_LINES:])
         raise EvaluationError(
-            f"the {role} model's generation exited {proc.returncode}; its last lines:\n{tail}"
+            f"the generation of {' and '.join(roles)} exited {proc.returncode}; its last "
+            f"lines:\n{tail}"
         )
 
 
@@ -537,14 +556,15 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     started = time.monotonic()
     settings = settings_of(args)
     parts_dir = out.with_name(f"{out.name}.parts")
+    for role in ROLES:
+        (parts_dir / f"{role}.json").unlink(missing_ok=True)
+    for roles in child_groups(os.environ.get(BACKEND_ENV, DEFAULT_BACKEND)):
+        run_child(roles, child_argv(args, roles, parts_dir))
     parts: dict[str, dict[str, Any]] = {}
     for role in ROLES:
-        part = parts_dir / f"{role}.json"
-        part.unlink(missing_ok=True)
-        run_child(role, child_argv(args, role, part))
-        loaded = read_json(part)
+        loaded = read_json(parts_dir / f"{role}.json")
         if loaded is None:
-            raise EvaluationError(f"the {role} generation wrote no results to {part}")
+            raise EvaluationError(f"the {role} model's generation wrote no results to {parts_dir}")
         parts[role] = loaded
     summary = summarize(parts, args.samples)
     per_prompt = [
@@ -718,15 +738,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel", type=int, default=1)
     p.add_argument("--out", help=f"the report (default: <trained>/{REPORT_NAME})")
     p.add_argument("--on-node", help="run as a Ray task on a node with this resource (GPU)")
-    # A child's part: one model's scored answers.
-    p.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
-    p.add_argument("--model", help=argparse.SUPPRESS)
-    p.add_argument("--part-out", help=argparse.SUPPRESS)
+    # A child's part: ROLE=FOLDER of each model it generates, and where their results go.
+    p.add_argument("--generate", action="append", default=[], help=argparse.SUPPRESS)
+    p.add_argument("--parts-dir", help=argparse.SUPPRESS)
     return p
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.role is None and not (args.base and args.trained):
+    if not args.generate and not (args.base and args.trained):
         p.error("--base and --trained are required")
     if args.prompts is not None and args.prompts < 1:
         p.error(f"--prompts {args.prompts}: give at least 1, or leave it out for all rows")
@@ -743,9 +762,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     check_arguments(p, args)
-    if args.role is not None:
-        part = generate_and_score(args.role, args.model, settings_of(args), args.tensor_parallel)
-        write_json(Path(args.part_out), part)
+    if args.generate:
+        models = dict(item.split("=", 1) for item in args.generate)
+        generate_and_score(models, settings_of(args), args.tensor_parallel, Path(args.parts_dir))
         return 0
     report = evaluate(args, argv)
     summary = summary_of(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -14,11 +15,10 @@ WORDS = [str(n) for n in range(10)] + ["the", "answer", "is", "####", "what", "p
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 
 
-def build(folder: Path, seed: int = 0) -> Path:
-    """Write the model and tokenizer to `folder` (run in a venv with torch and transformers)."""
-    import torch
+def build_tokenizer(folder: Path) -> Any:
+    """Write the tokenizer (with its chat template) to `folder` and return it."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(SPECIAL + WORDS + ["user", "assistant"])}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -33,6 +33,18 @@ def build(folder: Path, seed: int = 0) -> Path:
         additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def build(folder: Path, seed: int = 0) -> Path:
+    """Write the model and tokenizer to `folder` (run in a venv with torch and transformers)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(folder)
+    vocab = tokenizer.get_vocab()
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(vocab),
@@ -45,12 +57,13 @@ def build(folder: Path, seed: int = 0) -> Path:
         eos_token_id=vocab["<|im_end|>"],
         pad_token_id=vocab["<|endoftext|>"],
     )
-    model = Qwen2ForCausalLM(config)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
     return folder
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    # tiny_model.py FOLDER [SEED | tokenizer]
+    if sys.argv[2:] == ["tokenizer"]:
+        build_tokenizer(Path(sys.argv[1]))
+    else:
+        build(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0)
