@@ -175,7 +175,7 @@ pulumi.export("fabricCheckBusbwGbps", training.fabric_result("busbw_gbps"))
 pulumi.export("fabricCheckTransport", training.fabric_result("transport"))
 # The export against its base model (payloads/export/evaluate.py): scores, interval, the flag; a
 # regressed or failed evaluation is also a warning in this log.
-evaluation_url = evaluation_report_url(settings, grpo)
+evaluation_url = evaluation_report_url(settings, grpo.evaluation)
 evaluation = training.job.result.apply(evaluation_outputs)
 for key in EVALUATION_OUTPUTS:
     pulumi.export(key, evaluation.apply(lambda outputs, key=key: outputs[key]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 
@@ -22,9 +22,6 @@ from config.settings import StackSettings
 from payloads.export import evaluate
 from training.grpo_spec import GrpoSpec
 from training.run_life import extra_override_value
-
-if TYPE_CHECKING:
-    from training.assembly import TrainingJob
 
 ROLLOUT_TEMPERATURE_KEY = "actor_rollout_ref.rollout.temperature"
 # verl's default rollout temperature (verl/trainer/config/rollout/rollout.yaml `temperature`,
@@ -161,7 +158,7 @@ def evaluation_outputs(result: Mapping[str, Any] | None) -> dict[str, Any]:
         "evaluationStatus": result.get("status"),
         "evaluationFailure": None if ok else result.get("reason"),
         "evaluationMetric": result.get("primary") if ok else None,
-        "evaluationPrompts": result.get("prompts") if ok else None,
+        "evaluationPrompts": _count(result.get("prompts")) if ok else None,
         "evaluationBaseScore": _primary(result, "base").get("mean") if ok else None,
         "evaluationTrainedScore": _primary(result, "trained").get("mean") if ok else None,
         "evaluationInterval": {
@@ -206,7 +203,7 @@ def regression_warning(result: Mapping[str, Any] | None, report_url: str | None)
     return (
         f"The exported model scores BELOW its base model beyond the 95 % interval: {metric} "
         f"{_primary(result, 'trained').get('mean')} vs {_primary(result, 'base').get('mean')} "
-        f"on {result.get('prompts')} held-out prompts (trained - base {diff.get('mean')}, "
+        f"on {_count(result.get('prompts'))} held-out prompts (trained - base {diff.get('mean')}, "
         f"interval {diff.get('low')}..{diff.get('high')}). Check the run before using it.{where}"
     )
 
@@ -226,13 +223,13 @@ def result_rows(result: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         if not (base and trained and diff):
             continue
         k = (result.get("settings") or {}).get("samples")
-        label = "greedy pass@1" if metric == "greedy" else f"mean@{k}"
+        label = "greedy pass@1" if metric == "greedy" else f"mean@{_count(k)}"
         rows.append(
             (
                 "evaluation",
                 f"{label}: base {base['mean']:.4f}, trained {trained['mean']:.4f}, "
                 f"trained - base {diff['mean']:+.4f} (95 % interval {_bound(diff['low'])}.."
-                f"{_bound(diff['high'])}) on {result.get('prompts')} prompts",
+                f"{_bound(diff['high'])}) on {_count(result.get('prompts'))} prompts",
             )
         )
     if result.get("regressed"):
@@ -246,9 +243,8 @@ def _bound(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.4f}"
 
 
-def evaluation_report_url(settings: StackSettings, job: TrainingJob) -> str | None:
+def evaluation_report_url(settings: StackSettings, plan: EvaluationPlan | None) -> str | None:
     """gs:// URL of the report (None: no evaluation)."""
-    plan = job.evaluation
     return None if plan is None else bucket_url(settings.bucket_name, plan.report_path)
 
 
@@ -257,3 +253,8 @@ def warn_evaluation(result: Mapping[str, Any] | None, report_url: str | None) ->
     warning = regression_warning(result, report_url)
     if warning is not None:
         pulumi.log.warn(warning)
+
+
+def _count(value: Any) -> int | None:
+    """A count as an int: Pulumi's state hands numbers back as floats (protobuf Struct)."""
+    return None if value is None else int(value)
