@@ -100,6 +100,21 @@ def test_the_names_agree_with_the_export_and_the_bucket_layout() -> None:
     assert bucket_layout.eval_report_path("e") == f"/data/models/e/{evaluate.REPORT_NAME}"
 
 
+def test_a_lora_export_is_refused_not_scored_as_its_base_weights(tmp_path: Path) -> None:
+    assert evaluate.LORA_DIR == export_model.LORA_DIR
+    trained = tmp_path / "export"
+    (trained / export_model.LORA_DIR).mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--base", "b", "--trained", str(trained), "--data", "d",
+         "--max-new-tokens", "8"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    summary = evaluate.find_summary(proc.stdout)
+    assert summary is not None and summary["status"] == "failed"
+    assert "is a LoRA export" in summary["reason"]
+
+
 def test_the_ray_task_asks_for_the_rollouts_gpus() -> None:
     assert evaluate.task_options("GPU", 4) == {"num_cpus": 1, "num_gpus": 4}
     assert evaluate.task_options("CPU", 1) == {"num_cpus": 1}

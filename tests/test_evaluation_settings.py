@@ -147,6 +147,19 @@ def test_no_evaluation_when_turned_off_or_nothing_is_exported(config: dict[str, 
     assert model_evaluation.plan_line(None, job.spec).startswith("Evaluation: off")
 
 
+def test_a_lora_run_is_not_evaluated() -> None:
+    # Its export holds the untrained base weights beside lora_adapter/ (export_model.py).
+    lora = {
+        "verl-gke:job": json.dumps({"extraOverrides": ["actor_rollout_ref.model.lora_rank=32"]})
+    }
+    job = training_job(settings(**lora))
+    assert "--lora-alpha" in job.entrypoint
+    assert evaluation_flags(job.entrypoint) is None
+    assert model_evaluation.plan_line(job.evaluation, job.spec).startswith(
+        "Evaluation: none for a LoRA run"
+    )
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from config.evaluation import KEY as EVALUATION_KEY
 from config.settings import StackSettings
 from payloads.export import evaluate
 from training.grpo_spec import GrpoSpec
-from training.run_life import extra_override_value
+from training.run_life import extra_override_value, lora_alpha
 
 ROLLOUT_TEMPERATURE_KEY = "actor_rollout_ref.rollout.temperature"
 # verl's default rollout temperature (verl/trainer/config/rollout/rollout.yaml `temperature`,
@@ -76,9 +76,11 @@ def held_out_rows(settings: StackSettings) -> int | None:
 
 
 def evaluation_plan(spec: GrpoSpec, settings: StackSettings) -> EvaluationPlan | None:
-    """None when there is nothing to evaluate (no export) or the user turned it off."""
+    """None when there is nothing to evaluate (no export), the user turned it off, or the run
+    trains LoRA: its export holds the untrained base weights beside the adapter
+    (payloads/export/export_model.py lora_contents), and evaluate.py loads no adapter."""
     chosen = settings.evaluation_settings
-    if not (settings.export_model and chosen.enabled):
+    if not (settings.export_model and chosen.enabled) or lora_alpha(spec) is not None:
         return None
     temperature = chosen.temperature or rollout_temperature(spec)
     arguments: dict[str, Any] = {
@@ -122,6 +124,11 @@ def generation_hours(plan: EvaluationPlan, num_params: int, gpu_type: str) -> fl
 
 def plan_line(plan: EvaluationPlan | None, spec: GrpoSpec) -> str:
     """What the evaluation does, for the run block."""
+    if plan is None and lora_alpha(spec) is not None:
+        return (
+            "Evaluation: none for a LoRA run (its export is the untrained base model + the "
+            "adapter; the evaluation loads no adapter)"
+        )
     if plan is None:
         return (
             f"Evaluation: off ({EVALUATION_KEY}.enabled is false, or verl-gke:exportModel is false)"

@@ -69,6 +69,8 @@ REPORT_NAME = ".verl-gke-eval.json"
 # export_model.MARKER (tests/test_evaluate.py checks they agree).
 EXPORT_MARKER = ".verl-gke-export.json"
 RESULT_TAG = "verl-gke-eval"
+# export_model.LORA_DIR: where a LoRA export keeps the trained adapter.
+LORA_DIR = "lora_adapter"
 BACKEND_ENV = "VERL_GKE_EVAL_BACKEND"
 DEFAULT_BACKEND = "vllm"
 ROLES = ("base", "trained")
@@ -682,6 +684,14 @@ def evaluate(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     Ray node). A failure is a report with status "failed" and its reason."""
     out = Path(args.out) if args.out else Path(args.trained) / REPORT_NAME
     marker = read_json(Path(args.trained) / EXPORT_MARKER)
+    adapter = Path(args.trained) / LORA_DIR
+    if adapter.is_dir():
+        return failed_report(
+            args,
+            out,
+            f"{args.trained} is a LoRA export: its weights are the untrained base model and the "
+            f"training is in {adapter}, which this evaluation does not load",
+        )
     reused = reusable(out, marker, settings_of(args), args.base, args.trained)
     if reused is not None:
         print(f"evaluate: {out} already holds this export's evaluation; reused", flush=True)
