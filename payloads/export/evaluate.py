@@ -286,9 +286,10 @@ class HfGenerator:
 
     def __init__(self, model_dir: str, tokenizer: Any, request: GenerationRequest) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, GenerationConfig
 
         self.torch = torch
+        self.GenerationConfig = GenerationConfig
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(
@@ -307,21 +308,26 @@ class HfGenerator:
         width = max(len(x) for x in ids)
         input_ids = torch.tensor([[self.pad] * (width - len(x)) + x for x in ids])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-        options: dict[str, Any] = {"do_sample": False, "num_beams": 1}
-        if sample:
-            # verl's rollout samples with top_p 1 and no top-k (rollout.yaml, v0.6.1); top_k=0
-            # switches off transformers' default top-k of 50.
-            options = {"do_sample": True, "temperature": request.temperature, "top_p": 1.0}
-            options["top_k"] = 0
+        # A config of its own: the model's generation_config.json (an instruct model's top_k,
+        # top_p, repetition_penalty) must not change the answers; verl's rollout samples with
+        # top_p 1 and no top-k (rollout.yaml, v0.6.1), greedy for the greedy answer.
+        config = self.GenerationConfig(
+            max_new_tokens=request.max_new_tokens,
+            num_return_sequences=n,
+            do_sample=sample,
+            temperature=request.temperature if sample else 1.0,
+            top_p=1.0,
+            top_k=0,
+            num_beams=1,
+            repetition_penalty=1.0,
+            pad_token_id=self.pad,
+            eos_token_id=sorted(self.eos),
+        )
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=mask.to(self.device),
-                max_new_tokens=request.max_new_tokens,
-                num_return_sequences=n,
-                pad_token_id=self.pad,
-                eos_token_id=sorted(self.eos),
-                **options,
+                generation_config=config,
             )
         texts = []
         for row in out[:, width:].tolist():
