@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,9 @@ import pytest
 
 from payloads.export import evaluate, export_model
 from tests.support import scripted_backend
+from tests.support.ray_head import RayHead
 from tests.support.require import verl_python
+from tests.test_export_model import wait_for_end
 from tests.test_run_grpo import IDENTITY, LENGTH, TRAINER, mark_exported
 
 pytestmark = pytest.mark.integration
@@ -182,3 +186,42 @@ def test_a_failed_export_is_not_evaluated(inputs: Path, tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "run_grpo: evaluation:" not in result.stdout
     assert evaluate.find_summary(result.stdout) is None
+
+
+# --- on a Ray node -------------------------------------------------------------------------------
+
+
+def test_on_a_ray_node_the_task_evaluates_and_the_driver_prints_its_summary(
+    inputs: Path, tmp_path: Path, head: RayHead
+) -> None:
+    """`--on-node CPU` on a local head (the product asks for GPU): the driver submits this CLI as
+    a Ray task, which runs in the job's working_dir on the node and writes the report; the
+    driver's own last line is the worker's summary (a task's lines reach the log prefixed)."""
+    from ray.job_submission import JobSubmissionClient
+
+    target = tmp_path / "models" / "exp"
+    export_folder(inputs, target, tmp_path / "ckpt", 2)
+    command = [
+        sys.executable, "evaluate.py", "--base", str(inputs / "base"), "--trained", str(target),
+        "--data", str(inputs / "test.parquet"), "--reward-file", str(inputs / "reward.py"),
+        "--prompts", "2", "--samples", "1", "--max-new-tokens", "8", "--on-node", "CPU",
+    ]  # fmt: skip
+    env = {
+        "PYTHONPATH": str(REPO),
+        evaluate.BACKEND_ENV: "tests.support.scripted_backend:ScriptedGenerator",
+        evaluate.WORKER_PYTHON_ENV: str(verl_python("0.9.0")),
+        "VERL_GKE_EVAL_WAIT_REPORT_S": "1",
+    }
+    client = JobSubmissionClient(head.dashboard_url)
+    job_id = client.submit_job(
+        entrypoint=shlex.join(command),
+        runtime_env={"working_dir": str(RUNNER.parent), "env_vars": env},
+    )
+    status, log = wait_for_end(head, job_id)
+    assert status == "SUCCEEDED", log[-5000:]
+    summary = evaluate.find_summary(log)
+    assert summary is not None and summary["status"] == "ok", log[-5000:]
+    assert summary["prompts"] == 2 and summary["trained"]["greedy"]["mean"] == 1.0
+    assert "(_run_on_worker pid=" in log
+    report = json.loads((target / evaluate.REPORT_NAME).read_text())
+    assert report["status"] == "ok" and len(report["per_prompt"]) == 2

@@ -72,6 +72,8 @@ RESULT_TAG = "verl-gke-eval"
 # export_model.LORA_DIR: where a LoRA export keeps the trained adapter.
 LORA_DIR = "lora_adapter"
 BACKEND_ENV = "VERL_GKE_EVAL_BACKEND"
+# Tests only: the python a Ray worker runs the evaluation with (default: the worker's own).
+WORKER_PYTHON_ENV = "VERL_GKE_EVAL_WORKER_PYTHON"
 DEFAULT_BACKEND = "vllm"
 ROLES = ("base", "trained")
 # 95 % two-sided: z(0.975) of the standard normal.
@@ -631,7 +633,8 @@ def _run_on_worker(script: str, argv: list[str]) -> dict[str, Any]:
     """The Ray task: this file's CLI, run here (the job's working_dir is the task's cwd)."""
     here = Path("evaluate.py")
     path = str(here.resolve()) if here.is_file() else script
-    proc = subprocess.run([sys.executable, path, *argv], capture_output=True, text=True)
+    python = os.environ.get(WORKER_PYTHON_ENV) or sys.executable
+    proc = subprocess.run([python, path, *argv], capture_output=True, text=True)
     output = (proc.stdout + proc.stderr).splitlines()
     print("\n".join(output), flush=True)
     return {
