@@ -6,6 +6,15 @@
         --max-new-tokens 1024 [--tensor-parallel 1] [--seed 0] \
         [--out /data/models/<experiment>/.verl-gke-eval.json] [--on-node GPU]
 
+    # one GPU without vLLM (transformers generates), e.g. a small model and an own dataset:
+    VERL_GKE_EVAL_BACKEND=hf python payloads/export/evaluate.py --base base/ --trained export/ \
+        --data test.parquet --reward-file reward.py --reward-name compute_score --prompts 200 \
+        --samples 4 --max-new-tokens 256 --out report.json
+
+Exit status 0 with a report, 1 when the evaluation failed (the report and the last line say
+why), 2 for bad arguments. The GRPO job's runner (run_grpo.py) runs it after the export with
+--trained <export folder> --on-node GPU and the flags training/model_evaluation.py renders.
+
 Both models answer the first --prompts rows of --data (all rows when left out): a parquet in
 verl's format (`prompt`: chat messages, `data_source`, `reward_model.ground_truth`,
 `extra_info`). Each prompt is rendered as verl's RLHFDataset renders it
@@ -31,8 +40,10 @@ lies wholly below 0 (mean@k; greedy pass@1 when --samples is 0).
 The report (--out; default <trained>/.verl-gke-eval.json) holds the summary and every prompt's
 scores and greedy answers. A report whose export marker (<trained>/.verl-gke-export.json, written
 by export_model.py) and settings match is reused, not recomputed; a failed evaluation writes a
-report with status "failed" and its reason, and exits 1; the exported model is never touched.
-The last line printed is the summary as one JSON object with "check": "verl-gke-eval".
+report with status "failed" and its reason, and exits 1; the exported model is never touched (a
+LoRA export, whose weights are the base model's, is refused). The last line printed is the
+summary (the report without its per-prompt rows) as one JSON object with "check":
+"verl-gke-eval"; children write their results to <out>.parts/ and it is removed after.
 
 Where generation runs: with --on-node RESOURCE (the GRPO job's runner passes GPU) the evaluation
 runs as a Ray task asking for --tensor-parallel units of RESOURCE (like export_model.py's merge:
@@ -51,6 +62,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import contextlib
 import importlib
 import inspect
 import json
@@ -549,15 +562,28 @@ def settings_of(args: argparse.Namespace) -> EvalSettings:
     )
 
 
+def run_streaming(argv: list[str]) -> tuple[int, list[str], dict[str, Any] | None]:
+    """Run `argv`, printing its output (stdout and stderr) as it comes: (exit status, its last
+    TAIL_LINES lines, its summary line if it printed one)."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    summary = None
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            tail.append(line.rstrip("\n"))
+            summary = find_summary(line) or summary
+    return proc.returncode, list(tail), summary
+
+
 def run_child(roles: tuple[str, ...], argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    output = (proc.stdout + proc.stderr).splitlines()
-    print("\n".join(output), flush=True)
-    if proc.returncode != 0:
-        tail = "\n".join(output[-TAIL_LINES:])
+    returncode, tail, _ = run_streaming(argv)
+    if returncode != 0:
+        lines = "\n".join(tail)
         raise EvaluationError(
-            f"the generation of {' and '.join(roles)} exited {proc.returncode}; its last "
-            f"lines:\n{tail}"
+            f"the generation of {' and '.join(roles)} exited {returncode}; its last lines:\n{lines}"
         )
 
 
@@ -609,15 +635,9 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     write_json(out, report)
     for role in ROLES:
         (parts_dir / f"{role}.json").unlink(missing_ok=True)
-    with_suppressed_rmdir(parts_dir)
+    with contextlib.suppress(OSError):
+        parts_dir.rmdir()
     return report
-
-
-def with_suppressed_rmdir(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
 
 
 def task_options(resource: str, count: int) -> dict[str, Any]:
@@ -634,14 +654,12 @@ def _run_on_worker(script: str, argv: list[str]) -> dict[str, Any]:
     here = Path("evaluate.py")
     path = str(here.resolve()) if here.is_file() else script
     python = os.environ.get(WORKER_PYTHON_ENV) or sys.executable
-    proc = subprocess.run([python, path, *argv], capture_output=True, text=True)
-    output = (proc.stdout + proc.stderr).splitlines()
-    print("\n".join(output), flush=True)
+    returncode, tail, summary = run_streaming([python, path, *argv])
     return {
-        "returncode": proc.returncode,
-        "tail": output[-TAIL_LINES:],
+        "returncode": returncode,
+        "tail": tail,
         "node": os.uname().nodename,
-        "summary": find_summary(proc.stdout),
+        "summary": summary,
     }
 
 
