@@ -25,6 +25,7 @@ from payloads.export import evaluate, run_grpo
 from planning import offline_engine
 from planning.offline_engine import UNKNOWN_OUTPUT, run_stack
 from tests.program import REAL, plan
+from tools import run as tools_run
 from training import model_evaluation
 from training.assembly import training_job
 from training.run_cost import evaluation_line, price_book
@@ -253,10 +254,13 @@ def test_a_failed_evaluation_is_reported_not_hidden(monkeypatch: pytest.MonkeyPa
     )
 
 
-def test_tools_run_shows_the_evaluation() -> None:
-    rows = model_evaluation.result_rows({**summary(regressed=True), "settings": {"samples": 4}})
-    text = "\n".join(f"{label}: {value}" for label, value in rows)
+def test_tools_run_shows_the_evaluation_from_the_driver_log() -> None:
+    line = json.dumps({**summary(regressed=True), "settings": {"samples": 4}})
+    log = f"step:58 - critic/score/mean:0.5\nrun_grpo: evaluation: x against y\n{line}\n"
+    view = tools_run.summarize("sid", "http://h", "SUCCEEDED", "", 1, 2, log, "whole log")
+    text = tools_run.render_text(view)
     assert "mean@4: base 0.6100, trained 0.5200, trained - base -0.0900" in text
     assert "(95 % interval -0.1100..-0.0700) on 1319 prompts" in text
     assert "BELOW its base model" in text
-    assert "eval report: /data/models/e/.verl-gke-eval.json" in text
+    assert "/data/models/e/.verl-gke-eval.json" in text
+    assert tools_run.to_json(view)["evaluation"]["regressed"] is True
