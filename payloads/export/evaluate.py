@@ -53,9 +53,11 @@ engine's GPU memory is returned before the second loads; the parent is standard 
 
 Generation backend (VERL_GKE_EVAL_BACKEND): "vllm" (default; vllm.LLM with tensor parallel
 --tensor-parallel, SamplingParams(n=k)), "hf" (transformers generate: where vLLM is not
-installed), or "<module>:<factory>" (a factory with the same signature as the two built in:
-tests use a scripted one). Stdlib at module level: vllm, transformers, torch, pyarrow and verl
-are imported only in the child that generates.
+installed; VERL_GKE_EVAL_HF_BATCH prompts per batch, default 16, each with its k samples), or
+"<module>:<factory>" (a factory with the same signature as the two built in: tests use a
+scripted one). --seed seeds the sampling (vLLM's per-request seed; torch's for hf). Stdlib at
+module level: vllm, transformers, torch, pyarrow and verl are imported only in the child that
+generates.
 """
 
 from __future__ import annotations
