@@ -237,3 +237,63 @@ def test_the_summary_line_is_the_last_tagged_json_line() -> None:
     assert evaluate.find_summary(text) is None  # a worker's prefixed line is not the driver's
     text += '{"check": "verl-gke-eval", "status": "ok"}\nlast words\n'
     assert evaluate.find_summary(text) == {"check": "verl-gke-eval", "status": "ok"}
+
+
+# --- the hf backend, with transformers 4.57.1 as on the GPU machine --------------------------
+
+HF_RUN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/payloads/export")
+import torch
+import evaluate
+from tests.support import tiny_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder = tiny_model.build(Path(sys.argv[2]), seed=8)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+rows = [{"prompt": [{"role": "user", "content": text}]}
+        for text in ("what is 1 plus 2 ?", "what", "the answer is 7 plus 8 plus 9 ?")]
+ids = evaluate.render_prompts(tokenizer, rows)
+request = evaluate.GenerationRequest(ids, 3, 0.9, 12, 0, 1)
+generator = evaluate.HfGenerator(str(folder), tokenizer, request)
+first, again = generator.generate(request), generator.generate(request)
+
+# Greedy by hand, one prompt at a time, no padding: argmax until EOS or the token budget.
+model = AutoModelForCausalLM.from_pretrained(folder)
+eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+by_hand = []
+for prompt in ids:
+    tokens = list(prompt)
+    for _ in range(12):
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens])).logits[0, -1]
+        token = int(logits.argmax())
+        if token == eos:
+            break
+        tokens.append(token)
+    by_hand.append(tokenizer.decode(tokens[len(prompt):], skip_special_tokens=True))
+print(json.dumps({
+    "greedy": [a.greedy for a in first], "by_hand": by_hand,
+    "samples": [len(a.samples) for a in first], "same": first == again,
+    "rendered": tokenizer.decode(ids[1]),
+}))
+"""
+
+
+def test_the_hf_backend_generates_as_the_model_does(tmp_path: Path) -> None:
+    """Batched with left padding, prompts of different lengths: each greedy answer is the one
+    the model gives that prompt alone; k samples each, reproducible from the seed."""
+    proc = subprocess.run(
+        [str(verl_python("0.6.1")), "-c", HF_RUN, str(REPO), str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["greedy"] == found["by_hand"]
+    # (seed 8: every answer ends at EOS within the budget, of different lengths per prompt)
+    assert all(found["greedy"]) and len(set(found["greedy"])) > 1
+    assert found["samples"] == [3, 3, 3] and found["same"] is True
+    assert found["rendered"].split() == [
+        "<|im_start|>", "user", "what", "<|im_end|>", "<|im_start|>", "assistant",
+    ]  # fmt: skip
