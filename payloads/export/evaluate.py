@@ -269,7 +269,6 @@ class VllmGenerator:
             max_model_len=longest + request.max_new_tokens,
             seed=request.seed,
             dtype="bfloat16",
-            enable_prefix_caching=True,
         )
 
     def generate(self, request: GenerationRequest) -> list[Answers]:
@@ -282,12 +281,11 @@ class VllmGenerator:
         )
         sampled: list[Any] = [None] * len(prompts)
         if request.samples > 0:
-            # verl's rollout samples with top_p 1 and top_k -1 (rollout.yaml, v0.6.1).
+            # verl's rollout samples with top_p 1 and top_k -1 (rollout.yaml, v0.6.1): vLLM's
+            # defaults, which switch both off.
             params = SamplingParams(
                 n=request.samples,
                 temperature=request.temperature,
-                top_p=1.0,
-                top_k=-1,
                 max_tokens=request.max_new_tokens,
                 seed=request.seed,
             )
