@@ -2,9 +2,12 @@
 provider host, first step, checkpoints, a kill mid-run, the resubmission `pulumi up` makes, the
 resume, the export, and peak memory per phase beside training/memory_fit's estimate.
 
-On the GPU machine (docs/gpu-run.md has the whole command; wheels in .whl, PYTHONPATH=/tmp/site):
+On the GPU machine (docs/gpu-run.md has the whole command; the wheels of
+bench/build_gpu_wheels.py in .whl, installed at /tmp/site, PYTHONPATH=/tmp/site):
 
     python3 bench/gpu_run.py --out $OUT/result.json --logs $OUT
+
+Without a GPU, `--device cpu` runs what needs none (bench/gpu_run_cpu.py).
 
 What is not the product's: vLLM (the rollout is verl_scripts/gpu_standin, registered under
 ("vllm", "sync") in every Ray worker), the Hub (rows and model are written here), GCS (a stand-in
@@ -42,15 +45,46 @@ def say(text: str) -> None:
     print(f"[gpu_run {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def prepare_data(settings: Any, sources: dict[str, Path], model_source: Path) -> None:
-    """The data-prep Job's own command (manifests/data_prep.py), run by payloads/prepare_data.py's
-    main, with the Hub read replaced by the folders written here."""
+def job_settings(own_dataset: bool = False) -> dict[str, Any]:
+    """verl-gke:job of the bench's two submissions: the GSM8K job (TOTAL_STEPS steps, killed and
+    resumed) and the own dataset's (one step)."""
+    if own_dataset:
+        return {
+            **support.JOB,
+            "experimentName": "grpo-own-dataset",
+            "extraOverrides": [support.SDPA, "trainer.total_training_steps=1"],
+        }
+    return {
+        **support.JOB,
+        "extraOverrides": [support.SDPA, f"trainer.total_training_steps={TOTAL_STEPS}"],
+    }
+
+
+def data_prep_argv(settings: Any, spec: Any, data_root: Path | None = None) -> list[str]:
+    """The data-prep Job's own command (manifests/data_prep.py) less `python3 <script>`: the
+    reward file is the repository's (the ConfigMap's copy of verl-gke:reward), and with data_root
+    the volume's paths (DATA_MOUNT) lie under that folder instead."""
+    from config.bucket_layout import DATA_MOUNT
     from manifests.data_prep import command
+
+    argv = command(settings, spec)[2:]
+    if "--reward-file" in argv:
+        argv[argv.index("--reward-file") + 1] = str(REPO / support.REWARD.partition(":")[0])
+    if data_root is None:
+        return argv
+    return [
+        str(data_root) + arg[len(DATA_MOUNT) :]
+        if arg == DATA_MOUNT or arg.startswith(DATA_MOUNT + "/")
+        else arg
+        for arg in argv
+    ]
+
+
+def run_data_prep(argv: list[str], sources: dict[str, Path], model_source: Path) -> None:
+    """payloads/prepare_data.py's main on argv, with the Hub read replaced by the folders written
+    here (stdlib imports only: also runs in a verl virtualenv, see cpu_data_stage)."""
     from payloads import prepare_data
 
-    argv = command(settings)[2:]
-    if "--reward-file" in argv:  # the ConfigMap's copy of verl-gke:reward is the repo's file
-        argv[argv.index("--reward-file") + 1] = str(REPO / support.REWARD.partition(":")[0])
     hub = prepare_data.load_hub_dataset
 
     def local_hub(dataset: str, columns: dict[str, str], token: Any, source: Any = None) -> Any:
@@ -65,6 +99,11 @@ def prepare_data(settings: Any, sources: dict[str, Path], model_source: Path) ->
         prepare_data.load_hub_dataset = hub
     if code != 0:
         raise RuntimeError(f"prepare_data exited {code}")
+
+
+def prepare_data(settings: Any, spec: Any, sources: dict[str, Path], model_source: Path) -> None:
+    """The data-prep Job's own command, run by payloads/prepare_data.py's main on local rows."""
+    run_data_prep(data_prep_argv(settings, spec), sources, model_source)
 
 
 def build_inputs(work: Path) -> tuple[dict[str, Path], Path, list[str]]:
@@ -85,21 +124,13 @@ def build_inputs(work: Path) -> tuple[dict[str, Path], Path, list[str]]:
     return {"openai/gsm8k": gsm, support.OWN_DATASET: own}, model, [r["problem"] for r in own_train]
 
 
-def over_long(model: Path, prompts: list[str], limit: int) -> int:
-    """Prompts whose chat-template tokens exceed limit, counted as verl's RLHFDataset filter does
-    (apply_chat_template(add_generation_prompt=True), verl/utils/dataset/rl_dataset.py v0.6.1)."""
-    from transformers import AutoTokenizer
+def prompt_lengths(data_root: Path) -> dict[str, Any]:
+    """What the data prep's lengths step wrote: per split, rows and prompts longer than the job's
+    max_prompt_length, counted with the model's chat template as verl's RLHFDataset filter counts
+    them (payloads/prepare_data.py check_prompt_lengths)."""
+    from payloads.prepare_data import LENGTHS_SUMMARY, PREP_DIR
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    lengths = [
-        len(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
-            )
-        )
-        for p in prompts
-    ]
-    return sum(n > limit for n in lengths)
+    return json.loads((data_root / PREP_DIR / LENGTHS_SUMMARY).read_text())
 
 
 def start_head(work: Path) -> Any:
@@ -348,12 +379,7 @@ def own_dataset_run(
     """The own dataset's job as the product renders it (one step), with its over-long prompts."""
     import grpc
 
-    job_settings = {
-        **support.JOB,
-        "experimentName": "grpo-own-dataset",
-        "extraOverrides": [support.SDPA, "trainer.total_training_steps=1"],
-    }
-    _, job = support.plan(job_settings, own_dataset=True)
+    _, job = support.plan(job_settings(own_dataset=True), own_dataset=True)
     props = job_props(job, head_url, f"{URN_STACK}-own")
     entry = result["own_dataset"]
     entry["job_overrides_filter"] = "data.filter_overlong_prompts=True" in job.entrypoint
@@ -410,23 +436,19 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
     export check, the memory figures and the own dataset; each figure lands in `result`."""
     from ray.job_submission import JobSubmissionClient
 
+    from config.bucket_layout import DATA_MOUNT
     from tests.support.dynamic_host import start_dynamic_host
 
     facts(result)
-    sources, model_src, own_prompts = build_inputs(work)
-    job_settings = {
-        **support.JOB,
-        "extraOverrides": [support.SDPA, f"trainer.total_training_steps={TOTAL_STEPS}"],
-    }
-    settings, job = support.plan(job_settings)
-    own_settings, own_job = support.plan(
-        {**support.JOB, "experimentName": "grpo-own-dataset"}, own_dataset=True
-    )
-    prepare_data(settings, sources, model_src)
-    prepare_data(own_settings, sources, model_src)
+    sources, model_src, _ = build_inputs(work)
+    settings, job = support.plan(job_settings())
+    own_settings, own_job = support.plan(job_settings(own_dataset=True), own_dataset=True)
+    prepare_data(settings, job.spec, sources, model_src)
+    prepare_data(own_settings, own_job.spec, sources, model_src)
+    lengths = prompt_lengths(Path(DATA_MOUNT))["train"]
     result["own_dataset"] = {
-        "rows": 48,
-        "over_long": over_long(model_src, own_prompts, own_job.spec.max_prompt_length),
+        "rows": lengths["rows"],
+        "over_long": lengths["over"],
         "max_prompt_length": own_job.spec.max_prompt_length,
     }
     result["rollout"] = (
@@ -515,9 +537,27 @@ def evidence(result: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the result JSON")
-    parser.add_argument("--logs", type=Path, required=True, help="folder for the driver logs")
+    parser.add_argument("--logs", type=Path, help="folder for the driver logs (cuda)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-run"))
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: plan, render, data prep, verl's compose and the stand-in's contract only "
+        "(bench/gpu_run_cpu.py)",
+    )
+    venvs = REPO / ".venv-verl"
+    parser.add_argument("--verl-061", type=Path, default=venvs / "0.6.1" / "bin" / "python")
+    parser.add_argument("--verl-090", type=Path, default=venvs / "0.9.0" / "bin" / "python")
     args = parser.parse_args()
+    if args.device == "cpu":
+        from bench.gpu_run_cpu import run_cpu  # deferred: gpu_run_cpu imports this module
+
+        report = run_cpu(args.work, args.verl_061, args.verl_090)
+        args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        return
+    if args.logs is None:
+        parser.error("--logs is required with --device cuda")
     args.logs.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "steps_total": TOTAL_STEPS}
     started = time.monotonic()

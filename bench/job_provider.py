@@ -18,6 +18,7 @@
    size of a failed create's error with and without VERL_GKE_DEBUG.
 
     .venv/bin/python bench/job_provider.py [--runs 5] [--only discovery,submit,faults,tail,reports]
+        [--checkpoints 60 --ranks 16]
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from tests.support.kube_api import GkeApi, HeadPod, KubeApi, stand_in_token  # n
 from tests.support.ray_head import start_ray_head  # noqa: E402
 
 CHECKPOINTS, RANKS = 60, 16
+PARTS = ("discovery", "submit", "faults", "tail", "reports")
 URN = (
     "urn:pulumi:bench::verl-gke::verl-gke:training:GrpoTraining"
     "$pulumi-python:dynamic/jobs:RayJob::grpo-job"
@@ -109,19 +111,19 @@ def summary(times: list[float]) -> str:
     )
 
 
-def bench_discovery(runs: int) -> None:
-    print(f"\n== 1. refresh cost: {CHECKPOINTS} checkpoints x {RANKS} ranks x 3 shards ==")
+def bench_discovery(runs: int, checkpoints: int = CHECKPOINTS, ranks: int = RANKS) -> None:
+    print(f"\n== 1. refresh cost: {checkpoints} checkpoints x {ranks} ranks x 3 shards ==")
     with start_gcs_emulator() as gcs:
         client = gcs.client()
         bucket = client.create_bucket("bench-ckpt")
         started = time.perf_counter()
 
         def seed(step: int) -> None:
-            write_checkpoint(gcs.client().bucket("bench-ckpt"), "run", step, RANKS)
+            write_checkpoint(gcs.client().bucket("bench-ckpt"), "run", step, ranks)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(seed, range(1, CHECKPOINTS)))
-        write_checkpoint(bucket, "run", CHECKPOINTS, RANKS)  # last, so the tracker says 60
+            list(pool.map(seed, range(1, checkpoints)))
+        write_checkpoint(bucket, "run", checkpoints, ranks)  # last: the tracker names it
         objects = sum(1 for _ in client.list_blobs("bench-ckpt", prefix="run/"))
         print(f"seeded {objects} objects in {time.perf_counter() - started:.1f}s")
 
@@ -442,11 +444,16 @@ def bench_reports() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", default="discovery,submit,faults,tail,reports")
+    parser.add_argument("--only", default=",".join(PARTS))
+    parser.add_argument("--checkpoints", type=int, default=CHECKPOINTS, help="1. discovery")
+    parser.add_argument("--ranks", type=int, default=RANKS, help="1. discovery")
     args = parser.parse_args()
     parts = set(args.only.split(","))
+    unknown = sorted(parts - set(PARTS))
+    if unknown:
+        parser.error(f"--only {','.join(unknown)}: not a part; choose from {','.join(PARTS)}")
     if "discovery" in parts:
-        bench_discovery(args.runs)
+        bench_discovery(args.runs, args.checkpoints, args.ranks)
     if "submit" in parts:
         bench_submit(args.runs)
     if "faults" in parts:

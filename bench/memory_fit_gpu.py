@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,10 +74,9 @@ def hf_config(arch: ModelArch) -> dict[str, object]:
 _SLIDING_WINDOW_TYPES = frozenset({"gemma2", "gemma3_text"})
 
 
-def build_model(
-    arch: ModelArch, device: torch.device, checkpointing: bool, seq_len: int
-) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+def model_config(arch: ModelArch, seq_len: int) -> Any:
+    """The transformers config the model is built from (the table's config.json keys)."""
+    from transformers import AutoConfig
 
     config = hf_config(arch)
     model_type = str(config.pop("model_type"))
@@ -89,7 +89,18 @@ def build_model(
         # sequence keeps SDPA on its is_causal path, whose saved tensors are flash-attn's.
         window = config.get("sliding_window")
         config["sliding_window"] = max(seq_len + 1, window if isinstance(window, int) else 0)
-    hf = AutoConfig.for_model(model_type, **config, max_position_embeddings=32768, use_cache=False)
+    # The table's configs carry their published max_position_embeddings; the tiny smoke-test
+    # model's geometry has none.
+    config.setdefault("max_position_embeddings", 32768)
+    return AutoConfig.for_model(model_type, **config, use_cache=False)
+
+
+def build_model(
+    arch: ModelArch, device: torch.device, checkpointing: bool, seq_len: int
+) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    hf = model_config(arch, seq_len)
     # fp32 master weights, as verl's FSDP actor (fsdp_config.model_dtype defaults to fp32).
     with device:
         model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")

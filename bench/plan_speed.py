@@ -1,6 +1,6 @@
 """Offline plan speed per stack, against a bare SDK baseline.
 
-    .venv/bin/python bench/plan_speed.py [--runs 5]
+    .venv/bin/python bench/plan_speed.py [--runs 5] [--stacks a4x,a4,a3u]
 
 For each stack: the median wall time of `python -m tools.plan <stack>` in a fresh process, and the
 median wall time of a baseline process that only imports the Pulumi SDK classes the plan uses and
@@ -87,10 +87,15 @@ def timed(command: list[str], runs: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--stacks", default=",".join(STACKS), help="comma-separated")
     parser.add_argument("--baseline", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    stacks = [s for s in args.stacks.split(",") if s]
+    unknown = sorted(set(stacks) - set(STACKS))
+    if unknown:
+        parser.error(f"--stacks {','.join(unknown)}: not a stack; choose from {','.join(STACKS)}")
     if args.baseline:
         baseline(args.baseline)
         return
@@ -101,7 +106,7 @@ def main() -> None:
     print(f"offline plan speed, median of {args.runs} fresh processes per figure")
     print(f"{'stack':6} {'resources':>9} {'plan s':>8} {'SDK baseline s':>15} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        for stack in STACKS:
+        for stack in stacks:
             result = run_stack(stack)
             recorded = [
                 {"type": r.type, "name": r.name, "custom": r.custom, "inputs": r.inputs}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.recovery_scenarios import SCENARIOS, cluster
+from tests.support.recovery_scenarios import SCENARIOS, Cluster, cluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,14 +36,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only {','.join(unknown)}: not a scenario; choose from {choices}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="recovery-") as folder, cluster() as made:
-        for name in names:
-            figures = SCENARIOS[name](made, (args.keep or Path(folder)) / name)
-            if args.json:
-                print(json.dumps(figures), flush=True)
-            else:
-                print(" ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
+        run(names, made, args.keep or Path(folder), args.json)
     print(f"# {len(names)} scenarios in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
+
+
+def run(names: list[str], made: Cluster, folder: Path, as_json: bool) -> None:
+    """Each scenario in its own folder under `folder`, on the cluster `made`; prints its figures
+    (one JSON object per line with as_json)."""
+    for name in names:
+        figures = SCENARIOS[name](made, folder / name)
+        if as_json:
+            print(json.dumps(figures), flush=True)
+        else:
+            print(" ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
 
 
 if __name__ == "__main__":

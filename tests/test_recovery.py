@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import recovery
 from manifests import capacity
 from manifests.ray_cluster import WORKER_GROUP
 from payloads.export import provreq, supervise
@@ -107,11 +108,16 @@ def test_verl_refusing_its_config_is_not_retried(
     assert "Could not override 'trainer.no_such_key'" in (tmp_path / "runner.log").read_text()
 
 
-def test_a_stopped_job_is_not_restarted(cluster: scenarios.Cluster, tmp_path: Path) -> None:
-    figures = scenarios.user_stop(cluster, tmp_path)
+def test_a_stopped_job_is_not_restarted(
+    cluster: scenarios.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Through the benchmark's own loop (bench/recovery.py), which prints one JSON line.
+    recovery.run(["user_stop"], cluster, tmp_path, as_json=True)
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["scenario"] == "user_stop"
     assert figures["outcome"] == "not_retried", figures
     assert figures["causes"] == [supervise.USER_STOP]
-    assert not (tmp_path / "training.done").exists()
+    assert not (tmp_path / "user_stop" / "training.done").exists()
 
 
 def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Path) -> None:
