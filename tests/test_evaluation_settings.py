@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,3 +265,21 @@ def test_tools_run_shows_the_evaluation_from_the_driver_log() -> None:
     assert "BELOW its base model" in text
     assert "/data/models/e/.verl-gke-eval.json" in text
     assert tools_run.to_json(view)["evaluation"]["regressed"] is True
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_the_default_temperature_is_verls_rollout_temperature(release: str) -> None:
+    """The evaluation samples at the rollout's temperature: verl's rollout.yaml default where the
+    job does not set it (training/model_evaluation.py VERL_ROLLOUT_TEMPERATURE)."""
+    import subprocess
+
+    import yaml
+
+    from tests.support.require import verl_python
+
+    where = subprocess.run(
+        [str(verl_python(release)), "-c", "import verl, os; print(os.path.dirname(verl.__file__))"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.strip()  # fmt: skip
+    rollout = yaml.safe_load(Path(where, "trainer/config/rollout/rollout.yaml").read_text())
+    assert rollout["temperature"] == model_evaluation.VERL_ROLLOUT_TEMPERATURE
