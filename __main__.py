@@ -35,8 +35,11 @@ from jobs.secret_scan import redact
 from training.assembly import training_job
 from training.dataset_access import check_stack_access
 from training.live_prices import read_catalog
+from training.model_evaluation import OUTPUT_KEYS as EVALUATION_OUTPUTS
+from training.model_evaluation import evaluation_outputs, evaluation_report_url, warn_evaluation
 from training.run_cost import (
     ESTIMATED,
+    evaluation_line,
     price_book,
     record_steps,
     spec_steps,
@@ -76,7 +79,8 @@ if not pulumi.runtime.is_dry_run():
     # verl's own count from an earlier rehearsal of this very command, else the estimate.
     counted = record_steps(existing_record(bucket_url(settings.bucket_name, grpo.rehearsal_record)))
     steps, counted_by = counted if counted is not None else (spec_steps(grpo.spec), ESTIMATED)
-    pulumi.log.info(up_block(settings, prices, steps, counted_by))
+    evaluation_cost = evaluation_line(settings, prices, grpo.evaluation, grpo.model.arch.num_params)
+    pulumi.log.info(up_block(settings, prices, steps, counted_by, evaluation_cost))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 for note in grpo.notes:
@@ -202,3 +206,11 @@ pulumi.export("rehearsalVersions", rehearsal.verdict.versions)
 pulumi.export("rehearsalProblems", rehearsal.verdict.problems)
 pulumi.export("fabricCheckBusbwGbps", training.fabric_result("busbw_gbps"))
 pulumi.export("fabricCheckTransport", training.fabric_result("transport"))
+# The export against its base model (payloads/export/evaluate.py): scores, interval, the flag; a
+# regressed or failed evaluation is also a warning in this log.
+evaluation_url = evaluation_report_url(settings, grpo.evaluation)
+evaluation = training.job.result.apply(evaluation_outputs)
+for key in EVALUATION_OUTPUTS:
+    pulumi.export(key, evaluation.apply(lambda outputs, key=key: outputs[key]))
+pulumi.export("evaluationReport", evaluation_url)
+training.job.result.apply(lambda result: warn_evaluation(result, evaluation_url))

@@ -20,6 +20,7 @@ from jobs.job_evidence import gke_cluster_input
 from jobs.ray_job import JobDeadlines, RayJob, RayJobArgs
 from manifests.log_forwarding import driver_log_query, logs_explorer_url
 from training.assembly import FABRIC_RESULT_TAG, TrainingJob, fabric_check_run
+from training.model_evaluation import RESULT_TAG as EVAL_RESULT_TAG
 
 # The fabric check moves a few GiB per rank; half an hour means something is wrong.
 FABRIC_DEADLINES = JobDeadlines(wait_s=1800.0)
@@ -107,6 +108,8 @@ class GrpoTraining(pulumi.ComponentResource):
                 wait_for=s.job_wait.provider_mode,
                 # Lets refresh and destroy tell a gone cluster from an unreachable dashboard.
                 gke_cluster=gke_cluster_input(s.project, gke.location, gke.name),
+                # The evaluation's summary line (payloads/export/evaluate.py) becomes `result`.
+                result_tag=EVAL_RESULT_TAG if args.job.evaluation is not None else None,
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,

@@ -123,6 +123,16 @@ def model_export_dir(experiment: str) -> str:
     return f"{MODELS_ROOT}/{experiment}"
 
 
+# The evaluation of an export against its base model, in the export's folder
+# (payloads/export/evaluate.py REPORT_NAME writes it): summary and per-prompt results.
+EVAL_REPORT_NAME = ".verl-gke-eval.json"
+
+
+def eval_report_path(experiment: str) -> str:
+    """Where the evaluation of the experiment's export lands."""
+    return f"{model_export_dir(experiment)}/{EVAL_REPORT_NAME}"
+
+
 def rewritten_by_data_prep(model_id: str, revision: str | None = None) -> tuple[str, ...]:
     """Folders the data-prep Job owns and replaces when its inputs change: every stack's
     checkout (VERL_CHECKOUTS) and the data, and verl/ (the bucket folder of the checkpoints,

@@ -36,6 +36,7 @@ from config import (
     recovery,
     run_inputs,
 )
+from config import evaluation as evaluation_setting
 from config import job_wait as job_wait_setting
 from config.capacity import DEFAULT_WAIT_MINUTES, MAX_WAIT_MINUTES, CapacityPlan, capacity_plan
 from config.image_streaming import ImagePullPlan, pull_plan
@@ -228,6 +229,13 @@ class StackSettings(BaseModel):
     export_model: bool = Field(
         default=True, description="Export the final checkpoint as a Hugging Face model folder"
     )
+    # The evaluation of the export against the base model (config/evaluation.py): an object,
+    # set field by field with --path; validated by config/stack_rules.py.
+    evaluation: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Evaluation of the export: {enabled, prompts, samples, temperature}",
+        json_schema_extra={"object": True},
+    )
     # Weights & Biases key: reaches the Ray pods only through a Kubernetes Secret.
     wandb_api_key: SecretStr | None = Field(
         default=None, description="Weights & Biases API key (optional)"
@@ -307,6 +315,11 @@ class StackSettings(BaseModel):
                 raise ValueError(f"not a JSON object ({error.msg})") from None
         return value
 
+    @field_validator("evaluation", mode="before")
+    @classmethod
+    def _evaluation_object(cls, value: Any) -> Any:
+        return evaluation_setting.parse(value)
+
     @field_validator("authorized_networks", mode="before")
     @classmethod
     def _cidr_list(cls, value: Any) -> Any:
@@ -351,6 +364,11 @@ class StackSettings(BaseModel):
         return recovery.recovery_plan(
             self.capacity, self.max_restarts, self.hang_minutes, self.first_step_minutes
         )
+
+    @property
+    def evaluation_settings(self) -> evaluation_setting.EvaluationSettings:
+        """verl-gke:evaluation, validated (config/stack_rules.py refuses a bad one first)."""
+        return evaluation_setting.evaluation_settings(self.evaluation)
 
     @property
     def capacity_plan(self) -> CapacityPlan:

@@ -15,6 +15,7 @@ from typing import Any
 
 from config import (
     cluster_security,
+    evaluation,
     input_rules,
     known_values,
     placement,
@@ -107,6 +108,7 @@ def problems(
             _dra_charts(profile),
         ),
         _check_dra_driver_chart(s, profile),
+        *evaluation.problems(s.evaluation, s.stack),
         *run_inputs.problems(s),
         *verl_source.problems(s),
     ]
@@ -670,3 +672,4 @@ def _check_dranet_channel(s: StackSettings) -> str | None:
         f"{floor} or later, which this channel does not give a new cluster ({why}). "
         f"Fix: {s.fix('release_channel', 'RAPID')}"
     )
+

@@ -732,6 +732,9 @@ def _user_stop(
 # tail, with longer lines.
 RECOVERY_TAIL_LINES = 1000
 RECOVERY_LINE_MAX_CHARS = 8000
+# A job prints its result line last (the fabric check; the GRPO job's evaluation summary, after
+# which the runner prints at most a line or two).
+RESULT_TAIL_LINES = 50
 
 
 def _recovery(
@@ -758,9 +761,21 @@ def _recovery(
 def _tagged_result(
     dashboard: Dashboard, job: JobInputs, sid: str, info: JobDetails
 ) -> dict[str, Any] | None:
-    """The job's own JSON result line, once it has finished (see RayJobArgs.result_tag)."""
+    """The job's own JSON result line, once it has finished (see RayJobArgs.result_tag): from the
+    driver log's end (the GRPO job's log can be hundreds of MB and is read on every refresh),
+    else the whole log."""
     if job.result_tag is None or info.status.value not in _TERMINAL:
         return None
+    tail = dashboard.log_tail(
+        sid,
+        getattr(info, "driver_node_id", None),
+        lines=RESULT_TAIL_LINES,
+        max_chars=RECOVERY_LINE_MAX_CHARS,
+        patience_s=dashboard.reach_s,
+    )
+    found = find_tagged_result("\n".join(tail), job.result_tag)
+    if found is not None:
+        return found
     logs = dashboard.call(f"read the log of {sid}", lambda client: client.get_job_logs(sid))
     return find_tagged_result(logs, job.result_tag)
 

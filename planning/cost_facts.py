@@ -33,6 +33,7 @@ from training.run_cost import (
     ESTIMATED,
     PriceBook,
     cost_lines,
+    evaluation_line,
     price_book,
     rate,
     record_steps,
@@ -158,7 +159,14 @@ def what_you_pay_for(
         f"  a failed rehearsal (verl's checks in the training image, before training) costs: "
         f"{settings.capacity_plan.rehearsal_failure_cost()}",
         *money_lines(settings, minutes, job_overrides(result), record=record),
+        f"  the export's evaluation: {_evaluation_line(settings)}",
     ]
+
+
+def _evaluation_line(settings: StackSettings) -> str:
+    grpo = training_job(settings)
+    book = price_book(settings)
+    return evaluation_line(settings, book, grpo.evaluation, grpo.model.arch.num_params)
 
 
 def _compute_class(result: PlanResult) -> str:

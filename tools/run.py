@@ -11,10 +11,11 @@ Status prints the Ray job's status, its cost (the stack's $/h from the stack out
 priced, the spend so far as the job's elapsed hours x that rate, a finished run's total), the
 current step, the latest score, response length, throughput and step time from verl's console
 metric lines (parsed by jobs/verl_log.py, the parser the job provider uses), the start-up phase
-while no step has been logged yet, and for a FAILED run its cause: the end of the driver log
-(Ray's FAILED message carries the log's last 20,000 characters after the line "last available
-logs (truncated to 20,000 chars):"; the cause is what follows it, not that line). The exit
-status says how the run stands (EXIT_CODES).
+while no step has been logged yet, the export's evaluation against its base model once it ran
+(payloads/export/evaluate.py's summary line), and for a FAILED run its cause: the end of the
+driver log (Ray's FAILED message carries the log's last 20,000 characters after the line "last
+available logs (truncated to 20,000 chars):"; the cause is what follows it, not that line). The
+exit status says how the run stands (EXIT_CODES).
 
 The dashboard is reached with the job provider's client (jobs/dashboard_client.py): through the
 GKE API server's service proxy with a short-lived token from Application Default Credentials and
@@ -49,6 +50,7 @@ from jobs import dashboard_access, job_logs, recovery_log, verl_log
 from jobs.dashboard_client import Dashboard, DashboardAuthError
 from jobs.provider_errors import ProviderRuntimeError
 from jobs.verl_log import StepMetrics
+from payloads.export import evaluate
 from tools import run_control
 from tools.run_target import (
     Rehearsal,
@@ -62,6 +64,7 @@ from tools.run_target import (
     resolve_target,
     stack_outputs,
 )
+from training import model_evaluation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -103,6 +106,8 @@ class RunView:
     cause: tuple[str, ...] = ()  # a FAILED run's last log lines (failure_cause)
     # The runner's recovery record (jobs/recovery_log.py): attempts, restarts, hang bound.
     recovery: dict[str, Any] | None = None
+    # The export's evaluation summary (payloads/export/evaluate.py's last line), once it ran.
+    evaluation: dict[str, Any] | None = None
     now_s: float = field(default_factory=time.time)
 
     @property
@@ -222,6 +227,7 @@ def summarize(
         log_source=log_source,
         cause=failure_cause(message or "", log) if status == "FAILED" else (),
         recovery=recovery_log.latest_record(log),
+        evaluation=evaluate.find_summary(log),
     )
 
 
@@ -321,6 +327,7 @@ def render_text(
         rows.extend(recovery_log.describe(view.recovery))
     if rehearsal is not None:
         rows.extend(rehearsal_rows(rehearsal))
+    rows.extend(model_evaluation.result_rows(view.evaluation))
     rows.append(("dashboard", view.dashboard))
     rows.append(("log read", view.log_source))
     width = max(len(label) for label, _ in rows)
@@ -387,6 +394,7 @@ def to_json(view: RunView, rehearsal: Rehearsal | None = None) -> dict[str, Any]
         "log_source": view.log_source,
         "cause": list(view.cause),
         "recovery": view.recovery,
+        "evaluation": view.evaluation,
     }
 
 

@@ -50,6 +50,7 @@ from training.memory_fit import (
     estimate,
     lora_params,
 )
+from training.model_evaluation import EvaluationPlan, evaluation_plan
 from training.model_export import SaveWatch, export_url, runner_job
 from training.model_facts import ModelFacts, ModelFactsError, model_facts
 from training.run_life import (
@@ -93,6 +94,8 @@ class TrainingJob:
     model_export_url: str | None = None
     # What verl does with settings it runs but that change what GRPO learns (grpo_notes).
     notes: tuple[str, ...] = ()
+    # The export's evaluation against the base model (None: no export, or turned off).
+    evaluation: EvaluationPlan | None = None
 
 
 def training_job(settings: StackSettings, *, hub: bool = False) -> TrainingJob:
@@ -164,6 +167,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         memory=estimate(memory_inputs),
         memory_warning=warning,
         notes=tuple(grpo_notes(spec)),
+        evaluation=evaluation_plan(spec, settings),
     )
 
 
@@ -277,6 +281,9 @@ def _runner(
         lora_alpha=lora_alpha(spec),
         capacity=runner_capacity(settings, WORKER_GROUP)
         if settings.capacity_plan.queued_provisioning
+        else None,
+        evaluation=evaluation.arguments
+        if (evaluation := evaluation_plan(spec, settings)) is not None
         else None,
     )
 

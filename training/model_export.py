@@ -2,7 +2,8 @@
 training finished (`training.done` in the run folder), then merges the final checkpoint into a
 Hugging Face model folder in the bucket (payloads/export/export_model.py), in the same Ray job and
 without a second GPU job. A resubmission after a failed export runs only the export.
-`verl-gke:exportModel=false` leaves the export out.
+`verl-gke:exportModel=false` leaves the export out. After the export the runner evaluates it
+against the base model (payloads/export/evaluate.py, training/model_evaluation.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
 from config.recovery import RecoveryPlan
-from payloads.export import export_model, provreq, run_grpo, supervise
+from payloads.export import evaluate, export_model, provreq, run_grpo, supervise
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
@@ -59,7 +60,7 @@ def export_url(bucket: str, experiment: str) -> str:
 
 def _payload_sha256() -> str:
     digest = hashlib.sha256()
-    for module in (run_grpo, supervise, provreq, export_model):
+    for module in (run_grpo, supervise, provreq, export_model, evaluate):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
@@ -77,11 +78,13 @@ def runner_job(
     recovery: RecoveryPlan | None = None,
     saves: SaveWatch | None = None,
     capacity: Mapping[str, Any] | None = None,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint that runs `training_argv` through the runner (export after it when
     export_experiment is given; restarts and hang watchdog per `recovery`, none without it), and
     the runtime env that ships the runner. `capacity` (Standard flex-start:
-    manifests/capacity.runner_capacity) lets the runner ask for GPU nodes again."""
+    manifests/capacity.runner_capacity) lets the runner ask for GPU nodes again. `evaluation`
+    (training/model_evaluation.py): evaluate.py's flags, run after the export."""
     command = [
         "python3",
         RUNNER,
@@ -98,6 +101,8 @@ def runner_job(
         command += ["--export-target", model_export_dir(export_experiment)]
         if lora_alpha is not None:
             command += ["--lora-alpha", str(lora_alpha)]
+        if evaluation is not None:
+            command += ["--evaluation", json.dumps(dict(evaluation), separators=(",", ":"))]
     if recovery is not None:
         command += recovery.runner_arguments(gpus_needed=int(identity["world_size"]))
         if saves is not None:

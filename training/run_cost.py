@@ -28,6 +28,7 @@ from config.run_inputs import GSM8K_ROWS
 from config.settings import StackSettings
 from training.grpo_spec import GrpoSpec
 from training.live_prices import CATALOG_SOURCE, CatalogRead
+from training.model_evaluation import THROUGHPUT_SOURCE, EvaluationPlan, generation_hours
 
 OWN_RATE_KEY = "verl-gke:gpuNodeHourlyUsd"
 # Step time: an ESTIMATE, not measured for this job (no published step time of Qwen2.5-32B GRPO
@@ -269,6 +270,38 @@ def run_line(
     )
 
 
+def evaluation_line(
+    settings: StackSettings, book: PriceBook, plan: EvaluationPlan | None, num_params: int
+) -> str:
+    """The evaluation after the export: the most tokens it generates, the hours at the estimated
+    throughput on the rollout's tensor-parallel GPUs, and their cost at the whole stack's $/h
+    (every node stays up until the job ends)."""
+    if plan is None:
+        return "off (verl-gke:evaluation.enabled or verl-gke:exportModel is false): nothing"
+    tokens = plan.generated_tokens()
+    if tokens is None:
+        return (
+            f"(1 greedy + {plan.samples} sampled) answers x {plan.max_new_tokens} tokens x 2 "
+            "models per held-out prompt; the split's size is known once data prep has run "
+            f"(verl-gke:evaluation.prompts caps it); {hourly(settings, book).text()} meanwhile"
+        )
+    head = (
+        f"at most {tokens:,} tokens ({plan.prompts:,} prompts x (1 + {plan.samples}) x "
+        f"{plan.max_new_tokens} x 2 models)"
+    )
+    hours = generation_hours(plan, num_params, settings.profile.gpu_type)
+    if hours is None:
+        return f"{head}; no throughput figure for {settings.profile.gpu_type}"
+    total = hourly(settings, book)
+    cost = f"{'at most ' if total.at_most else ''}{usd(hours * total.usd)}"
+    if total.missing:
+        cost = f"at least {usd(hours * total.usd)} (priced parts)"
+    return (
+        f"{head} on {plan.tensor_parallel} GPU(s) = {hours * 60:.0f} min x "
+        f"{total.text()} = {cost} ({THROUGHPUT_SOURCE})"
+    )
+
+
 def cost_lines(
     settings: StackSettings,
     book: PriceBook,
@@ -316,7 +349,11 @@ def spec_steps(spec: GrpoSpec) -> int | None:
 
 
 def up_block(
-    settings: StackSettings, book: PriceBook, steps: int | None, counted_by: str = ESTIMATED
+    settings: StackSettings,
+    book: PriceBook,
+    steps: int | None,
+    counted_by: str = ESTIMATED,
+    evaluation: str | None = None,
 ) -> str:
     """`pulumi up`'s cost block: where the prices came from, then the shared money lines (the
     first-step cost is the plan's: its start-up model needs the plan's own graph)."""
@@ -331,6 +368,7 @@ def up_block(
             "What you pay for:",
             f"  prices in {settings.region}: {origin}",
             *cost_lines(settings, book, steps, None, counted_by),
+            *([f"  the export's evaluation: {evaluation}"] if evaluation else []),
             "  modelled cost to the first training step: see `python -m tools.plan "
             f"{settings.stack}`",
         ]

@@ -6,6 +6,7 @@ from config import run_inputs
 from config.settings import StackSettings
 from training.assembly import TrainingJob
 from training.memory_fit import format_breakdown
+from training.model_evaluation import plan_line
 
 
 def model_lines(job: TrainingJob) -> list[str]:
@@ -27,8 +28,14 @@ def model_lines(job: TrainingJob) -> list[str]:
 
 
 def run_block(job: TrainingJob, settings: StackSettings) -> str:
-    """The run in one block: the model, the dataset, reward and verl (config/run_inputs.py), then
-    the memory fit per phase (training/memory_fit.format_breakdown)."""
+    """The run in one block: the model, the dataset, reward and verl (config/run_inputs.py), the
+    evaluation of the export (training/model_evaluation.py), then the memory fit per phase
+    (training/memory_fit.format_breakdown)."""
     return "\n".join(
-        [*model_lines(job), *run_inputs.plan_lines(settings), format_breakdown(job.memory)]
+        [
+            *model_lines(job),
+            *run_inputs.plan_lines(settings),
+            plan_line(job.evaluation, job.spec),
+            format_breakdown(job.memory),
+        ]
     )

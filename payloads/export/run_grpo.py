@@ -28,7 +28,9 @@
    Without a record the plan's --length estimate is used, and the runner says so. When training
    finished, `training.done` is written (step, identity, command hash, length), then the export
    runs (export_model.py, next to this file). The exit status is the failed step's; a trainer
-   killed by signal S is reported by the signal's name and exits 128 + S.
+   killed by signal S is reported by the signal's name and exits 128 + S. With --evaluation, the
+   export is then evaluated against the base model (evaluate.py, as a Ray task on a GPU node); a
+   failed evaluation is reported and keeps the export and the exit status 0.
 5. The training data each attempt starts on is recorded (verl-gke-data.json: train_files, its
    size and modification time); an attempt that resumes a checkpoint on other data says so and
    what verl does with the saved dataloader position (data_change_note).
@@ -73,6 +75,7 @@ STEP_PREFIX = "global_step_"
 # How often the pruner looks at the tracker while training runs (a save takes minutes).
 PRUNE_POLL_S = float(os.environ.get("VERL_GKE_PRUNE_POLL_S", "30"))
 EXPORT_SCRIPT = Path(__file__).with_name("export_model.py")
+EVALUATE_SCRIPT = Path(__file__).with_name("evaluate.py")
 # export_model.MARKER (tests/test_run_grpo.py checks they agree).
 EXPORT_MARKER = ".verl-gke-export.json"
 # The training data the run's latest attempt started on (data_change_note).
@@ -454,6 +457,31 @@ def export(run_dir: Path, target: Path, options: list[str]) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
+def evaluation_argv(options: dict[str, Any]) -> list[str]:
+    """evaluate.py's flags from the runner's --evaluation object (training/model_evaluation.py)."""
+    argv: list[str] = []
+    for key, value in options.items():
+        shown = json.dumps(value) if isinstance(value, dict) else str(value)
+        argv += [f"--{key.replace('_', '-')}", shown]
+    return argv
+
+
+def evaluate(target: Path, options: dict[str, Any], extra: list[str]) -> None:
+    """The export against the base model, on a GPU node (evaluate.py --on-node GPU). Its last
+    line is the summary the job provider reads; a failure leaves the export as it is."""
+    argv = [
+        sys.executable, str(EVALUATE_SCRIPT), "--trained", str(target), "--on-node", "GPU",
+        *evaluation_argv(options), *extra,
+    ]  # fmt: skip
+    _say(f"evaluation: {target} against {options.get('base')}")
+    returncode = subprocess.run(argv, check=False).returncode
+    if returncode != 0:
+        _say(
+            f"the evaluation failed (exit {returncode}; the reason is above and in its report); "
+            f"the export in {target} stays as it is"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True)
@@ -470,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-alpha", type=int)
     # Tests only: options passed on to export_model.py (a stand-in merger).
     parser.add_argument("--export-option", action="append", default=[])
+    # evaluate.py's flags as one JSON object (training/model_evaluation.py); none: no evaluation.
+    parser.add_argument("--evaluation", type=json.loads)
+    # Tests only: options passed on to evaluate.py (where it runs).
+    parser.add_argument("--evaluation-option", action="append", default=[])
     supervise.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -494,7 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         return returncode
     supervise.ask_for_export_node(capacity, args.dashboard_url, _say)
     lora = [] if args.lora_alpha is None else ["--lora-alpha", str(args.lora_alpha)]
-    return export(args.run_dir, args.export_target, [*lora, *args.export_option])
+    returncode = export(args.run_dir, args.export_target, [*lora, *args.export_option])
+    if returncode == 0 and args.evaluation is not None:
+        evaluate(args.export_target, args.evaluation, args.evaluation_option)
+    return returncode
 
 
 if __name__ == "__main__":

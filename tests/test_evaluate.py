@@ -1,0 +1,299 @@
+"""The export's evaluation against its base model (payloads/export/evaluate.py).
+
+Rules it encodes:
+- the interval is the normal interval over prompts, mean +- z(0.975) s / sqrt(n) with s the
+  sample standard deviation, and the difference's is over paired per-prompt differences;
+- an export is flagged only when the difference's interval lies wholly below 0;
+- prompts are rendered as verl's RLHFDataset renders them (rl_dataset.py __getitem__, v0.6.1:
+  apply_chat_template(messages, add_generation_prompt=True, tokenize=False), tokenized without
+  special tokens), and answers are scored as NaiveRewardManager calls compute_score
+  (verl/workers/reward_manager/naive.py), by the function verl's own loader returns
+  (get_custom_reward_fn, or default_compute_score by data_source);
+- a report for the same export (its marker) and settings is reused; another export's is not;
+- vLLM generates each model in its own process (its GPU memory is returned at exit).
+
+The reward loader runs in verl 0.6.1's virtualenv (tests/support/require.py verl_python). The
+end to end run, through the GRPO runner, is in tests/test_run_grpo_evaluation.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import bucket_layout
+from payloads.export import evaluate, export_model
+from tests.support.require import verl_python
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "payloads" / "export" / "evaluate.py"
+Z = 1.959963984540054  # the standard normal's 0.975 quantile
+
+
+# --- the statistics -------------------------------------------------------------------------------
+
+
+def test_the_interval_is_the_normal_interval_over_prompts() -> None:
+    # Per-prompt scores 1, 0, 0, 0: mean 0.25; sample variance (3 x 0.0625 + 0.5625) / 3 = 0.25,
+    # s = 0.5; half width z x 0.5 / sqrt(4) = z / 4.
+    interval = evaluate.normal_interval([1.0, 0.0, 0.0, 0.0])
+    assert interval.mean == 0.25
+    assert interval.low == pytest.approx(0.25 - Z / 4, abs=1e-12)
+    assert interval.high == pytest.approx(0.25 + Z / 4, abs=1e-12)
+    assert evaluate.normal_interval([0.5]).low is None  # one prompt has no spread
+
+
+def part(greedy: list[float], samples: list[list[float]]) -> dict[str, Any]:
+    return {
+        "prompts": [
+            {"greedy_score": g, "sample_scores": s} for g, s in zip(greedy, samples, strict=True)
+        ]
+    }
+
+
+def test_the_difference_is_paired_per_prompt_and_flags_only_beyond_the_interval() -> None:
+    base = part([1, 1, 0, 0], [[1, 1], [1, 0], [0, 0], [1, 0]])
+    # mean@2 per prompt: base 1, .5, 0, .5; trained .5, 0, 0, 0 -> differences -.5, -.5, 0, -.5:
+    # mean -0.375, s = 0.25, half width z x 0.25 / 2.
+    trained = part([1, 0, 0, 0], [[1, 0], [0, 0], [0, 0], [0, 0]])
+    summary = evaluate.summarize({"base": base, "trained": trained}, samples=2)
+    diff = summary["difference"]["mean_at_k"]
+    assert summary["primary"] == "mean_at_k" and summary["prompts"] == 4
+    assert diff["mean"] == -0.375
+    assert diff["high"] == pytest.approx(-0.375 + Z * 0.125, abs=1e-6)
+    assert diff["high"] < 0 and summary["regressed"] is True
+    assert summary["base"]["greedy"]["mean"] == 0.5
+    assert summary["trained"]["mean_at_k"]["mean"] == 0.125
+    # Greedy: differences 0, -1, 0, 0: mean -0.25, s = 0.5, an interval across 0.
+    greedy = summary["difference"]["greedy"]
+    assert greedy["low"] < 0 < greedy["high"]
+
+
+def test_a_lower_score_within_the_interval_is_not_flagged() -> None:
+    base = part([1, 0, 1, 0], [[1], [0], [1], [1]])
+    trained = part([1, 0, 1, 0], [[1], [1], [0], [0]])  # differences 0, 1, -1, -1
+    summary = evaluate.summarize({"base": base, "trained": trained}, samples=1)
+    diff = summary["difference"]["mean_at_k"]
+    assert diff["mean"] == -0.25 and diff["low"] < 0 < diff["high"]
+    assert summary["regressed"] is False
+
+
+def test_greedy_only_makes_greedy_the_flagged_metric() -> None:
+    base = part([1, 1, 1], [[], [], []])
+    trained = part([0, 0, 0], [[], [], []])
+    summary = evaluate.summarize({"base": base, "trained": trained}, samples=0)
+    assert summary["primary"] == "greedy" and "mean_at_k" not in summary["base"]
+    assert summary["difference"]["greedy"] == {"mean": -1.0, "low": -1.0, "high": -1.0}
+    assert summary["regressed"] is True
+
+
+def test_the_names_agree_with_the_export_and_the_bucket_layout() -> None:
+    assert evaluate.EXPORT_MARKER == export_model.MARKER
+    assert evaluate.REPORT_NAME == bucket_layout.EVAL_REPORT_NAME
+    assert bucket_layout.eval_report_path("e") == f"/data/models/e/{evaluate.REPORT_NAME}"
+
+
+def test_a_lora_export_is_refused_not_scored_as_its_base_weights(tmp_path: Path) -> None:
+    assert evaluate.LORA_DIR == export_model.LORA_DIR
+    trained = tmp_path / "export"
+    (trained / export_model.LORA_DIR).mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--base", "b", "--trained", str(trained), "--data", "d",
+         "--max-new-tokens", "8"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    summary = evaluate.find_summary(proc.stdout)
+    assert summary is not None and summary["status"] == "failed"
+    assert "is a LoRA export" in summary["reason"]
+
+
+def test_the_ray_task_asks_for_the_rollouts_gpus() -> None:
+    assert evaluate.task_options("GPU", 4) == {"num_cpus": 1, "num_gpus": 4}
+    assert evaluate.task_options("CPU", 1) == {"num_cpus": 1}
+
+
+# --- the reward, through verl's own loader -------------------------------------------------------
+
+REWARD = """
+import json, os
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):
+    with open(os.environ["REWARD_CALLS"], "a") as calls:
+        call = [data_source, solution_str, ground_truth, extra_info, scale]
+        calls.write(json.dumps(call) + "\\n")
+    return {"score": scale * float(solution_str.strip().endswith(ground_truth)), "acc": 1}
+"""
+
+LOAD_AND_SCORE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import evaluate
+row = {"data_source": "own", "reward_model": {"ground_truth": "7"}, "extra_info": {"index": 3}}
+custom = evaluate.load_reward(sys.argv[2], "compute_score", {"scale": 2.0})
+builtin = evaluate.load_reward(None, "compute_score", {})
+gsm8k = {**row, "data_source": "openai/gsm8k"}
+print(json.dumps([
+    evaluate.score(custom, row, "so 7"), evaluate.score(custom, row, "8"),
+    evaluate.score(builtin, gsm8k, "#### 7"), evaluate.score(builtin, gsm8k, "7"),
+]))
+"""
+
+
+def test_the_reward_is_the_function_verls_loader_returns(tmp_path: Path) -> None:
+    python = verl_python("0.6.1")
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    calls = tmp_path / "calls.jsonl"
+    env = {**os.environ, "REWARD_CALLS": str(calls)}
+    proc = subprocess.run(
+        [str(python), "-c", LOAD_AND_SCORE, str(SCRIPT.parent), str(reward)],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # reward_kwargs reach the function (get_custom_reward_fn's partial); a dict's "score" counts;
+    # verl's gsm8k scorer reads the answer after "####" (verl/utils/reward_score/gsm8k.py).
+    assert json.loads(proc.stdout.splitlines()[-1]) == [2.0, 0.0, 1.0, 0.0]
+    first = json.loads(calls.read_text().splitlines()[0])
+    # NaiveRewardManager's extra_info: the row's, with num_turns and rollout_reward_scores.
+    assert first == [
+        "own",
+        "so 7",
+        "7",
+        {"index": 3, "num_turns": None, "rollout_reward_scores": {}},
+        2.0,
+    ]
+
+
+# --- reuse ----------------------------------------------------------------------------------------
+
+SETTINGS = evaluate.EvalSettings("/data/t.parquet", None, 4, 1.0, 512, None, "compute_score")
+MARKER = {"step": 5, "source": "/ckpt/global_step_5/actor", "finished_at": "t5", "node": "n"}
+
+
+def write_report(path: Path, **changes: Any) -> None:
+    report = {
+        "status": "ok",
+        "export": evaluate.marker_key(MARKER),
+        "settings": dataclasses.asdict(SETTINGS),
+        "models": {"base": "/data/M", "trained": "/data/models/e"},
+        **changes,
+    }
+    path.write_text(json.dumps(report))
+
+
+@pytest.mark.parametrize(
+    ("changes", "marker", "settings", "reused"),
+    [
+        ({}, MARKER, SETTINGS, True),
+        # the export was merged again (a retried run that trained further): another marker
+        ({}, {**MARKER, "step": 6, "finished_at": "t6"}, SETTINGS, False),
+        ({}, {**MARKER, "finished_at": "t5-again"}, SETTINGS, False),
+        ({}, MARKER, dataclasses.replace(SETTINGS, samples=8), False),
+        ({"status": "failed"}, MARKER, SETTINGS, False),
+        ({}, None, SETTINGS, False),  # no finished export: nothing to vouch for
+    ],
+)
+def test_a_report_is_reused_only_for_the_same_export_and_settings(
+    tmp_path: Path,
+    changes: dict[str, Any],
+    marker: dict[str, Any] | None,
+    settings: evaluate.EvalSettings,
+    reused: bool,
+) -> None:
+    out = tmp_path / "report.json"
+    write_report(out, **changes)
+    found = evaluate.reusable(out, marker, settings, "/data/M", "/data/models/e")
+    assert (found is not None) is reused
+
+
+def test_bad_arguments_are_refused_before_anything_runs() -> None:
+    for argv, says in (
+        (["--samples", "-1"], "--samples -1"),
+        (["--prompts", "0"], "--prompts 0"),
+        (["--temperature", "0"], "sampling needs a temperature above 0"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), "--base", "b", "--trained", "t", "--data", "d",
+             "--max-new-tokens", "8", *argv],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2 and says in proc.stderr
+
+
+def test_vllm_generates_each_model_in_its_own_process() -> None:
+    assert evaluate.child_groups("vllm") == [("base",), ("trained",)]
+    assert evaluate.child_groups("hf") == [("base", "trained")]
+
+
+def test_the_summary_line_is_the_last_tagged_json_line() -> None:
+    text = 'noise\n(_run_on_worker pid=1) {"check": "verl-gke-eval", "status": "x"}\n'
+    assert evaluate.find_summary(text) is None  # a worker's prefixed line is not the driver's
+    text += '{"check": "verl-gke-eval", "status": "ok"}\nlast words\n'
+    assert evaluate.find_summary(text) == {"check": "verl-gke-eval", "status": "ok"}
+
+
+# --- the hf backend, with transformers 4.57.1 as on the GPU machine --------------------------
+
+HF_RUN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/payloads/export")
+import torch
+import evaluate
+from tests.support import tiny_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder = tiny_model.build(Path(sys.argv[2]), seed=8)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+rows = [{"prompt": [{"role": "user", "content": text}]}
+        for text in ("what is 1 plus 2 ?", "what", "the answer is 7 plus 8 plus 9 ?")]
+ids = evaluate.render_prompts(tokenizer, rows)
+request = evaluate.GenerationRequest(ids, 3, 0.9, 12, 0, 1)
+generator = evaluate.HfGenerator(str(folder), tokenizer, request)
+first, again = generator.generate(request), generator.generate(request)
+
+# Greedy by hand, one prompt at a time, no padding: argmax until EOS or the token budget.
+model = AutoModelForCausalLM.from_pretrained(folder)
+eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+by_hand = []
+for prompt in ids:
+    tokens = list(prompt)
+    for _ in range(12):
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens])).logits[0, -1]
+        token = int(logits.argmax())
+        if token == eos:
+            break
+        tokens.append(token)
+    by_hand.append(tokenizer.decode(tokens[len(prompt):], skip_special_tokens=True))
+print(json.dumps({
+    "greedy": [a.greedy for a in first], "by_hand": by_hand,
+    "samples": [len(a.samples) for a in first], "same": first == again,
+    "rendered": tokenizer.decode(ids[1]),
+}))
+"""
+
+
+def test_the_hf_backend_generates_as_the_model_does(tmp_path: Path) -> None:
+    """Batched with left padding, prompts of different lengths: each greedy answer is the one
+    the model gives that prompt alone; k samples each, reproducible from the seed."""
+    proc = subprocess.run(
+        [str(verl_python("0.6.1")), "-c", HF_RUN, str(REPO), str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["greedy"] == found["by_hand"]
+    # (seed 8: every answer ends at EOS within the budget, of different lengths per prompt)
+    assert all(found["greedy"]) and len(set(found["greedy"])) > 1
+    assert found["samples"] == [3, 3, 3] and found["same"] is True
+    assert found["rendered"].split() == [
+        "<|im_start|>", "user", "what", "<|im_end|>", "<|im_start|>", "assistant",
+    ]  # fmt: skip
