@@ -1,7 +1,14 @@
-"""Torch's peak allocated GPU memory of the actor's log-prob pass, its update and its optimizer
-step (verl/workers/actor/dp_actor.py DataParallelPPOActor.compute_log_prob, update_policy,
+"""Peak GPU memory of the actor's log-prob pass, its update and its optimizer step
+(verl/workers/actor/dp_actor.py DataParallelPPOActor.compute_log_prob, update_policy,
 _optimizer_step, v0.6.1), one line per call in the worker's output, which Ray forwards to the
 driver log. Installed by sitecustomize.py with VERL_GKE_GPU_RUN_MEMORY=1; imports only torch.
+
+Each line has torch's allocator peak (max_memory_allocated, what the allocator handed out), its
+reserved peak (max_memory_reserved, what it holds from CUDA) and the device's used memory at the
+phase's end as the driver reports it (cudaMemGetInfo: total - free), from which the process's
+peak is process_peak_bytes = reserved peak + (device used - reserved now): CUDA context, NCCL and
+library workspaces live outside the allocator. The worker is the device's only CUDA process while
+these phases run (one GPU, colocated actor, reference and rollout).
 """
 
 from __future__ import annotations
@@ -35,7 +42,15 @@ class _Peaks:
                 peak = max(cls.open.pop(), torch.cuda.max_memory_allocated())
                 if cls.open:
                     cls.open[-1] = max(cls.open[-1], peak)
-                print(f"{MEMORY_TAG} phase={phase} peak_bytes={peak}", flush=True)
+                reserved_peak = torch.cuda.max_memory_reserved()
+                free, total = torch.cuda.mem_get_info()
+                outside = (total - free) - torch.cuda.memory_reserved()
+                print(
+                    f"{MEMORY_TAG} phase={phase} peak_bytes={peak} "
+                    f"reserved_peak_bytes={reserved_peak} device_used_bytes={total - free} "
+                    f"process_peak_bytes={reserved_peak + outside}",
+                    flush=True,
+                )
 
         return measured
 

@@ -1,0 +1,321 @@
+"""A GRPO run that learns, through the product's own code path, on one GPU: the plan, the render,
+data prep, the job provider in the real `python -m pulumi.dynamic` host, the runner, verl 0.6.1's
+trainer, a kill and the resume, the merger and the product's evaluation of the export against its
+base model; then peak memory per phase for a Qwen2.5-0.5B geometry beside the estimate.
+
+On the GPU machine (docs/gpu-run.md has the two commands; wheels in .whl, PYTHONPATH=/tmp/site):
+
+    GPU_RUN_COMMIT=<sha> python3 bench/gpu_learn.py --out $OUT/gpu-learn.json --logs $OUT
+
+The task (bench/gpu_learn_task.py): sums of a two-digit and a one-digit number, a small Qwen2
+built and warmed up on the machine to answer in the `#### <n>` format, mostly off by one; the
+reward is the product's `verl-gke:reward` path with docs/examples/exact_match.py. What is not the
+product's is what bench/gpu_run.py replaces (vLLM by verl_scripts/gpu_standin, the Hub, GCS), and
+the evaluation generates with the Hugging Face backend (VERL_GKE_EVAL_BACKEND=hf) for the same
+reason. `--device cpu` goes as far as it can without a GPU (the rows, the tokenizer, a few
+warm-up steps, the plan and the render, data prep) and is run by tests/test_gpu_learn.py.
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import gpu_learn_task as task  # noqa: E402
+from bench import gpu_run  # noqa: E402
+from bench import gpu_run_support as support  # noqa: E402
+
+URN_STACK = "gpu-learn"
+TOTAL_STEPS = 30
+KILL_AFTER_STEP = 12
+WARM_UP_STEPS = 1500
+# The job's sizes on one GPU: 32 prompts x 8 samples a step, one actor update per step.
+JOB = {
+    **support.JOB,
+    "experimentName": "grpo-learn-sums",
+    "trainBatchSize": 32,
+    "ppoMiniBatchSize": 32,
+    "ppoMicroBatchSizePerGpu": 32,
+    "rolloutN": 8,
+    "maxPromptLength": 64,
+    "maxResponseLength": 16,
+    "saveFreq": 5,
+    "testFreq": 0,
+    "lr": 1e-4,
+}
+EVALUATION = {"samples": 4}
+MEMORY_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+MEMORY_JOB = {
+    **support.JOB,
+    "experimentName": "grpo-memory-0-5b",
+    "trainBatchSize": 16,
+    "ppoMiniBatchSize": 16,
+    "ppoMicroBatchSizePerGpu": 8,
+    "rolloutN": 4,
+    "maxPromptLength": 64,
+    "maxResponseLength": 192,
+    "saveFreq": 0,
+    "testFreq": 0,
+}
+MEMORY_STEPS = 2
+
+
+def say(text: str) -> None:
+    print(f"[gpu_learn {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def stack_config(job: dict[str, Any], model_id: str, model_config: str | None) -> dict[str, str]:
+    """The 1-node stack of bench/gpu_run_support.py with the task's own dataset and reward."""
+    config = support.stack_config(job, own_dataset=True)
+    config["verl-gke:model"] = model_id
+    if model_config is None:
+        config.pop("verl-gke:modelConfig", None)
+    else:
+        config["verl-gke:modelConfig"] = model_config
+    config["verl-gke:dataset"] = task.DATASET
+    config["verl-gke:datasetColumns"] = json.dumps(task.COLUMNS)
+    config["verl-gke:evaluation"] = json.dumps(EVALUATION)
+    return config
+
+
+def plan(job: dict[str, Any], model_id: str, model_config: str | None) -> tuple[Any, Any]:
+    """(StackSettings, TrainingJob) as training.assembly renders them for 1 node x 1 GPU."""
+    from config.settings import load_settings
+    from training.assembly import training_job
+
+    with support.one_gpu_profile():
+        config = stack_config(job, model_id, model_config)
+        settings = load_settings(support.STACK, config, offline=True).settings
+        return settings, training_job(settings)
+
+
+def with_steps(job: dict[str, Any], steps: int) -> dict[str, Any]:
+    return {**job, "extraOverrides": [support.SDPA, f"trainer.total_training_steps={steps}"]}
+
+
+def build_inputs(work: Path, device: str, warm_up_steps: int) -> tuple[Path, Path, dict[str, Any]]:
+    """The rows, the tokenizer and the warmed-up model (the run's base model)."""
+    rows, train, test = task.write_rows(work / "src-sums")
+    model = work / "model-src"
+    tokenizer = task.build_tokenizer(model)
+    started = time.monotonic()
+    warm = task.warm_up(model, tokenizer, warm_up_steps, device)
+    warm["seconds"] = round(time.monotonic() - started, 1)
+    warm.update(train_problems=len(train), test_problems=len(test), vocabulary=len(tokenizer))
+    say(f"warm-up: {warm}")
+    return rows, model, warm
+
+
+def memory_model(work: Path, tokenizer_from: Path) -> Path:
+    """Qwen2.5-0.5B's geometry (training/model_table.py) with random weights, and the task's
+    tokenizer (its vocabulary is inside the model's)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from training.model_table import MODEL_TABLE
+
+    folder = work / "model-0-5b"
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    config = dict(MODEL_TABLE[MEMORY_MODEL].config)
+    config.update(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(task.SEED)
+    Qwen2ForCausalLM(Qwen2Config(**config)).to(torch.bfloat16).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def metric_by_step(texts: list[str], *keys: str) -> dict[int, float]:
+    """Each training step's first present key; a step seen in a later attempt (after the resume
+    repeats steps past the last checkpoint) takes that attempt's value."""
+    from jobs.verl_log import training_steps
+
+    values: dict[int, float] = {}
+    for text in texts:
+        for step in training_steps(text):
+            found = step.first_of(*keys)
+            if found is not None:
+                values[step.step] = round(found[1], 6)
+    return dict(sorted(values.items()))
+
+
+def learning_figures(texts: list[str], result: dict[str, Any]) -> None:
+    rewards = metric_by_step(texts, "critic/score/mean", "critic/rewards/mean")
+    grads = metric_by_step(texts, "actor/grad_norm")
+    seconds = metric_by_step(texts, "timing_s/step")
+    result["reward_mean_by_step"] = rewards
+    result["grad_norm_by_step"] = grads
+    result["step_seconds_by_step"] = seconds
+    ordered = list(rewards.values())
+    if len(ordered) >= 6:
+        first, last = statistics.mean(ordered[:3]), statistics.mean(ordered[-3:])
+        result["reward_first3_mean"] = round(first, 4)
+        result["reward_last3_mean"] = round(last, 4)
+        result["reward_rise"] = round(last - first, 4)
+    later = [v for step, v in seconds.items() if step > 1]
+    if later:
+        result["step_seconds_median_after_first"] = round(statistics.median(later), 3)
+
+
+def evaluation_report(job: Any) -> dict[str, Any] | None:
+    """The product's evaluation report, where the runner wrote it (config/bucket_layout.py)."""
+    from config.bucket_layout import evaluation_report_path
+
+    path = Path(evaluation_report_path(job.spec.experiment_name))
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
+    """The learning job through the provider: first step, kill, resubmission, resume, export,
+    evaluation. Returns the planned job."""
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.support.dynamic_host import start_dynamic_host
+
+    rows, model_src, warm = build_inputs(work, "cuda", WARM_UP_STEPS)
+    result["warm_up"] = warm
+    settings, job = plan(with_steps(JOB, TOTAL_STEPS), task.MODEL_ID, task.MODEL_CONFIG)
+    gpu_run.prepare_data(settings, job, {task.DATASET: rows}, model_src)
+    result["entrypoint"] = job.entrypoint
+    head = gpu_run.start_head(work, {"VERL_GKE_EVAL_BACKEND": "hf"})
+    client = JobSubmissionClient(head.dashboard_url)
+    texts: list[str] = []
+    try:
+        with support.gcs_stand_in(job.checkpoint_url, Path(job.spec.default_local_dir)) as gcs:
+            host = start_dynamic_host(env={"STORAGE_EMULATOR_HOST": gcs})
+            try:
+                props = gpu_run.job_props(job, head.dashboard_url, URN_STACK)
+                created, state, seen = gpu_run.first_run(
+                    host, client, props, result, logs, KILL_AFTER_STEP, URN_STACK
+                )
+                texts.append(gpu_run.driver_log(client, created.id))
+                _, text = gpu_run.resubmit(host, client, created, state, props, result, URN_STACK)
+                texts.append(text)
+                (logs / "driver-2.log").write_text(text)
+                gpu_run.resume_facts(text, result)
+                result["steps"] = sorted(set(seen) | set(gpu_run.steps_in(text)))
+            finally:
+                (logs / "host.log").write_text("".join(host.output))
+                host.stop()
+        learning_figures(texts, result)
+        result["eval"] = evaluation_report(job)
+        export = Path(f"/data/models/{job.spec.experiment_name}")
+        gpu_run.stage("export", lambda: gpu_run.check_export(export, result), result)
+    finally:
+        head.stop()
+    return job
+
+
+def memory_run(work: Path, logs: Path, result: dict[str, Any]) -> None:
+    """Qwen2.5-0.5B's geometry for MEMORY_STEPS steps: per phase, the allocator's peak and the
+    process's peak beside training/memory_fit's estimate."""
+    from ray.job_submission import JobSubmissionClient
+
+    model = memory_model(work, work / "model-src")
+    settings, job = plan(with_steps(MEMORY_JOB, MEMORY_STEPS), MEMORY_MODEL, None)
+    gpu_run.prepare_data(settings, job, {task.DATASET: work / "src-sums"}, model)
+    head = gpu_run.start_head(work, {"VERL_GKE_GPU_RUN_MEMORY": "1"})
+    client = JobSubmissionClient(head.dashboard_url)
+    try:
+        env, _ = support.machine_env(job.runtime_env["env_vars"])
+        sid = client.submit_job(
+            entrypoint=job.entrypoint,
+            runtime_env={**job.runtime_env, "env_vars": env},
+            submission_id="gpu-learn-memory",
+        )
+        gpu_run.wait_until(lambda: client.get_job_status(sid).is_terminal(), 400, every_s=2)
+        text = gpu_run.driver_log(client, sid)
+        (logs / "driver-memory.log").write_text(text)
+        result["memory_job_status"] = str(client.get_job_status(sid))
+    finally:
+        head.stop()
+    gpu_run.memory_figures([text], job, result)
+    result["memory_model"] = {"geometry": MEMORY_MODEL, "weights": "random", "job": MEMORY_JOB}
+
+
+def cpu_path(work: Path, result: dict[str, Any]) -> None:
+    """What runs without a GPU: the task's inputs (a few warm-up steps), the plan, the render and
+    data prep on the rows; the job's overrides are left in `result` for verl's config code."""
+    rows, model_src, warm = build_inputs(work, "cpu", 2)
+    result["warm_up"] = warm
+    settings, job = plan(with_steps(JOB, TOTAL_STEPS), task.MODEL_ID, task.MODEL_CONFIG)
+    result["entrypoint"] = job.entrypoint
+    data = work / "data"
+    gpu_run.prepare_data(settings, job, {task.DATASET: rows}, model_src, data_root=data)
+    result["prepared"] = sorted(str(p.relative_to(data)) for p in data.rglob("*.parquet"))
+
+
+def evidence(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's fields first (figures seen in this run only), then the details."""
+    result = gpu_run.plain(result)
+    keys = (
+        "device",
+        "commit",
+        "verl",
+        "ray",
+        "rollout",
+        "reward_mean_by_step",
+        "reward_first3_mean",
+        "reward_last3_mean",
+        "reward_rise",
+        "grad_norm_by_step",
+        "step_seconds_by_step",
+        "step_seconds_median_after_first",
+        "first_step",
+        "stopped_at_step",
+        "resumed_from_step",
+        "final_step",
+        "checkpoints",
+        "eval",
+        "memory",
+    )
+    head = {k: result.get(k) for k in keys}
+    return {**head, "details": {k: v for k, v in result.items() if k not in head}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="the result JSON")
+    parser.add_argument("--logs", type=Path, help="folder for the driver logs (GPU path)")
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--skip-memory", action="store_true", help="leave out the 0.5B run")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-learn-"))
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "steps_total": TOTAL_STEPS}
+    started = time.monotonic()
+    try:
+        if args.device == "cpu":
+            cpu_path(work, result)
+        else:
+            logs = args.logs or work / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            gpu_run.facts(result)
+            result["rollout"] = gpu_run.STANDIN_ROLLOUT
+            learning_run(work, logs, result)
+            if not args.skip_memory:
+                gpu_run.stage("memory", lambda: memory_run(work, logs, result), result)
+    except BaseException as error:
+        result["error"] = f"{type(error).__name__}: {error}"[:3000]
+        raise
+    finally:
+        result["wall_s"] = round(time.monotonic() - started, 1)
+        args.out.write_text(json.dumps(evidence(result), indent=1, default=str) + "\n")
+        say(f"result: {json.dumps(result, default=str)[:4000]}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
