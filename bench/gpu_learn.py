@@ -8,7 +8,7 @@ On the GPU machine (docs/gpu-run.md has the two commands; wheels in .whl, PYTHON
     GPU_RUN_COMMIT=<sha> python3 bench/gpu_learn.py --out $OUT/gpu-learn.json --logs $OUT
 
 The task (bench/gpu_learn_task.py): sums of a two-digit and a one-digit number, a small Qwen2
-built and warmed up on the machine to answer in the `#### <n>` format, mostly off by one; the
+built and warmed up on the machine to answer in the `#### <n>` format, mostly negated; the
 reward is the product's `verl-gke:reward` path with docs/examples/exact_match.py. What is not the
 product's is what bench/gpu_run.py replaces (vLLM by verl_scripts/gpu_standin, the Hub, GCS), and
 the evaluation generates with the Hugging Face backend (VERL_GKE_EVAL_BACKEND=hf) for the same
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -37,9 +38,12 @@ from bench import gpu_run  # noqa: E402
 from bench import gpu_run_support as support  # noqa: E402
 
 URN_STACK = "gpu-learn"
+# 350 train rows // 32 a batch = 10 steps an epoch (verl's train dataloader drops the last
+# partial batch); three epochs.
+EPOCHS = 3
 TOTAL_STEPS = 30
 KILL_AFTER_STEP = 12
-WARM_UP_STEPS = 1500
+WARM_UP_STEPS = 3000
 # The job's sizes on one GPU: 32 prompts x 8 samples a step, one actor update per step.
 JOB = {
     **support.JOB,
@@ -52,9 +56,11 @@ JOB = {
     "maxResponseLength": 16,
     "saveFreq": 5,
     "testFreq": 0,
-    "lr": 1e-4,
+    "totalEpochs": EPOCHS,
+    "lr": 2e-4,
+    "extraOverrides": [support.SDPA],
 }
-EVALUATION = {"samples": 4}
+EVALUATION = {"prompts": task.TEST_PROBLEMS, "samples": 4}
 MEMORY_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 MEMORY_JOB = {
     **support.JOB,
@@ -65,18 +71,21 @@ MEMORY_JOB = {
     "rolloutN": 4,
     "maxPromptLength": 64,
     "maxResponseLength": 192,
-    "saveFreq": 0,
+    "saveFreq": 2,
     "testFreq": 0,
+    "extraOverrides": [support.SDPA, "trainer.total_training_steps=2"],
 }
-MEMORY_STEPS = 2
 
 
 def say(text: str) -> None:
     print(f"[gpu_learn {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def stack_config(job: dict[str, Any], model_id: str, model_config: str | None) -> dict[str, str]:
-    """The 1-node stack of bench/gpu_run_support.py with the task's own dataset and reward."""
+def stack_config(
+    job: dict[str, Any], model_id: str, model_config: str | None, export: bool = True
+) -> dict[str, str]:
+    """The 1-node stack of bench/gpu_run_support.py with the task's own dataset and reward; with
+    export false, neither the export nor its evaluation runs."""
     config = support.stack_config(job, own_dataset=True)
     config["verl-gke:model"] = model_id
     if model_config is None:
@@ -86,22 +95,21 @@ def stack_config(job: dict[str, Any], model_id: str, model_config: str | None) -
     config["verl-gke:dataset"] = task.DATASET
     config["verl-gke:datasetColumns"] = json.dumps(task.COLUMNS)
     config["verl-gke:evaluation"] = json.dumps(EVALUATION)
+    config["verl-gke:exportModel"] = "true" if export else "false"
     return config
 
 
-def plan(job: dict[str, Any], model_id: str, model_config: str | None) -> tuple[Any, Any]:
+def plan(
+    job: dict[str, Any], model_id: str, model_config: str | None, export: bool = True
+) -> tuple[Any, Any]:
     """(StackSettings, TrainingJob) as training.assembly renders them for 1 node x 1 GPU."""
     from config.settings import load_settings
     from training.assembly import training_job
 
     with support.one_gpu_profile():
-        config = stack_config(job, model_id, model_config)
+        config = stack_config(job, model_id, model_config, export)
         settings = load_settings(support.STACK, config, offline=True).settings
         return settings, training_job(settings)
-
-
-def with_steps(job: dict[str, Any], steps: int) -> dict[str, Any]:
-    return {**job, "extraOverrides": [support.SDPA, f"trainer.total_training_steps={steps}"]}
 
 
 def build_inputs(work: Path, device: str, warm_up_steps: int) -> tuple[Path, Path, dict[str, Any]]:
@@ -169,12 +177,38 @@ def learning_figures(texts: list[str], result: dict[str, Any]) -> None:
 
 def evaluation_report(job: Any) -> dict[str, Any] | None:
     """The product's evaluation report, where the runner wrote it (config/bucket_layout.py)."""
-    from config.bucket_layout import evaluation_report_path
+    from config.bucket_layout import eval_report_path
 
-    path = Path(evaluation_report_path(job.spec.experiment_name))
+    path = Path(eval_report_path(job.spec.experiment_name))
     if not path.is_file():
         return None
     return json.loads(path.read_text())
+
+
+def rehearse(job: Any) -> dict[str, Any]:
+    """The rehearsal as the product's Job runs it (manifests/rehearsal.py command: the wrapper,
+    verl_scripts/rehearsal.py and the job's exact Hydra overrides), here in the machine's verl;
+    the runner then takes the run's length from its record (VERL_GKE_REHEARSAL_RECORD)."""
+    import subprocess
+
+    from manifests.rehearsal import command
+
+    argv = command(job.rehearsal_record, job.hydra_overrides)
+    argv[1] = str(REPO / "payloads" / "rehearse.py")
+    argv[argv.index("--script") + 1] = str(REPO / "verl_scripts" / "rehearsal.py")
+    argv[0] = sys.executable
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    seconds = round(time.monotonic() - started, 1)
+    record_path = Path(job.rehearsal_record)
+    record = json.loads(record_path.read_text()) if record_path.is_file() else None
+    say(f"rehearsal exited {done.returncode} after {seconds}s: {(record or {}).get('ok')}")
+    if record is None:
+        return {"exit": done.returncode, "seconds": seconds, "stderr": done.stderr[-3000:]}
+    keys = ("ok", "versions", "data", "length", "reward", "rollout", "problems", "notes")
+    return {"exit": done.returncode, "seconds": seconds, **{k: record.get(k) for k in keys}}
 
 
 def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
@@ -186,9 +220,10 @@ def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
 
     rows, model_src, warm = build_inputs(work, "cuda", WARM_UP_STEPS)
     result["warm_up"] = warm
-    settings, job = plan(with_steps(JOB, TOTAL_STEPS), task.MODEL_ID, task.MODEL_CONFIG)
-    gpu_run.prepare_data(settings, job, {task.DATASET: rows}, model_src)
+    settings, job = plan(JOB, task.MODEL_ID, task.MODEL_CONFIG)
+    gpu_run.prepare_data(settings, job.spec, {task.DATASET: rows}, model_src)
     result["entrypoint"] = job.entrypoint
+    result["rehearsal"] = rehearse(job)
     head = gpu_run.start_head(work, {"VERL_GKE_EVAL_BACKEND": "hf"})
     client = JobSubmissionClient(head.dashboard_url)
     texts: list[str] = []
@@ -224,8 +259,8 @@ def memory_run(work: Path, logs: Path, result: dict[str, Any]) -> None:
     from ray.job_submission import JobSubmissionClient
 
     model = memory_model(work, work / "model-src")
-    settings, job = plan(with_steps(MEMORY_JOB, MEMORY_STEPS), MEMORY_MODEL, None)
-    gpu_run.prepare_data(settings, job, {task.DATASET: work / "src-sums"}, model)
+    settings, job = plan(MEMORY_JOB, MEMORY_MODEL, None, export=False)
+    gpu_run.prepare_data(settings, job.spec, {task.DATASET: work / "src-sums"}, model)
     head = gpu_run.start_head(work, {"VERL_GKE_GPU_RUN_MEMORY": "1"})
     client = JobSubmissionClient(head.dashboard_url)
     try:
@@ -245,16 +280,57 @@ def memory_run(work: Path, logs: Path, result: dict[str, Any]) -> None:
     result["memory_model"] = {"geometry": MEMORY_MODEL, "weights": "random", "job": MEMORY_JOB}
 
 
-def cpu_path(work: Path, result: dict[str, Any]) -> None:
-    """What runs without a GPU: the task's inputs (a few warm-up steps), the plan, the render and
-    data prep on the rows; the job's overrides are left in `result` for verl's config code."""
-    rows, model_src, warm = build_inputs(work, "cpu", 2)
-    result["warm_up"] = warm
-    settings, job = plan(with_steps(JOB, TOTAL_STEPS), task.MODEL_ID, task.MODEL_CONFIG)
-    result["entrypoint"] = job.entrypoint
-    data = work / "data"
-    gpu_run.prepare_data(settings, job, {task.DATASET: rows}, model_src, data_root=data)
-    result["prepared"] = sorted(str(p.relative_to(data)) for p in data.rglob("*.parquet"))
+def cpu_path(work: Path, verl_061: Path, verl_090: Path) -> dict[str, Any]:
+    """What runs without a GPU: both jobs planned, rendered and checked by the provider in the
+    real dynamic host; their overrides composed and validated by verl 0.6.1's config code; in
+    verl 0.9.0's virtualenv (datasets, pyarrow, transformers) the task's rows, tokenizer, a few
+    warm-up steps on CPU and the data-prep Job's own command on them."""
+    from bench.gpu_run_cpu import COMPOSE_CHECK, DASHBOARD, last_json, start, verl_overrides
+    from jobs.ray_job import RayJobProvider
+    from tests.support.dynamic_host import engine_inputs, grpo_job_urn, start_dynamic_host
+
+    started = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = {
+        "learn": plan(JOB, task.MODEL_ID, task.MODEL_CONFIG),
+        "memory": plan(MEMORY_JOB, MEMORY_MODEL, None, export=False),
+    }
+    report: dict[str, Any] = {"device": "cpu", "plan": {}}
+    host = start_dynamic_host()
+    try:
+        for name, (_, job) in jobs.items():
+            props = gpu_run.job_props(job, DASHBOARD, f"{URN_STACK}-{name}")
+            checked = host.check(
+                grpo_job_urn(URN_STACK), None, engine_inputs(props, RayJobProvider())
+            )
+            report["plan"][name] = {
+                "entrypoint": job.entrypoint,
+                "overrides": verl_overrides(job.entrypoint),
+                "evaluation": job.evaluation is not None and job.evaluation.prompts,
+                "check_failures": [f"{f.property}: {f.reason}" for f in checked.failures],
+            }
+    finally:
+        host.stop()
+    settings, job = jobs["learn"]
+    argv = gpu_run.data_prep_argv(settings, job.spec, work / "data")
+    running = {
+        "data": start(
+            verl_090,
+            [str(REPO / "bench" / "gpu_learn_task.py")],
+            {"work": str(work), "argv": argv, "warm_up_steps": 3},
+            {},
+        ),
+        "compose": start(
+            verl_061,
+            [str(COMPOSE_CHECK)],
+            {"cases": {n: r["overrides"] for n, r in report["plan"].items()}},
+            {},
+        ),
+    }
+    for name, process in running.items():
+        report[name] = last_json(process, name)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    return report
 
 
 def evidence(result: dict[str, Any]) -> dict[str, Any]:
@@ -266,6 +342,7 @@ def evidence(result: dict[str, Any]) -> dict[str, Any]:
         "verl",
         "ray",
         "rollout",
+        "rehearsal",
         "reward_mean_by_step",
         "reward_first3_mean",
         "reward_last3_mean",
@@ -291,22 +368,33 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, help="folder for the driver logs (GPU path)")
     parser.add_argument("--work", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--skip-memory", action="store_true", help="leave out the 0.5B run")
+    parser.add_argument(
+        "--only", choices=("learn", "memory"), help="one of the two runs (default: both)"
+    )
+    venvs = REPO / ".venv-verl"
+    parser.add_argument("--verl-061", type=Path, default=venvs / "0.6.1" / "bin" / "python")
+    parser.add_argument("--verl-090", type=Path, default=venvs / "0.9.0" / "bin" / "python")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-learn-"))
+    if args.device == "cpu":
+        report = cpu_path(work, args.verl_061, args.verl_090)
+        args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        return
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "steps_total": TOTAL_STEPS}
     started = time.monotonic()
     try:
-        if args.device == "cpu":
-            cpu_path(work, result)
-        else:
-            logs = args.logs or work / "logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            gpu_run.facts(result)
-            result["rollout"] = gpu_run.STANDIN_ROLLOUT
+        logs = args.logs or work / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        gpu_run.facts(result)
+        result["rollout"] = gpu_run.STANDIN_ROLLOUT
+        # A time limit's SIGTERM still writes what was seen (the finally below).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
+        if args.only != "memory":
             learning_run(work, logs, result)
-            if not args.skip_memory:
-                gpu_run.stage("memory", lambda: memory_run(work, logs, result), result)
+        if args.only != "learn":
+            if args.only == "memory":
+                build_inputs(work, "cuda", 10)  # the tokenizer the 0.5B model takes
+            gpu_run.stage("memory", lambda: memory_run(work, logs, result), result)
     except BaseException as error:
         result["error"] = f"{type(error).__name__}: {error}"[:3000]
         raise

@@ -8,10 +8,11 @@ one GPU, built on the machine (nothing can be downloaded there).
   Qwen-style chat template (the template verl's RLHFDataset applies to the prompt messages).
 - Model: a Qwen2 of bench/gpu_run_files/learn-qwen2.json with random weights.
 - Warm-up: a short supervised pass teaches the answer format `#### <number>` with a deliberately
-  biased answer: the right sum with probability CORRECT_SHARE, else the sum plus one or plus two.
-  The base model therefore knows the format and, in most cases, the sum, but usually answers
-  off by one: headroom that the exact-match reward (docs/examples/exact_match.py) can find, and
-  a held-out set on which the trained model can be compared with its base.
+  biased sign: the sum with probability CORRECT_SHARE, else the sum negated (`#### -37`). The
+  base model therefore knows the format and, mostly, the sum, but usually answers with a minus
+  sign, which the exact-match reward (docs/examples/exact_match.py) scores 0: headroom that GRPO
+  can find through the product's reward path, and a held-out set on which the trained model can
+  be compared with its base (greedy, the base answers the negated sum).
 
 Runs under the GPU machine's python3 with the carried wheels, and on CPU in the verl 0.6.1
 virtualenv (tests/test_gpu_learn.py) with few warm-up steps.
@@ -21,9 +22,13 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script in a verl virtualenv (bench/gpu_learn.py cpu)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import gpu_run_support as support
 
@@ -33,9 +38,8 @@ DATASET = "acme/sums"
 COLUMNS = {"prompt": "problem", "answer": "solution"}
 TEST_PROBLEMS = 150
 SEED = 0
-# The warm-up's answer: the sum with this probability, else sum + 1 (OFF_BY_ONE_SHARE) or sum + 2.
+# The warm-up's answer: the sum with this probability, else the sum negated.
 CORRECT_SHARE = 0.25
-OFF_BY_ONE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def build_tokenizer(folder: Path) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     train, test = problems()
-    texts = [f"{p.text} #### {p.answer + k}" for p in (*train, *test) for k in range(3)]
+    texts = [f"{p.text} #### {sign}{p.answer}" for p in (*train, *test) for sign in ("", "-")]
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -105,10 +109,7 @@ def _config() -> dict[str, Any]:
 
 
 def warm_answer(problem: Problem, rng: random.Random) -> int:
-    draw = rng.random()
-    if draw < CORRECT_SHARE:
-        return problem.answer
-    return problem.answer + (1 if draw < CORRECT_SHARE + OFF_BY_ONE_SHARE else 2)
+    return problem.answer if rng.random() < CORRECT_SHARE else -problem.answer
 
 
 def warm_up(
@@ -123,7 +124,11 @@ def warm_up(
     torch.manual_seed(SEED)
     rng = random.Random(SEED)
     config = Qwen2Config(
-        **_config(), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+        **{
+            **_config(),
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+        }
     )
     model = Qwen2ForCausalLM(config).to(device)
     train, _ = problems()
@@ -159,16 +164,43 @@ def warm_up(
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "answer_shares": {
-            "sum": CORRECT_SHARE,
-            "sum+1": OFF_BY_ONE_SHARE,
-            "sum+2": round(1 - CORRECT_SHARE - OFF_BY_ONE_SHARE, 4),
-        },
+        "answer_shares": {"sum": CORRECT_SHARE, "-sum": round(1 - CORRECT_SHARE, 4)},
     }
 
 
 def prompt_ids(tokenizer: Any, problem: Problem) -> list[int]:
-    """The prompt as verl's RLHFDataset renders it: the chat template over one user message,
-    with the generation prompt (verl/utils/dataset/rl_dataset.py, v0.6.1)."""
+    """The prompt as verl's RLHFDataset renders it: the chat template over one user message with
+    the generation prompt, as text, then tokenized without special tokens
+    (verl/utils/dataset/rl_dataset.py __getitem__, v0.6.1)."""
     messages = [{"role": "user", "content": problem.text}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def cpu_data_stage(request: dict[str, Any]) -> dict[str, Any]:
+    """In a verl virtualenv (bench/gpu_learn.py --device cpu): the rows, the tokenizer, a few
+    warm-up steps on CPU and the data-prep Job's own command on them; what data prep wrote."""
+    from bench import gpu_run
+    from payloads.prepare_data import PREP_DIR
+
+    work = Path(request["work"])
+    rows, train, test = write_rows(work / "src-sums")
+    model = work / "model-src"
+    tokenizer = build_tokenizer(model)
+    warm = warm_up(model, tokenizer, request["warm_up_steps"], "cpu", batch=16)
+    argv = request["argv"]
+    gpu_run.run_data_prep(argv, {DATASET: rows}, model)
+    root = Path(argv[argv.index("--data-root") + 1])
+    return {
+        "warm_up": warm,
+        "problems": {"train": len(train), "test": len(test)},
+        "vocabulary": len(tokenizer),
+        "markers": {
+            path.stem: json.loads(path.read_text())
+            for path in sorted((root / PREP_DIR).glob("*.done"))
+        },
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(cpu_data_stage(json.load(sys.stdin)), default=str))

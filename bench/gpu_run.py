@@ -39,6 +39,11 @@ TOTAL_STEPS = 5
 KILL_AFTER_STEP = 2
 URN_STACK = "gpu-run"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STANDIN_ROLLOUT = (
+    "verl_scripts/gpu_standin HfStandInRollout: verl's HFRollout generating with the Hugging "
+    "Face model (bf16, sdpa), registered as ('vllm', 'sync'); weights from the actor before "
+    "every generation"
+)
 
 
 def say(text: str) -> None:
@@ -133,7 +138,7 @@ def prompt_lengths(data_root: Path) -> dict[str, Any]:
     return json.loads((data_root / PREP_DIR / LENGTHS_SUMMARY).read_text())
 
 
-def start_head(work: Path) -> Any:
+def start_head(work: Path, extra_env: dict[str, str] | None = None) -> Any:
     """A real Ray 2.47 head with one GPU and its Jobs API; every process it starts imports
     verl_scripts/gpu_standin/sitecustomize.py (the stand-in rollout, the memory probe)."""
     from tests.support.ray_head import start_ray_head
@@ -145,6 +150,7 @@ def start_head(work: Path) -> Any:
         "VERL_GKE_GPU_RUN_MEMORY": "1",
         # Every worker line reaches the driver log as printed (no "[repeated Nx]" folding).
         "RAY_DEDUP_LOGS": "0",
+        **(extra_env or {}),
     }
     return start_ray_head(
         Path(tempfile.mkdtemp(prefix="rg", dir="/tmp")),
@@ -212,30 +218,37 @@ def wait_until(predicate: Any, timeout_s: float, every_s: float = 0.5) -> bool:
     return False
 
 
-def create(host: Any, props: dict[str, Any]) -> tuple[Any, float]:
+def create(host: Any, props: dict[str, Any], urn_stack: str = URN_STACK) -> tuple[Any, float]:
     from jobs.ray_job import RayJobProvider
     from tests.support.dynamic_host import engine_inputs, grpo_job_urn
 
-    urn = grpo_job_urn(URN_STACK)
+    urn = grpo_job_urn(urn_stack)
     checked = host.check(urn, None, engine_inputs(props, RayJobProvider()))
     started = time.monotonic()
     created = host.create(urn, checked.inputs)
     return created, time.monotonic() - started
 
 
-def refresh(host: Any, sid: str, outputs: Any) -> dict[str, Any]:
+def refresh(host: Any, sid: str, outputs: Any, urn_stack: str = URN_STACK) -> dict[str, Any]:
     from tests.support.dynamic_host import from_wire, grpo_job_urn
 
-    return from_wire(host.read(grpo_job_urn(URN_STACK), sid, outputs).properties)
+    return from_wire(host.read(grpo_job_urn(urn_stack), sid, outputs).properties)
 
 
 def first_run(
-    host: Any, client: Any, props: dict[str, Any], result: dict[str, Any], logs: Path
+    host: Any,
+    client: Any,
+    props: dict[str, Any],
+    result: dict[str, Any],
+    logs: Path,
+    kill_after: int = KILL_AFTER_STEP,
+    urn_stack: str = URN_STACK,
 ) -> Any:
-    """Create (wait_for first_step), let verl save, kill the trainer mid-run, refresh."""
+    """Create (wait_for first_step), let verl save, kill the trainer once step `kill_after` is
+    logged, refresh."""
     from tests.support.dynamic_host import from_wire
 
-    created, seconds = create(host, props)
+    created, seconds = create(host, props, urn_stack)
     outs = from_wire(created.properties)
     step = (outs.get("first_step") or {}).get("step")
     result["first_step"] = {
@@ -244,14 +257,14 @@ def first_run(
         "seen_by": "jobs.verl_log (RayJobProvider.create, wait_for first_step)",
     }
     say(f"create returned after {seconds:.1f}s: {created.id} first_step={outs.get('first_step')}")
-    wait_until(lambda: max(steps_in(driver_log(client, created.id)) or [0]) >= KILL_AFTER_STEP, 300)
+    wait_until(lambda: max(steps_in(driver_log(client, created.id)) or [0]) >= kill_after, 300)
     pid = kill_trainer()
     seen = steps_in(driver_log(client, created.id))
     result["stopped_at_step"] = max(seen or [0])
     say(f"killed main_ppo pid {pid} after step {result['stopped_at_step']} (steps seen {seen})")
     wait_until(lambda: client.get_job_status(created.id).is_terminal(), 120)
     (logs / "driver-1.log").write_text(driver_log(client, created.id))
-    state = refresh(host, created.id, created.properties)
+    state = refresh(host, created.id, created.properties, urn_stack)
     say(
         f"refresh: status={state.get('status')} checkpoints={state.get('checkpoints')} "
         f"latest={state.get('latest_step')}"
@@ -269,12 +282,13 @@ def resubmit(
     state: dict[str, Any],
     props: dict[str, Any],
     result: dict[str, Any],
+    urn_stack: str = URN_STACK,
 ) -> tuple[str, str]:
     """What the next `pulumi up` does with a FAILED job: diff says replace, delete, create."""
     from jobs.ray_job import RayJobProvider
     from tests.support.dynamic_host import engine_inputs, from_wire, grpo_job_urn, wire
 
-    urn = grpo_job_urn(URN_STACK)
+    urn = grpo_job_urn(urn_stack)
     news = host.check(urn, None, engine_inputs(props, RayJobProvider())).inputs
     diff = host.diff(urn, created.id, wire(state), news)
     say(
@@ -282,10 +296,10 @@ def resubmit(
         f"delete_before_replace={diff.deleteBeforeReplace}"
     )
     host.delete(urn, created.id, wire(state))
-    second, seconds = create(host, props)
+    second, seconds = create(host, props, urn_stack)
     say(f"resubmitted as {second.id}; create returned after {seconds:.1f}s")
     wait_until(lambda: client.get_job_status(second.id).is_terminal(), 420, every_s=2)
-    final = refresh(host, second.id, second.properties)
+    final = refresh(host, second.id, second.properties, urn_stack)
     text = driver_log(client, second.id)
     result["final_status"] = final["status"]
     result["checkpoints"] = final["checkpoints"]
@@ -451,11 +465,7 @@ def run(work: Path, logs: Path, result: dict[str, Any]) -> None:
         "over_long": lengths["over"],
         "max_prompt_length": own_job.spec.max_prompt_length,
     }
-    result["rollout"] = (
-        "verl_scripts/gpu_standin HfStandInRollout: verl's HFRollout generating "
-        "with the Hugging Face model (bf16, sdpa), registered as ('vllm', "
-        "'sync'); weights from the actor before every generation"
-    )
+    result["rollout"] = STANDIN_ROLLOUT
     result["entrypoint"] = job.entrypoint
     head = start_head(work)
     client = JobSubmissionClient(head.dashboard_url)
