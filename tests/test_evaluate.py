@@ -251,6 +251,12 @@ import evaluate
 from tests.support import tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 folder = tiny_model.build(Path(sys.argv[2]), seed=8)
+# An instruct model's sampling defaults, saved by transformers >= 4.50 as verl's merger saves an
+# export: generate() falls back to them for every field left at GenerationConfig's default
+# (transformers 4.57.1 generation/utils.py _prepare_generation_config) unless told not to.
+config = json.loads((folder / "generation_config.json").read_text())
+config.update(do_sample=True, temperature=50.0, top_p=0.3, top_k=3, repetition_penalty=5.0)
+(folder / "generation_config.json").write_text(json.dumps(config))
 tokenizer = AutoTokenizer.from_pretrained(folder)
 rows = [{"prompt": [{"role": "user", "content": text}]}
         for text in ("what is 1 plus 2 ?", "what", "the answer is 7 plus 8 plus 9 ?")]
@@ -283,7 +289,8 @@ print(json.dumps({
 
 def test_the_hf_backend_generates_as_the_model_does(tmp_path: Path) -> None:
     """Batched with left padding, prompts of different lengths: each greedy answer is the one
-    the model gives that prompt alone; k samples each, reproducible from the seed."""
+    the model gives that prompt alone, whatever sampling defaults the model's
+    generation_config.json holds; k samples each, reproducible from the seed."""
     proc = subprocess.run(
         [str(verl_python("0.6.1")), "-c", HF_RUN, str(REPO), str(tmp_path / "model")],
         capture_output=True, text=True, timeout=300, check=False,

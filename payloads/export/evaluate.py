@@ -317,15 +317,22 @@ class HfGenerator:
             eos = tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos])
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
+        takes = inspect.signature(self.model.generate).parameters
+        self.own_config_only = (
+            {"use_model_defaults": False} if "use_model_defaults" in takes else {}
+        )
 
     def _batch(self, ids: list[list[int]], n: int, sample: bool, request: GenerationRequest):
         torch = self.torch
         width = max(len(x) for x in ids)
         input_ids = torch.tensor([[self.pad] * (width - len(x)) + x for x in ids])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-        # A config of its own: the model's generation_config.json (an instruct model's top_k,
-        # top_p, repetition_penalty) must not change the answers; verl's rollout samples with
-        # top_p 1 and no top-k (rollout.yaml, v0.6.1), greedy for the greedy answer.
+        # A config of its own: the model's generation_config.json (an instruct model's do_sample,
+        # temperature, top_k, top_p, repetition_penalty) must not change the answers; verl's
+        # rollout samples with top_p 1 and no top-k (rollout.yaml, v0.6.1), greedy for the greedy
+        # answer. transformers 4.50-4.x replace every field left at GenerationConfig()'s default
+        # by the model's unless use_model_defaults=False (generation/utils.py
+        # _prepare_generation_config, 4.57.1); 5.x keeps explicit values and has no such flag.
         config = self.GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             num_return_sequences=n,
@@ -343,6 +350,7 @@ class HfGenerator:
                 input_ids=input_ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 generation_config=config,
+                **self.own_config_only,
             )
         texts = []
         for row in out[:, width:].tolist():
