@@ -42,8 +42,8 @@ URN_STACK = "gpu-learn"
 # partial batch); three epochs.
 EPOCHS = 3
 TOTAL_STEPS = 30
-KILL_AFTER_STEP = 12
-WARM_UP_STEPS = 3000
+KILL_AFTER_STEP = 7
+WARM_UP_STEPS = 1500
 # The job's sizes on one GPU: 32 prompts x 8 samples a step, one actor update per step.
 JOB = {
     **support.JOB,
@@ -51,6 +51,8 @@ JOB = {
     "trainBatchSize": 32,
     "ppoMiniBatchSize": 32,
     "ppoMicroBatchSizePerGpu": 32,
+    "rolloutLogProbMicroBatchSizePerGpu": 32,
+    "refLogProbMicroBatchSizePerGpu": 32,
     "rolloutN": 8,
     "maxPromptLength": 64,
     "maxResponseLength": 16,

@@ -104,3 +104,37 @@ def test_a_step_repeated_after_the_resume_takes_the_later_attempts_value() -> No
     assert result["reward_last3_mean"] == 0.5
     assert result["reward_rise"] == round(0.5 - (0.1 + 0.2 + 0.5) / 3, 4)
     assert result["step_seconds_median_after_first"] == 1.5
+
+
+@pytest.mark.integration
+def test_the_stand_in_rollout_answers_as_the_model_does_greedily(tmp_path: Path) -> None:
+    """verl 0.6.1's HFRollout passes position_ids to generate(); transformers 4.57.1 does not
+    advance given positions, so answers come out garbled unless the stand-in leaves them out."""
+    python = verl_python("0.6.1")
+    model = tmp_path / "model"
+    build = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from bench import gpu_learn_task as t; m = Path(sys.argv[2]);"
+        "t.warm_up(m, t.build_tokenizer(m), 40, 'cpu', batch=32)"
+    )
+    built = subprocess.run(
+        [str(python), "-c", build, str(REPO), str(model)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    request = {
+        "model": str(model),
+        "prompts": ["What is 3 plus 4?", "What is 41 plus 9?", "What is 17 plus 5?"],
+        "max_new_tokens": 8,
+    }
+    done = subprocess.run(
+        [str(python), str(REPO / "verl_scripts" / "standin_generation_check.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answers["standin"] == answers["alone"]
+    assert answers["alone"][0].startswith("####")  # the warm-up's format: a real answer
+    assert answers["positions_passed"] != answers["alone"]

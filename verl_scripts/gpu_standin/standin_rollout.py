@@ -11,11 +11,16 @@ it must implement (verl 0.6.1, read at the tag):
   generation; `update_weights` receives the actor's (Hugging Face name, tensor) pairs.
 - verl/workers/rollout/hf_rollout.py `HFRollout.generate_sequences` generates with `self.module`
   and `self.config`; its own `__init__(module, config)` does not match the registry's call.
+- `HFRollout._generate_minibatch` passes the prompts' `position_ids` to `generate()`; transformers
+  4.57.1 uses a given `position_ids` as it is at every decoding step (it derives them from the
+  attention mask only when none is given), so every new token gets the last prompt position and
+  the answers are garbage. The stand-in's `generate` leaves them out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -23,6 +28,17 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
 ROLLOUT_TAG = "verl-gke-gpu-run rollout"
+
+
+def without_position_ids(generate: Callable[..., Any]) -> Callable[..., Any]:
+    """`generate` with any `position_ids` argument dropped: transformers then computes each
+    step's positions from the left-padded attention mask (see the module's docstring)."""
+
+    @functools.wraps(generate)
+    def generate_from_the_mask(*args: Any, position_ids: Any = None, **kwargs: Any) -> Any:
+        return generate(*args, **kwargs)
+
+    return generate_from_the_mask
 
 
 class HfStandInRollout(HFRollout):
@@ -35,6 +51,7 @@ class HfStandInRollout(HFRollout):
         self.module = AutoModelForCausalLM.from_pretrained(
             self.model_config.local_path, torch_dtype=torch.bfloat16, attn_implementation="sdpa"
         ).to(torch.cuda.current_device())
+        self.module.generate = without_position_ids(self.module.generate)
         self.updates = 0
 
     async def resume(self, tags: list[str]) -> None:
