@@ -86,6 +86,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
+    # The stand-in tokenizer counts words: 3 of the 12 train prompts are longer than 37 tokens.
+    "prompt-37": ([], None, {"maxPromptLength": 37}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -352,6 +354,26 @@ def test_chat_prompts_on_a_model_without_a_chat_template_are_refused(release: st
     assert "chat_template is not set" in problem["message"]
     assert problem["fix"] == f"pulumi config set verl-gke:model {BASE_MODEL}-Instruct"
     assert record["data"] is None and record["length"] is None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_stand_in_tokenizer_counts_words_so_verls_filter_drops_long_prompts(
+    release: str,
+) -> None:
+    # RLHFDataset.maybe_filter_out_long_prompts measures the chat-templated prompt with the
+    # tokenizer hf_tokenizer loads. transformers 5 (verl 0.9.0) loads a folder whose config is
+    # model_type qwen2 with its Qwen2Tokenizer, not the saved word-level tokenizer: every prompt
+    # would be 0 tokens and nothing filtered. Prompt lengths here (words and the template's two
+    # role tokens): 33-41 for train, 34-37 for test.
+    record = _record(release, "prompt-37")
+    assert record["ok"], record["problems"]
+    assert record["data"] == {
+        "train_rows": TRAIN_ROWS,
+        "train_rows_kept": 9,
+        "val_rows": 4,
+        "val_rows_kept": 4,
+    }
+    assert record["length"]["steps_per_epoch"] == 9 // BATCH
 
 
 @pytest.mark.parametrize("release", RELEASES)

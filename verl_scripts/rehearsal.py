@@ -279,10 +279,13 @@ def versions_and_requirements(
 
 
 def write_stand_in_model(spec: dict[str, Any]) -> Path:
-    """A word-level tokenizer (every word one token, as [UNK]) and a one-layer Qwen2 config with
-    the real model's context and vocabulary size: no download."""
+    """A word-level tokenizer (every word one token, as [UNK]) and a one-layer Mistral config with
+    the real model's context and vocabulary size: no download. Mistral because AutoTokenizer keeps
+    the saved tokenizer.json for it: transformers 5 (tokenization_auto.py,
+    MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS) loads a qwen2 folder with Qwen2Tokenizer, a BPE
+    without this vocabulary's words, which makes every prompt 0 tokens."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config
+    from transformers import MistralConfig, PreTrainedTokenizerFast
 
     folder = Path(spec["dir"])
     specials = ["[UNK]", "[PAD]", "[EOS]", "<|user|>", "<|assistant|>", "<|system|>"]
@@ -294,7 +297,7 @@ def write_stand_in_model(spec: dict[str, Any]) -> Path:
     if spec.get("chat_template", True):
         tokenizer.chat_template = STAND_IN_TEMPLATE
     tokenizer.save_pretrained(str(folder))
-    Qwen2Config(
+    MistralConfig(
         vocab_size=int(spec.get("vocab_size", 32000)),
         max_position_embeddings=int(spec.get("max_position_embeddings", 32768)),
         hidden_size=8,
