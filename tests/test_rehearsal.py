@@ -88,6 +88,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
     # The stand-in tokenizer counts words: 3 of the 12 train prompts are longer than 37 tokens.
     "prompt-37": ([], None, {"maxPromptLength": 37}),
+    # Every prompt is longer than 8 tokens: verl's filter keeps no row.
+    "prompt-8": ([], None, {"maxPromptLength": 8}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -374,6 +376,18 @@ def test_the_stand_in_tokenizer_counts_words_so_verls_filter_drops_long_prompts(
         "val_rows_kept": 4,
     }
     assert record["length"]["steps_per_epoch"] == 9 // BATCH
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_filter_that_keeps_no_row_is_refused_naming_the_prompt_length(release: str) -> None:
+    # With no row left, create_rl_sampler's RandomSampler raises (ValueError num_samples=0)
+    # before the trainer's "Train dataloader is empty!" assertion: the same refusal, with the
+    # setting, not a bare "verl refused the job".
+    problem = _only_problem(_record(release, "prompt-8"))
+    assert problem["setting"] == "verl-gke:job.maxPromptLength" and problem["value"] == 8
+    assert "num_samples=0" in problem["message"]
+    assert "0 training rows are left" in problem["message"]
+    assert problem["fix"]
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -405,23 +405,34 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
         trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
             "parameter_sync_step", 1
         )
-        verl_function(module, method)(trainer)
+        arguments: tuple[Any, ...] = ()
     else:
         module, method = "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._create_dataloader"
         # 0.6.1 imports create_rl_dataset/create_rl_sampler from main_ppo inside the method.
         verl_namespace("verl.trainer.main_ppo")
-        try:
-            verl_function(module, method)(trainer, None, None, None, None)
-        except AssertionError as error:  # "Train dataloader is empty!" (drop_last=True)
-            kept = len(getattr(trainer, "train_dataset", []) or [])
-            batch = config.data.get("gen_batch_size") or config.data.train_batch_size
-            raise ProblemFoundError(
-                "data.train_batch_size",
-                batch,
-                f"AssertionError: {error} ({module}.{method}): {kept} training rows are left "
-                f"after verl's filtering, fewer than one batch of {batch}",
-                "a dataset with at least one batch of rows that fit data.max_prompt_length",
-            ) from error
+        arguments = (None, None, None, None)
+    try:
+        verl_function(module, method)(trainer, *arguments)
+    except (AssertionError, ValueError) as error:
+        # Fewer rows than a batch left after filtering: "Train dataloader is empty!" (drop_last
+        # =True, ray_trainer.py); with none left, create_rl_sampler's RandomSampler raises first
+        # ("num_samples should be a positive integer value", torch).
+        dataset = getattr(trainer, "train_dataset", None)
+        batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+        if dataset is None or len(dataset) >= batch:
+            raise
+        if len(dataset) < _rows_in(config.data.train_files):  # the filter dropped rows
+            key, fix = "data.max_prompt_length", "a data.max_prompt_length that keeps a batch"
+        else:
+            key, fix = "data.train_batch_size", "a data.train_batch_size of at most the rows"
+        raise ProblemFoundError(
+            key,
+            config.data.get(key.partition(".")[2]),
+            f"{type(error).__name__}: {error} ({module}.{method}): {len(dataset)} training rows "
+            f"are left after verl's filtering (data.filter_overlong_prompts), fewer than one "
+            f"batch of {batch}",
+            f"{fix}, or a dataset with more rows",
+        ) from error
     trainer.method = f"{module}.{method}"
     record["data"] = {
         "train_rows": _rows_in(config.data.train_files),
