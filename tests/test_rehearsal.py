@@ -90,6 +90,7 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     "prompt-37": ([], None, {"maxPromptLength": 37}),
     # Every prompt is longer than 8 tokens: verl's filter keeps no row.
     "prompt-8": ([], None, {"maxPromptLength": 8}),
+    "async-save": (["actor_rollout_ref.actor.checkpoint.async_save=True"], None, {}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -388,6 +389,20 @@ def test_a_filter_that_keeps_no_row_is_refused_naming_the_prompt_length(release:
     assert "num_samples=0" in problem["message"]
     assert "0 training rows are left" in problem["message"]
     assert problem["fix"]
+
+
+def test_async_save_without_megatron_leaves_no_tracker_at_0_9_0_and_is_refused() -> None:
+    # verl 0.9.0's _save_checkpoint returns before latest_checkpointed_iteration.txt when
+    # actor.checkpoint.async_save is true (only Megatron's manager writes it then); verl's resume
+    # and the runner's finished state read that file. 0.6.1 writes it regardless.
+    problem = _only_problem(_record("0.9.0", "async-save"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] is True
+    assert "latest_checkpointed_iteration.txt" in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    at_061 = _record("0.6.1", "async-save")
+    assert at_061["ok"], at_061["problems"]
+    assert at_061["length"]["tracker_written"] is True
+    assert _record("0.9.0", "default")["length"]["tracker_written"] is True
 
 
 @pytest.mark.parametrize("release", RELEASES)

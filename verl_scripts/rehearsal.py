@@ -580,6 +580,53 @@ def run_length(
     ]
 
 
+ASYNC_SAVE = "actor_rollout_ref.actor.checkpoint.async_save"
+
+
+def save_writes_tracker(
+    config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The trainer's own _save_checkpoint (ray_trainer.py; 0.9.0's V1 trainer_base.py) on the
+    stand-in trainer, with a worker group that saves nothing, into a temporary folder: verl's
+    resume (find_latest_ckpt_path) and the runner's finished state read the
+    latest_checkpointed_iteration.txt it writes; at 0.9.0 it skips that file when
+    actor.checkpoint.async_save is true (a setting only Megatron's checkpoint manager acts on)."""
+    import tempfile
+
+    from omegaconf import OmegaConf, open_dict
+
+    if int(config.trainer.save_freq) <= 0:
+        return []
+    module = (
+        "verl.trainer.ppo.v1.trainer_base" if uses_v1(config) else "verl.trainer.ppo.ray_trainer"
+    )
+    owner = "PPOTrainer" if uses_v1(config) else "RayPPOTrainer"
+    with tempfile.TemporaryDirectory(prefix="rehearsal-save-") as folder:
+        copy = OmegaConf.create(OmegaConf.to_container(config))
+        with open_dict(copy):
+            copy.trainer.default_local_dir, copy.trainer.default_hdfs_dir = folder, None
+        saver = types.SimpleNamespace(**vars(trainer))
+        saver.config, saver.global_steps, saver.use_critic = copy, 1, False
+        saver.actor_rollout_wg = types.SimpleNamespace(save_checkpoint=lambda *a, **k: None)
+        verl_function(module, f"{owner}._save_checkpoint")(saver)
+        written = (Path(folder) / "latest_checkpointed_iteration.txt").is_file()
+    record["length"]["tracker_written"] = written
+    if written:
+        return []
+    key = ASYNC_SAVE
+    return [
+        _problem(
+            _setting(context, key),
+            OmegaConf.select(config, key),
+            f"verl's {owner}._save_checkpoint ({module.replace('.', '/')}.py) writes no "
+            "latest_checkpointed_iteration.txt with this config: verl's resume "
+            "(find_latest_ckpt_path) finds no checkpoint, every attempt starts at step 0, and "
+            "the run never counts as finished",
+            _fix(context, key, None),
+        )
+    ]
+
+
 # --- 5. the reward ------------------------------------------------------------------------------
 
 
@@ -883,6 +930,7 @@ def _steps(
     stage[0] = "building the datasets and dataloaders (the trainer's own method)"
     trainer = build_dataloaders(config, tokenizer, record)
     problems += run_length(config, trainer, context, record)
+    problems += save_writes_tracker(config, trainer, context, record)
     stage[0] = "loading and calling the reward"
     problems += score_rows(config, trainer, args.reward_samples, context, record)
     stage[0] = "checking the rollout's lengths"
