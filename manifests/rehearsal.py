@@ -158,17 +158,10 @@ def rehearsal_job(
 
     Long because it is one declarative Kubernetes object; its parts are named constants above."""
     sidecar = _SIDECAR_LIMITS
-    mounts = [
-        bucket_mount(),
-        {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True},
-        # trainer.default_local_dir, where verl's find_latest_ckpt_path looks for the step a
-        # restarted run resumes from (the run's length counts from it); read only.
-        {**fuse_mounts.checkpoint_mount(), "readOnly": True},
-    ]
+    mounts = [bucket_mount(), {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True}]
     volumes: list[dict[str, Any]] = [
         # Uncached, as the data-prep Job's: the pod has no sized file-cache volume.
         bucket_volume(file_cache=False),
-        fuse_mounts.checkpoint_volume(),
         {"name": "scripts", "configMap": {"name": configmap_name(files)}},
         {"name": "tmp", "emptyDir": {}},
     ]

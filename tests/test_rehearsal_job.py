@@ -110,23 +110,6 @@ def test_it_runs_where_the_ray_head_runs_with_verl_as_the_ray_pods_get_it(
     assert env["HF_HUB_OFFLINE"] == "1"
 
 
-@pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
-def test_it_sees_the_checkpoint_folder_verl_resumes_from(stack: str, mode: str) -> None:
-    """The rehearsal counts the run's length from the step verl's find_latest_ckpt_path finds in
-    trainer.default_local_dir (resume_mode auto): the folder must be mounted in its pod, as on
-    the Ray pods, and read only."""
-    (container,) = pod(rehearsal(plan(stack, mode)))["containers"]
-    command = container["command"]
-    [folder] = [a.partition("=")[2] for a in command if a.startswith("trainer.default_local_dir=")]
-    [mount] = [
-        m for m in container["volumeMounts"] if folder.startswith(m["mountPath"].rstrip("/") + "/")
-    ]
-    assert mount["mountPath"] == bucket_layout.CHECKPOINT_MOUNT and mount["readOnly"] is True
-    volumes = {v["name"]: v for v in pod(rehearsal(plan(stack, mode)))["volumes"]}
-    claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
-    assert claim == "training-checkpoints-pvc"
-
-
 def test_with_verl_from_the_image_it_imports_the_images_verl() -> None:
     result = plan("a3u", "standard", **{"verl-gke__verlSource": "image"})
     spec = pod(rehearsal(result))
