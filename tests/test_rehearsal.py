@@ -10,6 +10,7 @@ runs in one interpreter (one `--cases` call), both releases at once.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 from functools import cache
@@ -437,6 +438,39 @@ def test_the_versions_are_the_environments_against_verls_declared_requirements(
     # No vLLM in the local virtualenv: a note in the offline plan, not a problem.
     assert rows["vllm"]["found"] is None and rows["vllm"]["ok"] is None
     assert any("vllm is not installed here" in note for note in record["notes"])
+
+
+def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> None:
+    """With verlSource=checkout the verl that runs is a checkout on PYTHONPATH, without metadata
+    of its own; the installed distribution (if any) declares another release's requirements.
+    Here a copy of verl 0.6.1 that says it is 0.6.2.dev0 stands before the venv's 0.6.1."""
+    python = verl_python("0.6.1")
+    verl_installed("0.6.1", "verl/trainer")
+    code = "import verl, pathlib; print(pathlib.Path(verl.__file__).parent)"
+    source = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    shutil.copytree(source, tmp_path / "verl")
+    (tmp_path / "verl" / "version" / "version").write_text("0.6.2.dev0\n")
+    check = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "record = {'notes': []}; problems = []; "
+        "r.versions_and_requirements(None, True, record, problems); print(json.dumps(record))"
+    )
+    env = rehearsal_env("0.6.1")
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [str(python), "-c", check, str(SCRIPT.parent)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=tmp_path,
+    )
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["verl"] == record["versions"]["verl"] == "0.6.2.dev0"
+    assert not [row for row in record["requirements"] if row["by"] == "verl"]
+    assert any("verl's declared requirements were not checked" in n for n in record["notes"])
 
 
 @cache

@@ -226,11 +226,23 @@ def versions_and_requirements(
     from packaging.requirements import Requirement
 
     record["versions"] = {p: _installed(p) for p in ("verl", "vllm", "transformers", "torch")}
+    imported = imported_verl_version()
+    record["verl"] = record["versions"]["verl"] = imported
     rollout = str(config.actor_rollout_ref.rollout.name) if config is not None else "vllm"
     # verl's base requirements, its extra for the rollout engine, and vLLM's own (torch,
-    # transformers), read from the installed distributions' metadata.
-    declared = [("verl", r, {"extra": ""}) for r in _requires("verl")]
-    declared += [("verl", r, {"extra": rollout}) for r in _requires("verl")]
+    # transformers), read from the installed distributions' metadata. verl's only when the
+    # installed distribution is the verl that runs: with verlSource=checkout the checkout on
+    # PYTHONPATH has no metadata, and an image's own verl distribution declares its release's.
+    installed = _installed("verl")
+    verl_requires = _requires("verl") if installed == imported else []
+    if installed != imported:
+        record["notes"].append(
+            f"verl's declared requirements were not checked: the verl that runs ({imported}, "
+            f"verl.__version__) has no installed metadata of its own (the installed verl "
+            f"distribution: {installed}); vLLM's own requirements were checked"
+        )
+    declared = [("verl", r, {"extra": ""}) for r in verl_requires]
+    declared += [("verl", r, {"extra": rollout}) for r in verl_requires]
     declared += [("vllm", r, {"extra": ""}) for r in _requires("vllm")]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for owner, text, environment in declared:
@@ -273,6 +285,15 @@ def versions_and_requirements(
                         "verl-gke:verlImage <that image>",
                     )
                 )
+
+
+def imported_verl_version() -> str | None:
+    """The version of the verl `import verl` finds (its verl/version/version file)."""
+    try:
+        import verl
+    except ImportError:
+        return None
+    return str(getattr(verl, "__version__", None) or "") or None
 
 
 # --- 2. tokenizer and model config --------------------------------------------------------------
