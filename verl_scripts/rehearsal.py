@@ -229,20 +229,7 @@ def versions_and_requirements(
     imported = imported_verl_version()
     record["verl"] = record["versions"]["verl"] = imported
     rollout = str(config.actor_rollout_ref.rollout.name) if config is not None else "vllm"
-    # verl's base requirements, its extra for the rollout engine, and vLLM's own (torch,
-    # transformers), read from the installed distributions' metadata. verl's only when the
-    # installed distribution is the verl that runs: with verlSource=checkout the checkout on
-    # PYTHONPATH has no metadata, and an image's own verl distribution declares its release's.
-    installed = _installed("verl")
-    verl_requires = _requires("verl") if installed == imported else []
-    if installed != imported:
-        record["notes"].append(
-            f"verl's declared requirements were not checked: the verl that runs ({imported}, "
-            f"verl.__version__) has no installed metadata of its own (the installed verl "
-            f"distribution: {installed}); vLLM's own requirements were checked"
-        )
-    declared = [("verl", r, {"extra": ""}) for r in verl_requires]
-    declared += [("verl", r, {"extra": rollout}) for r in verl_requires]
+    declared = [*_verl_requirements(imported, rollout, record["notes"])]
     declared += [("vllm", r, {"extra": ""}) for r in _requires("vllm")]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for owner, text, environment in declared:
@@ -285,6 +272,27 @@ def versions_and_requirements(
                         "verl-gke:verlImage <that image>",
                     )
                 )
+
+
+def _verl_requirements(
+    imported: str | None, rollout: str, notes: list[str]
+) -> list[tuple[str, str, dict[str, str]]]:
+    """verl's base requirements and its extra for the rollout engine, from the installed
+    distribution's metadata, only when that distribution is the verl that runs: with
+    verlSource=checkout the checkout on PYTHONPATH has no metadata, and an image's own verl
+    distribution declares its own release's."""
+    installed = _installed("verl")
+    if installed != imported:
+        notes.append(
+            f"verl's declared requirements were not checked: the verl that runs ({imported}, "
+            f"verl.__version__) has no installed metadata of its own (the installed verl "
+            f"distribution: {installed}); vLLM's own requirements were checked"
+        )
+        return []
+    requires = _requires("verl")
+    return [("verl", r, {"extra": ""}) for r in requires] + [
+        ("verl", r, {"extra": rollout}) for r in requires
+    ]
 
 
 def imported_verl_version() -> str | None:
