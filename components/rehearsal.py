@@ -18,6 +18,7 @@ from config.settings import StackSettings
 from jobs.rehearsal_verdict import RehearsalVerdict
 from manifests import rehearsal as manifests
 from training.assembly import TrainingJob
+from training.rehearsal_context import rehearsal_context
 
 # Pulumi waits for the Job to complete: the training image's pull on a node that lacks it
 # (A4X: a GPU node), verl's imports, the tokenizer over the dataset and the reward's samples;
@@ -80,6 +81,8 @@ class Rehearsal(pulumi.ComponentResource):
             args.job.hydra_overrides,
             files,
             args.cluster.cpu_pool_name,
+            # Problems and fixes name the stack's settings, as in the offline plan.
+            context=rehearsal_context(args.job.spec, s.model),
         )
         # After data prep: the rehearsal reads its parquet, model, reward file and checkout. The
         # fixed name means a changed command deletes the old Job before its replacement runs.

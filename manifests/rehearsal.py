@@ -13,6 +13,7 @@ PYTHONPATH; with verlSource=image the image's installed verl runs.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,10 @@ def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest
     }
 
 
-def command(record: str, overrides: tuple[str, ...]) -> list[str]:
-    """`python3 rehearse.py --script rehearsal.py --out <record> -- <overrides>`."""
+def command(record: str, overrides: tuple[str, ...], context: dict[str, Any]) -> list[str]:
+    """`python3 rehearse.py --script rehearsal.py --out <record> --context <JSON> -- <overrides>`:
+    the context (training/rehearsal_context.py) makes a problem name the stack setting and a
+    `pulumi config` fix instead of the Hydra key."""
     return [
         "python3",
         f"{SCRIPT_DIR}/{WRAPPER_KEY}",
@@ -112,6 +115,8 @@ def command(record: str, overrides: tuple[str, ...]) -> list[str]:
         f"{SCRIPT_DIR}/{SCRIPT_KEY}",
         "--out",
         record,
+        "--context",
+        json.dumps(context, sort_keys=True),
         "--",
         *overrides,
     ]
@@ -146,6 +151,8 @@ def rehearsal_job(
     overrides: tuple[str, ...],
     files: dict[str, str],
     cpu_pool_name: str | None,
+    *,
+    context: dict[str, Any],
 ) -> Manifest:
     """The rehearsal Job's body.
 
@@ -169,7 +176,7 @@ def rehearsal_job(
         # The training image: its own verl, vLLM and transformers answer (not the data-prep
         # image's).
         "image": settings.verl_image,
-        "command": command(record, overrides),
+        "command": command(record, overrides, context),
         "env": _env(settings),
         "resources": equal_requests_and_limits(_RESOURCES),
         # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.

@@ -1,9 +1,9 @@
 """The rehearsal Job's entrypoint: runs verl_scripts/rehearsal.py and keeps its record.
 
     python3 /scripts/rehearse.py --script /scripts/rehearsal.py --out /data/rehearsals/... \\
-        -- key=value ...   (the GRPO job's exact Hydra overrides)
+        [--context JSON] -- key=value ...   (the GRPO job's exact Hydra overrides)
 
-rehearsal.py writes one JSON record (/work/briefs/record.md: "ok", "problems" with setting,
+rehearsal.py writes one JSON record (docs/rehearsal.md: "ok", "problems" with setting,
 value, message and fix) and exits 1 when it found a problem. This wrapper
 - removes the record of an earlier rehearsal of the same command first, so a rehearsal that dies
   before writing is never judged by an old record;
@@ -70,13 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    # Passed on to the script: the settings its problems and fixes name.
+    parser.add_argument("--context", default=None)
     parser.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     parser.add_argument("overrides", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.unlink(missing_ok=True)
-    command = [sys.executable, str(args.script), "--out", str(args.out), "--", *overrides]
+    context = ["--context", args.context] if args.context is not None else []
+    command = [sys.executable, str(args.script), "--out", str(args.out), *context, "--", *overrides]
     returncode = subprocess.run(command, check=False).returncode
     record = _read_record(args.out)
     if record is None:

@@ -3,8 +3,8 @@ committed example rows, with a stand-in tokenizer and model config when the mode
 
 `offline_rehearsal(settings, spec)` gives the record (verl_scripts/rehearsal.py, docs/rehearsal.md)
 or a plain "could not rehearse: <why>"; `rehearsal_lines(result)` says it in the plan's words.
-`rehearsal_context(spec, model)` is the Hydra key -> setting map the rehearsal names problems and
-fixes by; the Job that runs the rehearsal in the training image passes the same map (--context).
+It passes training.rehearsal_context's map (--context), as the rehearsal Job in the training image
+does (manifests/rehearsal.py).
 """
 
 from __future__ import annotations
@@ -20,15 +20,9 @@ from typing import Any
 from config import run_inputs
 from config.settings import StackSettings
 from training.assembly import reward_overrides
-from training.grpo_spec import (
-    CONFIG_KEY,
-    MODEL_KEY,
-    GrpoSpec,
-    hydra_overrides,
-    modelled_keys,
-    setting_of,
-)
+from training.grpo_spec import GrpoSpec, hydra_overrides
 from training.model_facts import table_facts
+from training.rehearsal_context import known_model, rehearsal_context
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "verl_scripts" / "rehearsal.py"
@@ -70,29 +64,6 @@ def rehearsal_env(release: str) -> dict[str, str]:
     return env
 
 
-def rehearsal_context(spec: GrpoSpec, model: str | None = None) -> dict[str, Any]:
-    """Hydra key -> the setting a user changes for it: a modelled key's verl-gke:job field, an
-    extraOverrides entry's index, the model path's verl-gke:model; where a new override goes."""
-    settings = {key: setting_of(alias) for key, alias in modelled_keys().items()}
-    settings["actor_rollout_ref.model.path"] = MODEL_KEY
-    for index, override in enumerate(spec.extra_overrides):
-        key = override.lstrip("+").partition("=")[0]
-        settings[key] = f"{CONFIG_KEY}.extraOverrides[{index}]"
-    for key in set(run_inputs.REWARD_CONFIG_KEY.values()):
-        settings[f"{key}.path"] = settings[f"{key}.name"] = run_inputs.REWARD_KEY
-    context: dict[str, Any] = {
-        "settings": settings,
-        "append": f"{CONFIG_KEY}.extraOverrides[{len(spec.extra_overrides)}]",
-    }
-    if model is not None:
-        context["model"] = model
-        # The instruction-tuned sibling the refusal of a model without a chat template offers,
-        # where the program's model table has it (meta-llama/Llama-3.1-8B -> ...-Instruct).
-        if "instruct" not in model.lower() and _known(f"{model}-Instruct"):
-            context["chat_model"] = f"{model}-Instruct"
-    return context
-
-
 def local_overrides(
     overrides: list[str], data: Path, model: Path, reward_file: Path | None
 ) -> list[str]:
@@ -123,7 +94,7 @@ def _request(settings: StackSettings, spec: GrpoSpec, work: Path) -> dict[str, A
         work / "model",
         REPO / reward.file if reward is not None else None,
     )
-    facts = table_facts(settings.model) if _known(settings.model) else None
+    facts = table_facts(settings.model) if known_model(settings.model) else None
     stand_in = {
         "dir": str(work / "model"),
         "max_position_embeddings": (facts.max_position_embeddings if facts else None) or 32768,
@@ -189,14 +160,6 @@ def offline_rehearsal(settings: StackSettings, spec: GrpoSpec) -> dict[str, Any]
         "the run's own data, model and image are rehearsed in the training image before training"
     )
     return record
-
-
-def _known(model: str) -> bool:
-    try:
-        table_facts(model)
-    except (KeyError, ValueError):
-        return False
-    return True
 
 
 def rehearsal_lines(result: dict[str, Any] | str) -> list[str]:

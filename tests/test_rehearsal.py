@@ -10,6 +10,7 @@ runs in one interpreter (one `--cases` call), both releases at once.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 from functools import cache
@@ -86,6 +87,11 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
+    # The stand-in tokenizer counts words: 3 of the 12 train prompts are longer than 37 tokens.
+    "prompt-37": ([], None, {"maxPromptLength": 37}),
+    # Every prompt is longer than 8 tokens: verl's filter keeps no row.
+    "prompt-8": ([], None, {"maxPromptLength": 8}),
+    "async-save": (["actor_rollout_ref.actor.checkpoint.async_save=True"], None, {}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -355,6 +361,52 @@ def test_chat_prompts_on_a_model_without_a_chat_template_are_refused(release: st
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_the_stand_in_tokenizer_counts_words_so_verls_filter_drops_long_prompts(
+    release: str,
+) -> None:
+    # RLHFDataset.maybe_filter_out_long_prompts measures the chat-templated prompt with the
+    # tokenizer hf_tokenizer loads. transformers 5 (verl 0.9.0) loads a folder whose config is
+    # model_type qwen2 with its Qwen2Tokenizer, not the saved word-level tokenizer: every prompt
+    # would be 0 tokens and nothing filtered. Prompt lengths here (words and the template's two
+    # role tokens): 33-41 for train, 34-37 for test.
+    record = _record(release, "prompt-37")
+    assert record["ok"], record["problems"]
+    assert record["data"] == {
+        "train_rows": TRAIN_ROWS,
+        "train_rows_kept": 9,
+        "val_rows": 4,
+        "val_rows_kept": 4,
+    }
+    assert record["length"]["steps_per_epoch"] == 9 // BATCH
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_filter_that_keeps_no_row_is_refused_naming_the_prompt_length(release: str) -> None:
+    # With no row left, create_rl_sampler's RandomSampler raises (ValueError num_samples=0)
+    # before the trainer's "Train dataloader is empty!" assertion: the same refusal, with the
+    # setting, not a bare "verl refused the job".
+    problem = _only_problem(_record(release, "prompt-8"))
+    assert problem["setting"] == "verl-gke:job.maxPromptLength" and problem["value"] == 8
+    assert "num_samples=0" in problem["message"]
+    assert "0 training rows are left" in problem["message"]
+    assert problem["fix"]
+
+
+def test_async_save_without_megatron_leaves_no_tracker_at_0_9_0_and_is_refused() -> None:
+    # verl 0.9.0's _save_checkpoint returns before latest_checkpointed_iteration.txt when
+    # actor.checkpoint.async_save is true (only Megatron's manager writes it then); verl's resume
+    # and the runner's finished state read that file. 0.6.1 writes it regardless.
+    problem = _only_problem(_record("0.9.0", "async-save"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] is True
+    assert "latest_checkpointed_iteration.txt" in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    at_061 = _record("0.6.1", "async-save")
+    assert at_061["ok"], at_061["problems"]
+    assert at_061["length"]["tracker_written"] is True
+    assert _record("0.9.0", "default")["length"]["tracker_written"] is True
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_a_reward_returning_none_is_refused_with_the_row(release: str) -> None:
     # Issue 34 item 5: verl's reward manager writes the return into a float tensor.
     record = _record(release, "none-reward")
@@ -386,6 +438,39 @@ def test_the_versions_are_the_environments_against_verls_declared_requirements(
     # No vLLM in the local virtualenv: a note in the offline plan, not a problem.
     assert rows["vllm"]["found"] is None and rows["vllm"]["ok"] is None
     assert any("vllm is not installed here" in note for note in record["notes"])
+
+
+def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> None:
+    """With verlSource=checkout the verl that runs is a checkout on PYTHONPATH, without metadata
+    of its own; the installed distribution (if any) declares another release's requirements.
+    Here a copy of verl 0.6.1 that says it is 0.6.2.dev0 stands before the venv's 0.6.1."""
+    python = verl_python("0.6.1")
+    verl_installed("0.6.1", "verl/trainer")
+    code = "import verl, pathlib; print(pathlib.Path(verl.__file__).parent)"
+    source = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    shutil.copytree(source, tmp_path / "verl")
+    (tmp_path / "verl" / "version" / "version").write_text("0.6.2.dev0\n")
+    check = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "record = {'notes': []}; problems = []; "
+        "r.versions_and_requirements(None, True, record, problems); print(json.dumps(record))"
+    )
+    env = rehearsal_env("0.6.1")
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [str(python), "-c", check, str(SCRIPT.parent)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=tmp_path,
+    )
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["verl"] == record["versions"]["verl"] == "0.6.2.dev0"
+    assert not [row for row in record["requirements"] if row["by"] == "verl"]
+    assert any("verl's declared requirements were not checked" in n for n in record["notes"])
 
 
 @cache

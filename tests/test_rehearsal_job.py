@@ -7,6 +7,7 @@ here: what it runs, where, with which verl, and what waits for it."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -188,7 +189,7 @@ def test_the_reward_is_loaded_by_the_rehearsal_in_the_training_image(stack: str)
     job = training_job(settings)
     files = {manifests.SCRIPT_KEY: "", manifests.WRAPPER_KEY: ""}
     body = manifests.rehearsal_job(
-        settings, job.rehearsal_record, job.hydra_overrides, files, "cpu-pool"
+        settings, job.rehearsal_record, job.hydra_overrides, files, "cpu-pool", context={}
     )
     container = body["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == registry_image(settings.verl_image, settings.image_pull)
@@ -196,6 +197,23 @@ def test_the_reward_is_loaded_by_the_rehearsal_in_the_training_image(stack: str)
     assert reward is not None
     assert any(a.endswith(f".path={reward.mounted_path}") for a in container["command"])
     assert "--reward-import" not in data_prep.command(settings, job.spec)
+
+
+def test_in_pulumi_up_the_rehearsals_problems_name_the_stack_settings() -> None:
+    """verl_scripts/rehearsal.py names a problem by the Hydra key and offers an extraOverrides
+    append unless --context maps the key to its setting: the Job passes the offline plan's map,
+    so `trainer.total_training_steps=100` in extraOverrides[0] is fixed there, not appended."""
+    job = '{"extraOverrides": ["trainer.total_training_steps=100"]}'
+    result = plan("a3u", "standard", **{"verl-gke__job": job})
+    command = pod(rehearsal(result))["containers"][0]["command"]
+    assert command.index("--context") < command.index("--")
+    context = json.loads(command[command.index("--context") + 1])
+    settings = context["settings"]
+    assert settings["trainer.total_training_steps"] == "verl-gke:job.extraOverrides[0]"
+    assert settings["data.max_response_length"] == "verl-gke:job.maxResponseLength"
+    assert settings["actor_rollout_ref.model.path"] == "verl-gke:model"
+    assert context["append"] == "verl-gke:job.extraOverrides[1]"
+    assert context["model"] == load_settings("a3u", dict(REAL), offline=False).settings.model
 
 
 def test_two_stacks_and_two_commands_get_their_own_records() -> None:

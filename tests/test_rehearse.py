@@ -23,6 +23,8 @@ args = sys.argv[1:]
 out = args[args.index("--out") + 1]
 overrides = args[args.index("--") + 1:]
 print("overrides:", overrides, flush=True)
+if "--context" in args:
+    print("context:", args[args.index("--context") + 1], flush=True)
 record = os.environ["STANDIN_RECORD"]
 if record:
     with open(out, "w") as f:
@@ -39,7 +41,7 @@ PROBLEM = {
 
 
 def wrap(
-    tmp_path: Path, record: dict | None, code: int
+    tmp_path: Path, record: dict | None, code: int, context: str | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     script = tmp_path / "rehearsal.py"
     script.write_text(STANDIN)
@@ -52,7 +54,9 @@ def wrap(
     }
     command = [
         sys.executable, str(WRAPPER), "--script", str(script), "--out", str(out),
-        "--termination-log", str(log), "--", "data.train_files=/data/t.parquet", "a.b=1",
+        "--termination-log", str(log),
+        *(["--context", context] if context is not None else []),
+        "--", "data.train_files=/data/t.parquet", "a.b=1",
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=60, check=False, env={**env, "PATH": ""}
@@ -66,6 +70,16 @@ def test_an_ok_record_passes(tmp_path: Path) -> None:
     assert "overrides: ['data.train_files=/data/t.parquet', 'a.b=1']" in done.stdout
     assert json.loads(out.read_text())["ok"] is True
     assert log.read_text() == ""
+
+
+def test_the_context_reaches_the_script_before_the_overrides(tmp_path: Path) -> None:
+    """The Job's --context (manifests/rehearsal.py) is what makes the script's problems name the
+    stack's settings: the wrapper passes it on."""
+    context = '{"settings": {"a.b": "verl-gke:job.extraOverrides[0]"}}'
+    done, _, _ = wrap(tmp_path, {"schema": 1, "ok": True, "problems": []}, 0, context=context)
+    assert done.returncode == 0, done.stderr
+    assert f"context: {context}" in done.stdout
+    assert "overrides: ['data.train_files=/data/t.parquet', 'a.b=1']" in done.stdout
 
 
 def test_problems_are_kept_in_the_record_and_the_termination_message(tmp_path: Path) -> None:

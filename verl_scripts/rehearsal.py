@@ -226,11 +226,10 @@ def versions_and_requirements(
     from packaging.requirements import Requirement
 
     record["versions"] = {p: _installed(p) for p in ("verl", "vllm", "transformers", "torch")}
+    imported = imported_verl_version()
+    record["verl"] = record["versions"]["verl"] = imported
     rollout = str(config.actor_rollout_ref.rollout.name) if config is not None else "vllm"
-    # verl's base requirements, its extra for the rollout engine, and vLLM's own (torch,
-    # transformers), read from the installed distributions' metadata.
-    declared = [("verl", r, {"extra": ""}) for r in _requires("verl")]
-    declared += [("verl", r, {"extra": rollout}) for r in _requires("verl")]
+    declared = [*_verl_requirements(imported, rollout, record["notes"])]
     declared += [("vllm", r, {"extra": ""}) for r in _requires("vllm")]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for owner, text, environment in declared:
@@ -275,14 +274,47 @@ def versions_and_requirements(
                 )
 
 
+def _verl_requirements(
+    imported: str | None, rollout: str, notes: list[str]
+) -> list[tuple[str, str, dict[str, str]]]:
+    """verl's base requirements and its extra for the rollout engine, from the installed
+    distribution's metadata, only when that distribution is the verl that runs: with
+    verlSource=checkout the checkout on PYTHONPATH has no metadata, and an image's own verl
+    distribution declares its own release's."""
+    installed = _installed("verl")
+    if installed != imported:
+        notes.append(
+            f"verl's declared requirements were not checked: the verl that runs ({imported}, "
+            f"verl.__version__) has no installed metadata of its own (the installed verl "
+            f"distribution: {installed}); vLLM's own requirements were checked"
+        )
+        return []
+    requires = _requires("verl")
+    return [("verl", r, {"extra": ""}) for r in requires] + [
+        ("verl", r, {"extra": rollout}) for r in requires
+    ]
+
+
+def imported_verl_version() -> str | None:
+    """The version of the verl `import verl` finds (its verl/version/version file)."""
+    try:
+        import verl
+    except ImportError:
+        return None
+    return str(getattr(verl, "__version__", None) or "") or None
+
+
 # --- 2. tokenizer and model config --------------------------------------------------------------
 
 
 def write_stand_in_model(spec: dict[str, Any]) -> Path:
-    """A word-level tokenizer (every word one token, as [UNK]) and a one-layer Qwen2 config with
-    the real model's context and vocabulary size: no download."""
+    """A word-level tokenizer (every word one token, as [UNK]) and a one-layer Mistral config with
+    the real model's context and vocabulary size: no download. Mistral because AutoTokenizer keeps
+    the saved tokenizer.json for it: transformers 5 (tokenization_auto.py,
+    MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS) loads a qwen2 folder with Qwen2Tokenizer, a BPE
+    without this vocabulary's words, which makes every prompt 0 tokens."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config
+    from transformers import MistralConfig, PreTrainedTokenizerFast
 
     folder = Path(spec["dir"])
     specials = ["[UNK]", "[PAD]", "[EOS]", "<|user|>", "<|assistant|>", "<|system|>"]
@@ -294,7 +326,7 @@ def write_stand_in_model(spec: dict[str, Any]) -> Path:
     if spec.get("chat_template", True):
         tokenizer.chat_template = STAND_IN_TEMPLATE
     tokenizer.save_pretrained(str(folder))
-    Qwen2Config(
+    MistralConfig(
         vocab_size=int(spec.get("vocab_size", 32000)),
         max_position_embeddings=int(spec.get("max_position_embeddings", 32768)),
         hidden_size=8,
@@ -402,23 +434,34 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
         trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
             "parameter_sync_step", 1
         )
-        verl_function(module, method)(trainer)
+        arguments: tuple[Any, ...] = ()
     else:
         module, method = "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._create_dataloader"
         # 0.6.1 imports create_rl_dataset/create_rl_sampler from main_ppo inside the method.
         verl_namespace("verl.trainer.main_ppo")
-        try:
-            verl_function(module, method)(trainer, None, None, None, None)
-        except AssertionError as error:  # "Train dataloader is empty!" (drop_last=True)
-            kept = len(getattr(trainer, "train_dataset", []) or [])
-            batch = config.data.get("gen_batch_size") or config.data.train_batch_size
-            raise ProblemFoundError(
-                "data.train_batch_size",
-                batch,
-                f"AssertionError: {error} ({module}.{method}): {kept} training rows are left "
-                f"after verl's filtering, fewer than one batch of {batch}",
-                "a dataset with at least one batch of rows that fit data.max_prompt_length",
-            ) from error
+        arguments = (None, None, None, None)
+    try:
+        verl_function(module, method)(trainer, *arguments)
+    except (AssertionError, ValueError) as error:
+        # Fewer rows than a batch left after filtering: "Train dataloader is empty!" (drop_last
+        # =True, ray_trainer.py); with none left, create_rl_sampler's RandomSampler raises first
+        # ("num_samples should be a positive integer value", torch).
+        dataset = getattr(trainer, "train_dataset", None)
+        batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+        if dataset is None or len(dataset) >= batch:
+            raise
+        if len(dataset) < _rows_in(config.data.train_files):  # the filter dropped rows
+            key, fix = "data.max_prompt_length", "a data.max_prompt_length that keeps a batch"
+        else:
+            key, fix = "data.train_batch_size", "a data.train_batch_size of at most the rows"
+        raise ProblemFoundError(
+            key,
+            config.data.get(key.partition(".")[2]),
+            f"{type(error).__name__}: {error} ({module}.{method}): {len(dataset)} training rows "
+            f"are left after verl's filtering (data.filter_overlong_prompts), fewer than one "
+            f"batch of {batch}",
+            f"{fix}, or a dataset with more rows",
+        ) from error
     trainer.method = f"{module}.{method}"
     record["data"] = {
         "train_rows": _rows_in(config.data.train_files),
@@ -562,6 +605,53 @@ def run_length(
             override,
             f"{message} ({loop})",
             _fix(context, key, fixed) if accepted else f"a dataset of more rows than {key}",
+        )
+    ]
+
+
+ASYNC_SAVE = "actor_rollout_ref.actor.checkpoint.async_save"
+
+
+def save_writes_tracker(
+    config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The trainer's own _save_checkpoint (ray_trainer.py; 0.9.0's V1 trainer_base.py) on the
+    stand-in trainer, with a worker group that saves nothing, into a temporary folder: verl's
+    resume (find_latest_ckpt_path) and the runner's finished state read the
+    latest_checkpointed_iteration.txt it writes; at 0.9.0 it skips that file when
+    actor.checkpoint.async_save is true (a setting only Megatron's checkpoint manager acts on)."""
+    import tempfile
+
+    from omegaconf import OmegaConf, open_dict
+
+    if int(config.trainer.save_freq) <= 0:
+        return []
+    module = (
+        "verl.trainer.ppo.v1.trainer_base" if uses_v1(config) else "verl.trainer.ppo.ray_trainer"
+    )
+    owner = "PPOTrainer" if uses_v1(config) else "RayPPOTrainer"
+    with tempfile.TemporaryDirectory(prefix="rehearsal-save-") as folder:
+        copy = OmegaConf.create(OmegaConf.to_container(config))
+        with open_dict(copy):
+            copy.trainer.default_local_dir, copy.trainer.default_hdfs_dir = folder, None
+        saver = types.SimpleNamespace(**vars(trainer))
+        saver.config, saver.global_steps, saver.use_critic = copy, 1, False
+        saver.actor_rollout_wg = types.SimpleNamespace(save_checkpoint=lambda *a, **k: None)
+        verl_function(module, f"{owner}._save_checkpoint")(saver)
+        written = (Path(folder) / "latest_checkpointed_iteration.txt").is_file()
+    record["length"]["tracker_written"] = written
+    if written:
+        return []
+    key = ASYNC_SAVE
+    return [
+        _problem(
+            _setting(context, key),
+            OmegaConf.select(config, key),
+            f"verl's {owner}._save_checkpoint ({module.replace('.', '/')}.py) writes no "
+            "latest_checkpointed_iteration.txt with this config: verl's resume "
+            "(find_latest_ckpt_path) finds no checkpoint, every attempt starts at step 0, and "
+            "the run never counts as finished",
+            _fix(context, key, None),
         )
     ]
 
@@ -869,6 +959,7 @@ def _steps(
     stage[0] = "building the datasets and dataloaders (the trainer's own method)"
     trainer = build_dataloaders(config, tokenizer, record)
     problems += run_length(config, trainer, context, record)
+    problems += save_writes_tracker(config, trainer, context, record)
     stage[0] = "loading and calling the reward"
     problems += score_rows(config, trainer, args.reward_samples, context, record)
     stage[0] = "checking the rollout's lengths"
