@@ -340,14 +340,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {redacted(message, markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
-    settings = planned_settings(args.stack, overrides, args.strict)
-    rehearsal = offline_rehearsal(settings, training_job(settings).spec) if args.rehearse else None
-    refused = refusal_message(rehearsal) if rehearsal is not None else None
-    if refused is not None:
-        # verl's own refusal of the job, as a validation error: its message and fix.
-        message = offline_fixes(refused, args.stack, set(overrides))
-        print(f"error: {redacted(message, markers)}", file=sys.stderr)
-        return 2
+    rehearsal = None
+    if args.rehearse:
+        settings = planned_settings(args.stack, overrides, args.strict)
+        rehearsal = offline_rehearsal(settings, training_job(settings).spec)
+        refused = refusal_message(rehearsal)
+        if refused is not None:
+            # verl's own refusal of the job, as a validation error: its message and fix. What
+            # concerns this machine, not the job, is no refusal (planning/rehearsal.refusals).
+            message = offline_fixes(refused, args.stack, set(overrides))
+            print(f"error: {redacted(message, markers)}", file=sys.stderr)
+            return 2
     for line in plan_report(result, overrides, args.strict, rehearsal):
         print(redacted(line, markers))
     if args.out:
