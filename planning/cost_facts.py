@@ -204,7 +204,8 @@ def money_lines(
     """Dollars (training/run_cost.py, the prices of config/price_table.py unless a book is given):
     the hourly rate of what runs, the modelled cost up to the first step, one more hour, the
     whole run (its steps from the rehearsal's `record` of this run where there is one, else the
-    program's estimate, said so), and the kept checkpoints' storage."""
+    program's estimate, said so), and the kept checkpoints' storage (verl's save steps from the
+    same record)."""
     book = book or price_book(settings)
     counted = record_steps(record)
     steps, counted_by = counted if counted is not None else (training_steps(job), ESTIMATED)
@@ -228,7 +229,7 @@ def money_lines(
         *([] if settings.mode is Mode.STANDARD else [f"  CPU: {AUTOPILOT_CPU}"]),
         f"  logging: Cloud Logging {rate(LOGGING_INGEST)} after the first "
         f"{LOGGING_FREE_GIB_PER_MONTH} GiB per project per month; the run's logs are not modelled",
-        f"  checkpoints in the kept bucket: {_checkpoint_line(settings, job)}",
+        f"  checkpoints in the kept bucket: {_checkpoint_line(settings, job, record)}",
     ]
 
 
@@ -239,10 +240,13 @@ AUTOPILOT_CPU = (
 )
 
 
-def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
+def checkpoints_kept(
+    job: Mapping[str, str], record: Mapping[str, Any] | None = None
+) -> tuple[int | None, str]:
     """(how many actor checkpoints stay in the bucket, why): verl saves every save_freq steps
     and at the last step (ray_trainer.fit) over len(train_dataloader) x total_epochs steps
-    (drop_last=True) and keeps trainer.max_actor_ckpt_to_keep of them, all when unset."""
+    (drop_last=True) and keeps trainer.max_actor_ckpt_to_keep of them, all when unset; where a
+    rehearsal's `record` counted the run's length, the steps it saves at are verl's own."""
     save_freq = int(job.get("trainer.save_freq", "0"))
     if save_freq <= 0:
         return 0, "trainer.save_freq <= 0 saves none"
@@ -252,6 +256,15 @@ def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
     kept_why = (
         "all kept (trainer.max_actor_ckpt_to_keep unset)" if cap is None else f"the last {cap} kept"
     )
+    length = (record or {}).get("length")
+    if record_steps(record) is not None and isinstance(length, Mapping):
+        saved = list(length.get("save_steps") or [])
+        count = len(saved) if cap is None else min(cap, len(saved))
+        at = ", ".join(str(step) for step in saved) or "none"
+        return count, (
+            f"{length['last_step']} steps, verl saves at {at} (the rehearsal's record): "
+            f"{len(saved)}, {kept_why}"
+        )
     if steps is None:
         return cap, f"one per {save_freq} steps, {kept_why}; the step count depends on the dataset"
     saves = -(-steps // save_freq)
@@ -259,12 +272,14 @@ def checkpoints_kept(job: Mapping[str, str]) -> tuple[int | None, str]:
     return count, f"{steps} steps, a save every {save_freq} and at the last: {saves}, {kept_why}"
 
 
-def _checkpoint_line(settings: StackSettings, job: Mapping[str, str]) -> str:
+def _checkpoint_line(
+    settings: StackSettings, job: Mapping[str, str], record: Mapping[str, Any] | None = None
+) -> str:
     try:
         arch = model_facts(settings).arch  # verl-gke:modelConfig or the committed table
     except ModelFactsError:
         arch = None
-    count, why = checkpoints_kept(job)
+    count, why = checkpoints_kept(job, record)
     if not job:
         return "no GRPO job in this plan"
     storage = f"GCS Standard {rate(GCS_STANDARD)}"

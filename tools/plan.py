@@ -1,12 +1,14 @@
 """Offline plan: what `pulumi up` would create for a stack, without a cloud account.
 
-    python -m tools.plan a4x [--set verl-gke:gpuNodes=8 ...] [--strict] [--out DIR]
+    python -m tools.plan a4x [--set verl-gke:gpuNodes=8 ...] [--strict] [--out DIR] [--rehearse]
 
 Evaluates the real __main__.py under an in-process mocked engine (planning/offline_engine.py),
 prints the resources as a tree with the properties a reviewer checks, and with --out writes every
 Kubernetes object (and Helm values) as YAML. Bad configuration exits with status 2 and the
 validation message. --strict treats placeholders and a missing hfToken as errors, like a real
-deployment does.
+deployment does. --rehearse first runs the GRPO job through verl's own code in a local verl
+virtualenv (planning/rehearsal.py): verl's refusal exits 2 with its message and fix, and the whole
+run is priced at verl's step count where the rehearsal could count it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from planning.offline_engine import (
     run_stack,
     stack_config,
 )
+from planning.rehearsal import (
+    offline_rehearsal,
+    refusal_message,
+    rehearsal_lines,
+    run_length_record,
+)
 from tools.plan_redaction import redacted, secret_markers
+from training.assembly import training_job
 from training.grpo_spec import CONFIG_KEY as JOB_KEY
 from training.grpo_spec import RUN_CONTINUITY
 
@@ -192,6 +201,12 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, help="write Kubernetes objects as YAML under DIR/<stack>"
     )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run the GRPO job through verl's own code first (a local verl virtualenv, the "
+        "committed example rows; docs/rehearsal.md); verl's refusal exits 2",
+    )
     return parser
 
 
@@ -206,7 +221,8 @@ def path_value(text: str) -> object:
 def job_fields(stack: str, items: list[tuple[str, str]]) -> str:
     """verl-gke:job as JSON text: the stack file's fields, then each --set in order, merged field
     by field: `verl-gke:job={...}` sets the fields it names, `verl-gke:job.FIELD=VALUE` one field
-    (as `pulumi config set --path`). Raises ValueError naming an item that is not a JSON object."""
+    (as `pulumi config set --path`), `verl-gke:job.FIELD[i]=VALUE` one item of a list field.
+    Raises ValueError naming an item that is not a JSON object."""
     try:
         base = json.loads(stack_config(stack, PROJECT_DIR).get(JOB_KEY) or "{}")
     except (FileNotFoundError, StackConfigError, json.JSONDecodeError):
@@ -221,9 +237,24 @@ def job_fields(stack: str, items: list[tuple[str, str]]) -> str:
             if not isinstance(given, dict):
                 raise ValueError(f"--set {JOB_KEY}={value}: not a JSON object of job fields")
             fields.update(given)
+        elif (indexed := _INDEXED.fullmatch(key.removeprefix(f"{JOB_KEY}."))) is not None:
+            # FIELD[i]: item i of a list field, or a new last item at i == its length.
+            name, index = indexed["field"], int(indexed["index"])
+            current = fields.get(name)
+            entries = list(current) if isinstance(current, list) else []
+            if index > len(entries):
+                raise ValueError(
+                    f"--set {key}={value}: {name} has {len(entries)} item(s); the next is "
+                    f"{JOB_KEY}.{name}[{len(entries)}]"
+                )
+            entries[index : index + 1] = [path_value(value)]
+            fields[name] = entries
         else:
             fields[key.removeprefix(f"{JOB_KEY}.")] = path_value(value)
     return json.dumps(fields)
+
+
+_INDEXED = re.compile(r"(?P<field>\w+)\[(?P<index>[0-9]+)\]")
 
 
 def config_overrides(
@@ -309,7 +340,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {redacted(message, markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
-    for line in plan_report(result, overrides, args.strict):
+    rehearsal = None
+    if args.rehearse:
+        settings = planned_settings(args.stack, overrides, args.strict)
+        rehearsal = offline_rehearsal(settings, training_job(settings).spec)
+        refused = refusal_message(rehearsal)
+        if refused is not None:
+            # verl's own refusal of the job, as a validation error: its message and fix. What
+            # concerns this machine, not the job, is no refusal (planning/rehearsal.refusals).
+            message = offline_fixes(refused, args.stack, set(overrides))
+            print(f"error: {redacted(message, markers)}", file=sys.stderr)
+            return 2
+    for line in plan_report(result, overrides, args.strict, rehearsal):
         print(redacted(line, markers))
     if args.out:
         written = write_manifests(result, args.out, markers)
@@ -317,9 +359,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> Iterator[str]:
+NOT_REHEARSED = (
+    "Rehearsal (offline): not run (--rehearse runs the job through verl's own code here, "
+    "docs/rehearsal.md); verl's checks run in the training image before training"
+)
+
+
+def plan_report(
+    result: PlanResult,
+    overrides: dict[str, str],
+    strict: bool,
+    rehearsal: dict[str, Any] | str | None = None,
+) -> Iterator[str]:
     """What the plan prints, line by line and before redaction: the resource tree, the program's
-    messages, what you pay for, the outputs."""
+    messages, the offline rehearsal (planning/rehearsal.py; None: not run), what you pay for (the
+    whole run at verl's step count where the rehearsal counted the run's rows), the outputs."""
     count = len(result.resources)
     yield f"Plan for stack {result.stack!r}: {count} resources (offline, mocked engine)"
     for notice in result.notices:
@@ -338,7 +392,9 @@ def plan_report(result: PlanResult, overrides: dict[str, str], strict: bool) -> 
         f"{recovery.hang_bound_text()}; stacks of a hung run in {stacks}"
     )
     yield from teardown_notes(settings)
-    yield from what_you_pay_for(result, settings)
+    yield from rehearsal_lines(rehearsal) if rehearsal is not None else [NOT_REHEARSED]
+    record = run_length_record(rehearsal) if rehearsal is not None else None
+    yield from what_you_pay_for(result, settings, record=record)
     yield "Outputs:"
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
