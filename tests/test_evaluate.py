@@ -1,12 +1,17 @@
 """The export's evaluation against its base model (payloads/export/evaluate.py).
 
 Rules it encodes:
-- the interval is the normal interval over prompts, mean +- z(0.975) s / sqrt(n) with s the
-  sample standard deviation, and the difference's is over paired per-prompt differences;
+- the interval is Student's t interval over prompts, mean +- t(0.975, n - 1) s / sqrt(n) with s
+  the sample standard deviation, and the difference's is over paired per-prompt differences;
 - an export is flagged only when the difference's interval lies wholly below 0;
+- the held-out rows are those verl's RLHFDataset keeps (maybe_filter_out_long_prompts drops
+  every prompt over data.max_prompt_length, with data.apply_chat_template_kwargs), each with its
+  index in the file;
 - prompts are rendered as verl's RLHFDataset renders them (rl_dataset.py __getitem__, v0.6.1:
-  apply_chat_template(messages, add_generation_prompt=True, tokenize=False), tokenized without
-  special tokens), and answers are scored as NaiveRewardManager calls compute_score
+  apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+  **apply_chat_template_kwargs), tokenized without special tokens), sampled with the rollout's
+  top_p and top_k, vLLM's answers decoded from their token ids as verl's reward manager decodes
+  them, and answers are scored as NaiveRewardManager calls compute_score
   (verl/workers/reward_manager/naive.py), by the function verl's own loader returns
   (get_custom_reward_fn, or default_compute_score by data_source);
 - a report for the same export (its marker) and settings is reused; another export's is not;
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -34,20 +40,50 @@ from tests.support.require import verl_python
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "payloads" / "export" / "evaluate.py"
-Z = 1.959963984540054  # the standard normal's 0.975 quantile
+# Student's t 0.975 quantiles (R 4.3: qt(0.975, df)), by degrees of freedom.
+T975 = {
+    1: 12.7062047361747,
+    2: 4.30265272974946,
+    3: 3.18244630528371,
+    7: 2.36462425159278,
+    10: 2.22813885198627,
+    30: 2.04227245630124,
+    100: 1.98397151852355,
+}
 
 
 # --- the statistics -------------------------------------------------------------------------------
 
 
-def test_the_interval_is_the_normal_interval_over_prompts() -> None:
+@pytest.mark.parametrize(("df", "quantile"), sorted(T975.items()))
+def test_the_t_quantile_is_students(df: int, quantile: float) -> None:
+    assert evaluate.student_t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-9)
+
+
+def test_the_t_quantile_for_many_prompts_is_the_asymptotic_expansions() -> None:
+    # GSM8K's 1,319 test prompts: df 1318, where the Cornish-Fisher expansion of Abramowitz &
+    # Stegun 26.7.5 (four terms) is exact to far below 1e-9.
+    z, df = statistics.NormalDist().inv_cdf(0.975), 1318
+    terms = [
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    ]
+    expansion = z + sum(term / df ** (i + 1) for i, term in enumerate(terms))
+    assert evaluate.student_t_quantile(0.975, df) == pytest.approx(expansion, abs=1e-9)
+
+
+def test_the_interval_is_students_t_interval_over_prompts() -> None:
     # Per-prompt scores 1, 0, 0, 0: mean 0.25; sample variance (3 x 0.0625 + 0.5625) / 3 = 0.25,
-    # s = 0.5; half width z x 0.5 / sqrt(4) = z / 4.
-    interval = evaluate.normal_interval([1.0, 0.0, 0.0, 0.0])
+    # s = 0.5; half width t(0.975, 3) x 0.5 / sqrt(4) = t / 4 (the normal's 1.96 / 4 would claim
+    # a third less spread than 4 prompts can show).
+    interval = evaluate.t_interval([1.0, 0.0, 0.0, 0.0])
     assert interval.mean == 0.25
-    assert interval.low == pytest.approx(0.25 - Z / 4, abs=1e-12)
-    assert interval.high == pytest.approx(0.25 + Z / 4, abs=1e-12)
-    assert evaluate.normal_interval([0.5]).low is None  # one prompt has no spread
+    assert interval.low == pytest.approx(0.25 - T975[3] / 4, abs=1e-12)
+    assert interval.high == pytest.approx(0.25 + T975[3] / 4, abs=1e-12)
+    assert evaluate.t_interval([0.5]).low is None  # one prompt has no spread
+    assert "t(0.975, n - 1)" in evaluate.INTERVAL_TEXT
 
 
 def part(greedy: list[float], samples: list[list[float]]) -> dict[str, Any]:
@@ -59,19 +95,21 @@ def part(greedy: list[float], samples: list[list[float]]) -> dict[str, Any]:
 
 
 def test_the_difference_is_paired_per_prompt_and_flags_only_beyond_the_interval() -> None:
-    base = part([1, 1, 0, 0], [[1, 1], [1, 0], [0, 0], [1, 0]])
-    # mean@2 per prompt: base 1, .5, 0, .5; trained .5, 0, 0, 0 -> differences -.5, -.5, 0, -.5:
-    # mean -0.375, s = 0.25, half width z x 0.25 / 2.
-    trained = part([1, 0, 0, 0], [[1, 0], [0, 0], [0, 0], [0, 0]])
+    base = part([1, 1, 0, 0] * 2, [[1, 1], [1, 0], [0, 0], [1, 0]] * 2)
+    # mean@2 per prompt: base 1, .5, 0, .5; trained .5, 0, 0, 0 (twice) -> differences -.5, -.5,
+    # 0, -.5 (twice): mean -0.375, s^2 = (6 x 0.125^2 + 2 x 0.375^2) / 7 = 0.375 / 7, half width
+    # t(0.975, 7) x s / sqrt(8).
+    trained = part([1, 0, 0, 0] * 2, [[1, 0], [0, 0], [0, 0], [0, 0]] * 2)
     summary = evaluate.summarize({"base": base, "trained": trained}, samples=2)
     diff = summary["difference"]["mean_at_k"]
-    assert summary["primary"] == "mean_at_k" and summary["prompts"] == 4
+    assert summary["primary"] == "mean_at_k" and summary["prompts"] == 8
     assert diff["mean"] == -0.375
-    assert diff["high"] == pytest.approx(-0.375 + Z * 0.125, abs=1e-6)
+    half = T975[7] * (0.375 / 7) ** 0.5 / 8**0.5
+    assert diff["high"] == pytest.approx(-0.375 + half, abs=1e-6)
     assert diff["high"] < 0 and summary["regressed"] is True
     assert summary["base"]["greedy"]["mean"] == 0.5
     assert summary["trained"]["mean_at_k"]["mean"] == 0.125
-    # Greedy: differences 0, -1, 0, 0: mean -0.25, s = 0.5, an interval across 0.
+    # Greedy: differences 0, -1, 0, 0 (twice): mean -0.25, an interval across 0.
     greedy = summary["difference"]["greedy"]
     assert greedy["low"] < 0 < greedy["high"]
 
@@ -106,7 +144,7 @@ def test_a_lora_export_is_refused_not_scored_as_its_base_weights(tmp_path: Path)
     (trained / export_model.LORA_DIR).mkdir(parents=True)
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--base", "b", "--trained", str(trained), "--data", "d",
-         "--max-new-tokens", "8"],
+         "--max-new-tokens", "8", "--max-prompt-length", "64"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -173,7 +211,16 @@ def test_the_reward_is_the_function_verls_loader_returns(tmp_path: Path) -> None
 
 # --- reuse ----------------------------------------------------------------------------------------
 
-SETTINGS = evaluate.EvalSettings("/data/t.parquet", None, 4, 1.0, 512, None, "compute_score")
+SETTINGS = evaluate.EvalSettings(
+    data="/data/t.parquet",
+    prompts=None,
+    samples=4,
+    temperature=1.0,
+    max_new_tokens=512,
+    max_prompt_length=256,
+    reward_file=None,
+    reward_name="compute_score",
+)
 MARKER = {"step": 5, "source": "/ckpt/global_step_5/actor", "finished_at": "t5", "node": "n"}
 
 
@@ -196,6 +243,19 @@ def write_report(path: Path, **changes: Any) -> None:
         ({}, {**MARKER, "step": 6, "finished_at": "t6"}, SETTINGS, False),
         ({}, {**MARKER, "finished_at": "t5-again"}, SETTINGS, False),
         ({}, MARKER, dataclasses.replace(SETTINGS, samples=8), False),
+        # other held-out rows (verl keeps other prompts), other sampling, another rendering
+        ({}, MARKER, dataclasses.replace(SETTINGS, max_prompt_length=512), False),
+        ({}, MARKER, dataclasses.replace(SETTINGS, top_p=0.9), False),
+        ({}, MARKER, dataclasses.replace(SETTINGS, top_k=20), False),
+        (
+            {},
+            MARKER,
+            dataclasses.replace(
+                SETTINGS,
+                chat_template_overrides=["+data.apply_chat_template_kwargs.enable_thinking=False"],
+            ),
+            False,
+        ),
         ({"status": "failed"}, MARKER, SETTINGS, False),
         ({}, None, SETTINGS, False),  # no finished export: nothing to vouch for
     ],
@@ -218,10 +278,14 @@ def test_bad_arguments_are_refused_before_anything_runs() -> None:
         (["--samples", "-1"], "--samples -1"),
         (["--prompts", "0"], "--prompts 0"),
         (["--temperature", "0"], "sampling needs a temperature above 0"),
+        (["--top-p", "0"], "--top-p 0.0"),
+        (["--top-k", "-2"], "--top-k -2"),
+        (["--max-prompt-length", "0"], "--max-prompt-length"),
+        (["--chat-template-overrides", '{"a": 1}'], "not a JSON list of strings"),
     ):
         proc = subprocess.run(
             [sys.executable, str(SCRIPT), "--base", "b", "--trained", "t", "--data", "d",
-             "--max-new-tokens", "8", *argv],
+             "--max-new-tokens", "8", "--max-prompt-length", "64", *argv],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert proc.returncode == 2 and says in proc.stderr
