@@ -368,3 +368,153 @@ def test_the_hf_backend_generates_as_the_model_does(tmp_path: Path) -> None:
     assert found["rendered"].split() == [
         "<|im_start|>", "user", "what", "<|im_end|>", "<|im_start|>", "assistant",
     ]  # fmt: skip
+
+
+def test_the_hf_backend_samples_with_the_rollouts_top_k(tmp_path: Path) -> None:
+    """top_k 1 leaves one token to sample from: every sample is the greedy answer, however hot
+    the temperature (with top_k off, temperature 50 samples differ from it)."""
+    script = HF_TOP_K.replace("__TOP_K__", "1")
+    proc = subprocess.run(
+        [str(verl_python("0.6.1")), "-c", script, str(REPO), str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert all(samples == [greedy] * 4 for greedy, samples in found)
+    off = subprocess.run(
+        [str(verl_python("0.6.1")), "-c", HF_TOP_K.replace("__TOP_K__", "-1"), str(REPO),
+         str(tmp_path / "model-off")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert off.returncode == 0, off.stderr[-3000:]
+    found = json.loads(off.stdout.splitlines()[-1])
+    assert any(samples != [greedy] * 4 for greedy, samples in found)
+
+
+HF_TOP_K = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/payloads/export")
+import evaluate
+from tests.support import tiny_model
+from transformers import AutoTokenizer
+folder = tiny_model.build(Path(sys.argv[2]), seed=8)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+rows = [{"prompt": [{"role": "user", "content": text}]} for text in ("what is 1 plus 2 ?", "what")]
+ids = evaluate.render_prompts(tokenizer, rows)
+request = evaluate.GenerationRequest(ids, 4, 50.0, 12, 0, 1, top_p=1.0, top_k=__TOP_K__)
+answers = evaluate.HfGenerator(str(folder), tokenizer, request).generate(request)
+print(json.dumps([[a.greedy, a.samples] for a in answers]))
+"""
+
+VLLM_RUN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/payloads/export")
+sys.path.insert(0, sys.argv[1] + "/tests/support/stand_in_vllm")
+import evaluate
+from tests.support import tiny_model
+tokenizer = tiny_model.build_tokenizer(Path(sys.argv[2]))
+rows = [{"prompt": [{"role": "user", "content": "what is 1 plus 2 ?"}]}]
+ids = evaluate.render_prompts(tokenizer, rows)
+request = evaluate.GenerationRequest(ids, 2, 0.8, 12, 5, 1, top_p=0.9, top_k=20)
+answers = evaluate.VllmGenerator(sys.argv[2], tokenizer, request).generate(request)
+expected = tokenizer.decode(list(reversed(ids[0])), skip_special_tokens=True)
+print(json.dumps({"answers": [[a.greedy, a.samples] for a in answers], "expected": expected}))
+"""
+
+
+def test_the_vllm_backend_decodes_token_ids_and_samples_as_the_rollout(tmp_path: Path) -> None:
+    """With a stand-in for vLLM's API (tests/support/stand_in_vllm: vLLM needs a GPU): the
+    answers are the token ids decoded with skip_special_tokens=True, as verl's reward manager
+    decodes the response (verl/workers/reward_manager/naive.py), not vLLM's own text; the
+    samples get the rollout's top_p and top_k; no progress bar in the job's log."""
+    calls = tmp_path / "calls.jsonl"
+    proc = subprocess.run(
+        [str(verl_python("0.6.1")), "-c", VLLM_RUN, str(REPO), str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "STAND_IN_VLLM_CALLS": str(calls)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    expected = found["expected"]
+    assert "<|im_start|>" not in expected and "what" in expected
+    assert found["answers"] == [[expected, [expected, expected]]]
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    generate = [call for call in recorded if call["call"] == "generate"]
+    assert [call["use_tqdm"] for call in generate] == [False, False]
+    assert generate[0]["params"]["temperature"] == 0.0
+    sampled = generate[1]["params"]
+    assert (sampled["n"], sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
+        2, 0.8, 0.9, 20,
+    )  # fmt: skip
+    assert sampled["seed"] == 5
+
+
+# --- the held-out rows, through verl's own RLHFDataset ---------------------------------------
+
+HELD_OUT = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/payloads/export")
+import pyarrow as pa, pyarrow.parquet as pq
+import evaluate
+from tests.support import tiny_model
+root = Path(sys.argv[2])
+tokenizer = tiny_model.build_tokenizer(root / "model")
+# Qwen3's switch, as its chat template reads it: enable_thinking=False adds to the prompt.
+tokenizer.chat_template = tiny_model.CHAT_TEMPLATE.replace(
+    "<|im_start|>assistant\\n{% endif %}",
+    "<|im_start|>assistant\\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "the answer is {% endif %}{% endif %}",
+)
+# Rendered lengths: <|im_start|> user ... <|im_end|> <|im_start|> assistant: 5 + the words.
+texts = ["what", "what is 1 plus 2 plus 3 plus 4 ?", "what is 1 plus 2 ?", "what is 12 ?", "what"]
+rows = [
+    {"data_source": "own", "prompt": [{"role": "user", "content": text}],
+     "reward_model": {"ground_truth": "1"}, "extra_info": {"index": i}}
+    for i, text in enumerate(texts)
+]
+pq.write_table(pa.Table.from_pylist(rows), root / "test.parquet")
+found = {}
+no_thinking = ["+data.apply_chat_template_kwargs.enable_thinking=False"]
+for name, overrides in (("plain", []), ("no_thinking", no_thinking)):
+    settings = evaluate.EvalSettings(
+        data=str(root / "test.parquet"), prompts=3, samples=0, temperature=1.0,
+        max_new_tokens=8, max_prompt_length=11, reward_file=None, reward_name="compute_score",
+        chat_template_overrides=overrides,
+    )
+    held = evaluate.held_out_rows(settings, tokenizer, evaluate.verl_data_config(settings))
+    ids = evaluate.render_prompts(tokenizer, held.rows, held.chat_template_kwargs)
+    found[name] = {
+        "indices": held.indices, "total": held.total, "dropped": held.dropped,
+        "kwargs": held.chat_template_kwargs, "lengths": [len(x) for x in ids],
+        "contents": [row["prompt"][0]["content"] for row in held.rows],
+        "last": tokenizer.decode(ids[0]).split()[-3:],
+    }
+print(json.dumps(found))
+"""
+
+
+def test_the_held_out_rows_are_those_verls_dataset_keeps(tmp_path: Path) -> None:
+    """verl's RLHFDataset with max_prompt_length 11 drops the 15-token prompt (row 1) and keeps
+    the one of exactly 11 (row 2); --prompts 3 takes the first three kept, each with its row's
+    index; data.apply_chat_template_kwargs from the job's overrides (Qwen3's enable_thinking)
+    renders every prompt 3 tokens longer, so two more rows are over."""
+    proc = subprocess.run(
+        [str(verl_python("0.9.0")), "-c", HELD_OUT, str(REPO), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    plain, no_thinking = found["plain"], found["no_thinking"]
+    assert plain["indices"] == [0, 2, 3] and plain["total"] == 5 and plain["dropped"] == 1
+    assert plain["lengths"] == [6, 11, 10] and plain["kwargs"] == {}
+    assert plain["contents"] == ["what", "what is 1 plus 2 ?", "what is 12 ?"]
+    assert no_thinking["kwargs"] == {"enable_thinking": False}
+    assert no_thinking["indices"] == [0, 4] and no_thinking["dropped"] == 3
+    assert no_thinking["lengths"] == [9, 9]
+    assert no_thinking["last"] == ["the", "answer", "is"]

@@ -30,6 +30,8 @@ class ScriptedGenerator:
             "samples": request.samples,
             "temperature": request.temperature,
             "max_new_tokens": request.max_new_tokens,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
             "tensor_parallel": request.tensor_parallel,
         }
         with open(self.folder / PROMPTS, "a") as log:
