@@ -282,21 +282,23 @@ def test_a_failed_evaluation_is_reported_not_hidden(monkeypatch: pytest.MonkeyPa
 
 
 def test_tools_run_shows_the_evaluation_from_the_driver_log() -> None:
-    line = json.dumps({**summary(regressed=True), "settings": {"samples": 4}})
+    held_out = {"rows": 1319, "dropped_over_max_prompt_length": 2, "max_prompt_length": 256}
+    line = json.dumps({**summary(regressed=True), "settings": {"samples": 4}, "held_out": held_out})
     log = f"step:58 - critic/score/mean:0.5\nrun_grpo: evaluation: x against y\n{line}\n"
     view = tools_run.summarize("sid", "http://h", "SUCCEEDED", "", 1, 2, log, "whole log")
     text = tools_run.render_text(view)
     assert "mean@4: base 0.6100, trained 0.5200, trained - base -0.0900" in text
     assert "(95 % interval -0.1100..-0.0700) on 1319 prompts" in text
     assert "BELOW its base model" in text
+    assert "2 held-out prompts longer than maxPromptLength 256 dropped" in text
     assert "/data/models/e/.verl-gke-eval.json" in text
     assert tools_run.to_json(view)["evaluation"]["regressed"] is True
 
 
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
-def test_the_default_temperature_is_verls_rollout_temperature(release: str) -> None:
-    """The evaluation samples at the rollout's temperature: verl's rollout.yaml default where the
-    job does not set it (training/model_evaluation.py VERL_ROLLOUT_TEMPERATURE)."""
+def test_the_default_sampling_is_verls_rollout_sampling(release: str) -> None:
+    """The evaluation samples at the rollout's temperature, top_p and top_k: verl's rollout.yaml
+    defaults where the job does not set them (training/model_evaluation.py VERL_ROLLOUT_*)."""
     import subprocess
 
     import yaml
@@ -309,3 +311,5 @@ def test_the_default_temperature_is_verls_rollout_temperature(release: str) -> N
     ).stdout.strip()  # fmt: skip
     rollout = yaml.safe_load(Path(where, "trainer/config/rollout/rollout.yaml").read_text())
     assert rollout["temperature"] == model_evaluation.VERL_ROLLOUT_TEMPERATURE
+    assert rollout["top_p"] == model_evaluation.VERL_ROLLOUT_TOP_P
+    assert rollout["top_k"] == model_evaluation.VERL_ROLLOUT_TOP_K

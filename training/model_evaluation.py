@@ -283,6 +283,16 @@ def result_rows(result: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         )
     if result.get("regressed"):
         rows.append(("evaluation", "the export scores BELOW its base model beyond the interval"))
+    held_out = result.get("held_out") or {}
+    if held_out.get("dropped_over_max_prompt_length"):
+        rows.append(
+            (
+                "evaluation",
+                f"{_count(held_out['dropped_over_max_prompt_length'])} held-out prompts longer "
+                f"than maxPromptLength {_count(held_out.get('max_prompt_length'))} dropped, as "
+                "verl drops them",
+            )
+        )
     if result.get("report"):
         rows.append(("eval report", str(result["report"])))
     return rows
