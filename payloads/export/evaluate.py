@@ -520,7 +520,9 @@ def held_out_rows(settings: EvalSettings, tokenizer: Any, data_config: Any) -> H
     kept = list(dataset.maybe_filter_out_long_prompts(indexed)[INDEX_COLUMN])
     chosen = kept[: settings.prompts] if settings.prompts is not None else kept
     scanned = chosen[-1] + 1 if chosen else len(frame)
-    kwargs = OmegaConf.to_container(data_config.apply_chat_template_kwargs, resolve=True)
+    kwargs = OmegaConf.to_container(
+        data_config.get("apply_chat_template_kwargs") or OmegaConf.create({}), resolve=True
+    )
     return HeldOut(
         rows=frame.select(chosen).to_list(),
         indices=chosen,
