@@ -360,7 +360,10 @@ class VllmGenerator:
             )
             sampled = self.llm.generate(prompts, params, use_tqdm=False)
         return [
-            Answers(self._text(g.outputs[0]), [self._text(o) for o in s.outputs] if s else [])
+            Answers(
+                self._text(g.outputs[0]),
+                [self._text(o) for o in s.outputs] if s is not None else [],
+            )
             for g, s in zip(greedy, sampled, strict=True)
         ]
 
