@@ -9,7 +9,10 @@ setting is an object, set field by field:
 
 enabled (default true), prompts (default: every row of the held-out split), samples (k answers
 sampled per prompt beside the greedy one, default 4; 0: greedy only) and temperature (of the
-sampled answers; default: the rollout's, actor_rollout_ref.rollout.temperature).
+sampled answers; default: the rollout's, actor_rollout_ref.rollout.temperature). The rest follows
+the job: top_p and top_k are the rollout's, the chat template gets the job's
+data.apply_chat_template_kwargs, and prompts longer than maxPromptLength are dropped, as verl
+drops them (training/model_evaluation.py).
 
 Pure: no Pulumi, no I/O.
 """

@@ -3,9 +3,11 @@
 - Bad values are refused before anything is created, each with a fix that is itself accepted.
 - The runner gets evaluate.py's flags from the spec: the base model is the job's model path, the
   held-out set the job's data.val_files, the answers as long as data.max_response_length, the
-  tensor parallelism the rollout's, the temperature the rollout's (verl's rollout.yaml default
-  1.0, or the job's actor_rollout_ref.rollout.temperature override), the reward the run's own;
-  evaluate.py's own parser accepts them.
+  tensor parallelism the rollout's, the temperature, top_p and top_k the rollout's (verl's
+  rollout.yaml defaults 1.0, 1 and -1, or the job's actor_rollout_ref.rollout.* overrides), the
+  prompts as long as data.max_prompt_length (verl drops longer ones), the chat template's kwargs
+  the job's data.apply_chat_template_kwargs overrides, the reward the run's own; evaluate.py's
+  own parser accepts them.
 - The plan says what the evaluation costs; the job's result (evaluate.py's summary line) becomes
   the evaluation outputs, and an export below its base beyond the interval is a warning in
   `pulumi up`'s log, not only an output.
@@ -103,7 +105,10 @@ def test_the_runner_evaluates_the_export_with_the_jobs_own_values() -> None:
         "data": "/data/gsm8k/test.parquet",
         "samples": 4,
         "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
         "max_new_tokens": spec.max_response_length,
+        "max_prompt_length": spec.max_prompt_length,
         "tensor_parallel": spec.rollout_tensor_parallel_size,
         "out": f"/data/models/{spec.experiment_name}/{evaluate.REPORT_NAME}",
     }
@@ -112,6 +117,7 @@ def test_the_runner_evaluates_the_export_with_the_jobs_own_values() -> None:
     argv = ["--trained", "/data/models/x", *run_grpo.evaluation_argv(flags)]
     parsed = evaluate.parser().parse_args(argv)
     assert parsed.max_new_tokens == spec.max_response_length
+    assert parsed.max_prompt_length == spec.max_prompt_length
     assert parsed.tensor_parallel == spec.rollout_tensor_parallel_size
     assert parsed.prompts is None  # every row of the held-out split
 
@@ -127,6 +133,26 @@ def test_settings_and_the_rollout_temperature_reach_the_flags() -> None:
     flags = evaluation_flags(training_job(settings(**chosen)).entrypoint)
     assert flags is not None
     assert (flags["samples"], flags["prompts"], flags["temperature"]) == (8, 200, 0.9)
+
+
+def test_the_rollouts_top_p_top_k_and_chat_template_kwargs_reach_the_flags() -> None:
+    overrides = [
+        "actor_rollout_ref.rollout.top_p=0.95",
+        "actor_rollout_ref.rollout.top_k=20",
+        "+data.apply_chat_template_kwargs.enable_thinking=False",
+    ]
+    job = training_job(settings(**{"verl-gke:job": json.dumps({"extraOverrides": overrides})}))
+    flags = evaluation_flags(job.entrypoint)
+    assert flags is not None
+    assert (flags["top_p"], flags["top_k"]) == (0.95, 20)
+    assert flags["chat_template_overrides"] == [
+        "+data.apply_chat_template_kwargs.enable_thinking=False"
+    ]
+    parsed = evaluate.parser().parse_args(
+        ["--trained", "/data/models/x", *run_grpo.evaluation_argv(flags)]
+    )
+    assert (parsed.top_p, parsed.top_k) == (0.95, 20)
+    assert parsed.chat_template_overrides == flags["chat_template_overrides"]
 
 
 def test_the_runs_own_reward_is_the_evaluations() -> None:
@@ -256,21 +282,23 @@ def test_a_failed_evaluation_is_reported_not_hidden(monkeypatch: pytest.MonkeyPa
 
 
 def test_tools_run_shows_the_evaluation_from_the_driver_log() -> None:
-    line = json.dumps({**summary(regressed=True), "settings": {"samples": 4}})
+    held_out = {"rows": 1319, "dropped_over_max_prompt_length": 2, "max_prompt_length": 256}
+    line = json.dumps({**summary(regressed=True), "settings": {"samples": 4}, "held_out": held_out})
     log = f"step:58 - critic/score/mean:0.5\nrun_grpo: evaluation: x against y\n{line}\n"
     view = tools_run.summarize("sid", "http://h", "SUCCEEDED", "", 1, 2, log, "whole log")
     text = tools_run.render_text(view)
     assert "mean@4: base 0.6100, trained 0.5200, trained - base -0.0900" in text
     assert "(95 % interval -0.1100..-0.0700) on 1319 prompts" in text
     assert "BELOW its base model" in text
+    assert "2 held-out prompts longer than maxPromptLength 256 dropped" in text
     assert "/data/models/e/.verl-gke-eval.json" in text
     assert tools_run.to_json(view)["evaluation"]["regressed"] is True
 
 
 @pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
-def test_the_default_temperature_is_verls_rollout_temperature(release: str) -> None:
-    """The evaluation samples at the rollout's temperature: verl's rollout.yaml default where the
-    job does not set it (training/model_evaluation.py VERL_ROLLOUT_TEMPERATURE)."""
+def test_the_default_sampling_is_verls_rollout_sampling(release: str) -> None:
+    """The evaluation samples at the rollout's temperature, top_p and top_k: verl's rollout.yaml
+    defaults where the job does not set them (training/model_evaluation.py VERL_ROLLOUT_*)."""
     import subprocess
 
     import yaml
@@ -283,3 +311,5 @@ def test_the_default_temperature_is_verls_rollout_temperature(release: str) -> N
     ).stdout.strip()  # fmt: skip
     rollout = yaml.safe_load(Path(where, "trainer/config/rollout/rollout.yaml").read_text())
     assert rollout["temperature"] == model_evaluation.VERL_ROLLOUT_TEMPERATURE
+    assert rollout["top_p"] == model_evaluation.VERL_ROLLOUT_TOP_P
+    assert rollout["top_k"] == model_evaluation.VERL_ROLLOUT_TOP_K

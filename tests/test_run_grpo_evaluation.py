@@ -9,6 +9,9 @@ verl (the runner itself is stdlib-only); evaluate.py runs here instead of as a R
 Rules it encodes:
 - the evaluation runs after the export, and its summary is the job's last tagged line (the line
   the job provider keeps as the job's result);
+- the held-out prompts are those verl keeps under the job's max_prompt_length (a longer one is
+  dropped before --prompts are taken, and counted), rendered with the job's
+  data.apply_chat_template_kwargs, sampled with the rollout's top_p and top_k;
 - a retried job (training finished, the export's marker unchanged) reuses the report;
 - a failed evaluation leaves the export and the job's exit status 0, and its report says why;
 - a failed export is not evaluated.
@@ -45,12 +48,23 @@ import pyarrow as pa, pyarrow.parquet as pq
 sys.path.insert(0, sys.argv[1])
 from tests.support import tiny_model
 root = Path(sys.argv[2])
-tiny_model.build_tokenizer(root / "base")
+tokenizer = tiny_model.build_tokenizer(root / "base")
+# Qwen3's switch, as its chat template reads it: enable_thinking=False adds to the prompt.
+tokenizer.chat_template = tiny_model.CHAT_TEMPLATE.replace(
+    "<|im_start|>assistant\\n{% endif %}",
+    "<|im_start|>assistant\\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "the answer is {% endif %}{% endif %}",
+)
+tokenizer.save_pretrained(root / "base")
 rows = [
     {"data_source": "own", "prompt": [{"role": "user", "content": f"what is {i} plus 1 ?"}],
      "reward_model": {"style": "rule", "ground_truth": str(i + 1)}, "extra_info": {"index": i}}
     for i in range(4)
 ]
+# Row 1: a prompt 4 tokens longer than the others (15 rendered, 18 without thinking), which
+# verl drops under max_prompt_length 14 (run()'s).
+long = [{"role": "user", "content": "what is 1 plus 1 plus 1 plus 1 ?"}]
+rows.insert(1, {**rows[0], "prompt": long, "extra_info": {"index": 99}})
 pq.write_table(pa.Table.from_pylist(rows), root / "test.parquet")
 """
 
@@ -96,6 +110,10 @@ def run(
         "samples": 2,
         "temperature": 0.7,
         "max_new_tokens": 16,
+        "max_prompt_length": 14,
+        "top_p": 0.9,
+        "top_k": 5,
+        "chat_template_overrides": ["+data.apply_chat_template_kwargs.enable_thinking=False"],
         "tensor_parallel": 1,
         "reward_file": str(inputs / "reward.py"),
         "reward_name": "compute_score",
@@ -143,15 +161,26 @@ def test_the_export_is_evaluated_after_it_and_a_retried_job_reuses_the_report(
     assert summary["regressed"] is False
     report = json.loads((target / evaluate.REPORT_NAME).read_text())
     assert report["export"]["step"] == 2 and len(report["per_prompt"]) == 3
+    # Row 1 is over max_prompt_length: prompts 0..2 are the file's rows 0, 2 and 3.
+    assert [row["index"] for row in report["per_prompt"]] == [0, 2, 3]
+    assert report["held_out"] == {
+        "rows": 5,
+        "dropped_over_max_prompt_length": 1,
+        "max_prompt_length": 14,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    assert summary["held_out"] == report["held_out"]
     assert report["per_prompt"][2]["base"]["greedy_answer"] == "0"
     assert report["per_prompt"][2]["trained"]["sample_scores"] == [1.0, 1.0]
     # What the backend was given: verl's rendering (the chat template with the generation
     # prompt; the word-level tokenizer drops whitespace, so compared without it) and settings.
     record = json.loads((inputs / "base" / scripted_backend.PROMPTS).read_text().splitlines()[-1])
-    assert "".join(record["prompts"][0].split()) == "".join(
-        "<|im_start|>user\nwhat is 0 plus 1 ?<|im_end|>\n<|im_start|>assistant\n".split()
+    rendered = (
+        "<|im_start|>user\nwhat is 0 plus 1 ?<|im_end|>\n<|im_start|>assistant\nthe answer is"
     )
+    assert "".join(record["prompts"][0].split()) == "".join(rendered.split())
     assert (record["samples"], record["temperature"], record["max_new_tokens"]) == (2, 0.7, 16)
+    assert (record["top_p"], record["top_k"]) == (0.9, 5)
 
     base_calls = calls(inputs / "base")
     again = run(inputs, run_dir, target)  # the job resubmitted: training done, export done
@@ -204,7 +233,8 @@ def test_on_a_ray_node_the_task_evaluates_and_the_driver_prints_its_summary(
     command = [
         sys.executable, "evaluate.py", "--base", str(inputs / "base"), "--trained", str(target),
         "--data", str(inputs / "test.parquet"), "--reward-file", str(inputs / "reward.py"),
-        "--prompts", "2", "--samples", "1", "--max-new-tokens", "8", "--on-node", "CPU",
+        "--prompts", "2", "--samples", "1", "--max-new-tokens", "8", "--max-prompt-length", "14",
+        "--on-node", "CPU",
     ]  # fmt: skip
     env = {
         "PYTHONPATH": str(REPO),

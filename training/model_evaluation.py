@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import pulumi
 
@@ -23,10 +23,20 @@ from payloads.export import evaluate
 from training.grpo_spec import GrpoSpec
 from training.run_life import extra_override_value, lora_alpha
 
+Number = TypeVar("Number", int, float)
+
 ROLLOUT_TEMPERATURE_KEY = "actor_rollout_ref.rollout.temperature"
-# verl's default rollout temperature (verl/trainer/config/rollout/rollout.yaml `temperature`,
-# v0.6.1 and 0.9.0).
+ROLLOUT_TOP_P_KEY = "actor_rollout_ref.rollout.top_p"
+ROLLOUT_TOP_K_KEY = "actor_rollout_ref.rollout.top_k"
+# verl's default rollout temperature, top_p and top_k (verl/trainer/config/rollout/rollout.yaml,
+# v0.6.1 and 0.9.0: 1.0, 1 and -1; top_p 1 and top_k -1 switch both off).
 VERL_ROLLOUT_TEMPERATURE = 1.0
+VERL_ROLLOUT_TOP_P = 1.0
+VERL_ROLLOUT_TOP_K = -1
+# verl's data.apply_chat_template_kwargs (verl/trainer/config/data/legacy_data.yaml, v0.6.1 and
+# 0.9.0): passed as **kwargs to apply_chat_template by RLHFDataset (rl_dataset.py) and the agent
+# loop (0.9.0 experimental/agent_loop/agent_loop.py), e.g. Qwen3's enable_thinking.
+CHAT_TEMPLATE_KWARGS_KEY = "data.apply_chat_template_kwargs"
 # Dense bf16 tensor-core peak per GPU, FLOP/s (NVIDIA's datasheets: H100/H200 SXM 1,979 TFLOPS
 # and B200 4.5 PFLOPS and GB200 5 PFLOPS per GPU, each "with sparsity", i.e. twice the dense).
 DENSE_BF16_PEAK = MappingProxyType(
@@ -62,11 +72,38 @@ class EvaluationPlan:
 
 def rollout_temperature(spec: GrpoSpec) -> float:
     """actor_rollout_ref.rollout.temperature as the job sets it, else verl's default."""
-    value = extra_override_value(spec, ROLLOUT_TEMPERATURE_KEY)
+    return _rollout_number(spec, ROLLOUT_TEMPERATURE_KEY, VERL_ROLLOUT_TEMPERATURE, float)
+
+
+def rollout_top_p(spec: GrpoSpec) -> float:
+    """actor_rollout_ref.rollout.top_p as the job sets it, else verl's default."""
+    return _rollout_number(spec, ROLLOUT_TOP_P_KEY, VERL_ROLLOUT_TOP_P, float)
+
+
+def rollout_top_k(spec: GrpoSpec) -> int:
+    """actor_rollout_ref.rollout.top_k as the job sets it, else verl's default."""
+    return _rollout_number(spec, ROLLOUT_TOP_K_KEY, VERL_ROLLOUT_TOP_K, int)
+
+
+def _rollout_number(spec: GrpoSpec, key: str, default: Number, kind: type[Number]) -> Number:
+    """The number extraOverrides gives `key`, else `default` (also for a value that is not one
+    of `kind`: verl's own config check refuses it before the job starts)."""
+    value = extra_override_value(spec, key)
     try:
-        return float(value) if value is not None else VERL_ROLLOUT_TEMPERATURE
+        return kind(value) if value is not None else default
     except ValueError:
-        return VERL_ROLLOUT_TEMPERATURE
+        return default
+
+
+def chat_template_overrides(spec: GrpoSpec) -> list[str]:
+    """The job's extraOverrides of data.apply_chat_template_kwargs (the whole mapping or one of
+    its keys), as given: evaluate.py composes them with verl's config as the job does."""
+    return [
+        override
+        for override in spec.extra_overrides
+        if (key := override.lstrip("+").split("=", 1)[0]) == CHAT_TEMPLATE_KWARGS_KEY
+        or key.startswith(f"{CHAT_TEMPLATE_KWARGS_KEY}.")
+    ]
 
 
 def held_out_rows(settings: StackSettings) -> int | None:
@@ -88,12 +125,17 @@ def evaluation_plan(spec: GrpoSpec, settings: StackSettings) -> EvaluationPlan |
         "data": spec.val_files,
         "samples": chosen.samples,
         "temperature": temperature,
+        "top_p": rollout_top_p(spec),
+        "top_k": rollout_top_k(spec),
         "max_new_tokens": spec.max_response_length,
+        "max_prompt_length": spec.max_prompt_length,
         "tensor_parallel": spec.rollout_tensor_parallel_size,
         "out": eval_report_path(spec.experiment_name),
     }
     if chosen.prompts is not None:
         arguments["prompts"] = chosen.prompts
+    if overrides := chat_template_overrides(spec):
+        arguments["chat_template_overrides"] = overrides
     reward = run_inputs.reward_of(settings)
     if reward is not None:
         arguments["reward_file"] = reward.mounted_path
@@ -241,6 +283,16 @@ def result_rows(result: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         )
     if result.get("regressed"):
         rows.append(("evaluation", "the export scores BELOW its base model beyond the interval"))
+    held_out = result.get("held_out") or {}
+    if held_out.get("dropped_over_max_prompt_length"):
+        rows.append(
+            (
+                "evaluation",
+                f"{_count(held_out['dropped_over_max_prompt_length'])} held-out prompts longer "
+                f"than maxPromptLength {_count(held_out.get('max_prompt_length'))} dropped, as "
+                "verl drops them",
+            )
+        )
     if result.get("report"):
         rows.append(("eval report", str(result["report"])))
     return rows

@@ -3,26 +3,34 @@
     python evaluate.py --base /data/Qwen2.5-0.5B-Instruct --trained /data/models/<experiment> \
         --data /data/gsm8k/test.parquet [--reward-file /data/rewards/<sha>/reward.py \
         --reward-name compute_score] [--prompts 200] [--samples 4] [--temperature 1.0] \
-        --max-new-tokens 1024 [--tensor-parallel 1] [--seed 0] \
-        [--out /data/models/<experiment>/.verl-gke-eval.json] [--on-node GPU]
+        --max-new-tokens 1024 --max-prompt-length 512 [--top-p 1] [--top-k -1] \
+        [--chat-template-overrides '["+data.apply_chat_template_kwargs.enable_thinking=False"]'] \
+        [--tensor-parallel 1] [--seed 0] [--out /data/models/<experiment>/.verl-gke-eval.json] \
+        [--on-node GPU]
 
     # one GPU without vLLM (transformers generates), e.g. a small model and an own dataset:
     VERL_GKE_EVAL_BACKEND=hf python payloads/export/evaluate.py --base base/ --trained export/ \
         --data test.parquet --reward-file reward.py --reward-name compute_score --prompts 200 \
-        --samples 4 --max-new-tokens 256 --out report.json
+        --samples 4 --max-new-tokens 256 --max-prompt-length 512 --out report.json
 
 Exit status 0 with a report, 1 when the evaluation failed (the report and the last line say
 why), 2 for bad arguments. The GRPO job's runner (run_grpo.py) runs it after the export with
 --trained <export folder> --on-node GPU and the flags training/model_evaluation.py renders.
 
-Both models answer the first --prompts rows of --data (all rows when left out): a parquet in
-verl's format (`prompt`: chat messages, `data_source`, `reward_model.ground_truth`,
-`extra_info`). Each prompt is rendered as verl's RLHFDataset renders it
-(verl/utils/dataset/rl_dataset.py __getitem__, v0.6.1: tokenizer.apply_chat_template(messages,
-add_generation_prompt=True, tokenize=False), then tokenized with add_special_tokens=False), and
-answered once greedily and --samples times at --temperature (top-p 1, no top-k, as verl's
-rollout samples), at most --max-new-tokens tokens each (the job's data.max_response_length).
-Each answer, decoded with skip_special_tokens=True, is scored as verl's NaiveRewardManager scores
+Both models answer the first --prompts rows (all when left out) of --data, a parquet in verl's
+format (`prompt`: chat messages, `data_source`, `reward_model.ground_truth`, `extra_info`), that
+verl's validation dataset keeps: verl's own RLHFDataset (verl/utils/dataset/rl_dataset.py) with
+the `data` config composed from verl's ppo_trainer and data.max_prompt_length =
+--max-prompt-length and the job's data.apply_chat_template_kwargs overrides
+(--chat-template-overrides), its maybe_filter_out_long_prompts dropping every prompt longer than
+max_prompt_length as every job does (data.filter_overlong_prompts=True). The report keeps each
+row's index in the file and says how many rows were dropped. Each prompt is rendered as
+RLHFDataset renders it (__getitem__, v0.6.1: tokenizer.apply_chat_template(messages,
+add_generation_prompt=True, tokenize=False, **apply_chat_template_kwargs), then tokenized with
+add_special_tokens=False), and answered once greedily and --samples times at --temperature,
+--top-p and --top-k (the rollout's; -1: off), at most --max-new-tokens tokens each (the job's
+data.max_response_length). Each answer's token ids, decoded with skip_special_tokens=True as
+verl's reward manager decodes them, are scored as verl's NaiveRewardManager scores
 it (verl/workers/reward_manager/naive.py: compute_score(data_source=, solution_str=,
 ground_truth=, extra_info=); a dict's "score"), by the function verl would load: with
 --reward-file, verl.trainer.ppo.reward.get_custom_reward_fn (custom_reward_function.path/name,
@@ -31,9 +39,10 @@ which picks the scorer by data_source.
 
 Metrics, per model: greedy pass@1 (the mean over prompts of the greedy answer's score) and
 mean@k (the mean over prompts of the mean score of the k sampled answers), and trained - base
-for both. Interval: 95 % normal interval over prompts, mean +- z(0.975) * s / sqrt(n), with s the
-sample standard deviation (n - 1) of the per-prompt values (for the difference: of the paired
-per-prompt differences trained_i - base_i, which removes the prompts' own difficulty from the
+for both. Interval: 95 % Student's t interval over prompts, mean +- t(0.975, n - 1) * s / sqrt(n),
+with s the sample standard deviation (n - 1) of the per-prompt values (t's quantile from the
+series of Abramowitz & Stegun 26.7.3-4, by bisection); for the difference, of the paired
+per-prompt differences trained_i - base_i (which removes the prompts' own difficulty from the
 spread). The evaluation is flagged `regressed` when the primary metric's difference interval
 lies wholly below 0 (mean@k; greedy pass@1 when --samples is 0).
 
@@ -56,8 +65,8 @@ Generation backend (VERL_GKE_EVAL_BACKEND): "vllm" (default; vllm.LLM with tenso
 installed; VERL_GKE_EVAL_HF_BATCH prompts per batch, default 16, each with its k samples), or
 "<module>:<factory>" (a factory with the same signature as the two built in: tests use a
 scripted one). --seed seeds the sampling (vLLM's per-request seed; torch's for hf). Stdlib at
-module level: vllm, transformers, torch, pyarrow and verl are imported only in the child that
-generates.
+module level: vllm, transformers, torch, hydra, datasets and verl are imported only in the child
+that generates.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -91,8 +101,8 @@ BACKEND_ENV = "VERL_GKE_EVAL_BACKEND"
 WORKER_PYTHON_ENV = "VERL_GKE_EVAL_WORKER_PYTHON"
 DEFAULT_BACKEND = "vllm"
 ROLES = ("base", "trained")
-# 95 % two-sided: z(0.975) of the standard normal.
-Z95 = statistics.NormalDist().inv_cdf(0.975)
+# 95 % two-sided interval: the 0.975 quantile of Student's t with n - 1 degrees of freedom.
+CONFIDENCE = 0.95
 # verl's data config (verl/trainer/config/data/legacy_data.yaml, v0.6.1): prompt_key,
 # reward_fn_key.
 PROMPT_KEY = "prompt"
@@ -118,10 +128,15 @@ class EvalSettings:
     samples: int
     temperature: float
     max_new_tokens: int
+    max_prompt_length: int
     reward_file: str | None
     reward_name: str
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    top_p: float = 1.0
+    top_k: int = -1
+    # The job's Hydra overrides of data.apply_chat_template_kwargs (from extraOverrides).
+    chat_template_overrides: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -132,15 +147,60 @@ class Interval:
     n: int
 
 
-def normal_interval(values: Sequence[float]) -> Interval:
-    """mean +- z(0.975) * s / sqrt(n), s the sample standard deviation; no bounds for n < 2."""
+def student_t_central(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with `df` degrees of freedom (t >= 0): the finite series of
+    Abramowitz & Stegun, Handbook of Mathematical Functions, 26.7.3 (df odd) and 26.7.4 (df
+    even), with theta = arctan(t / sqrt(df))."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2 == 1:
+        # 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ... up to cos^(df-3)))
+        total, term = 0.0, 1.0
+        for k in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= 2 * k / (2 * k + 1) * c2
+        series = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
+        return 2 / math.pi * (theta + series)
+    # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))
+    total, term = 0.0, 1.0
+    for k in range(1, df // 2 + 1):
+        total += term
+        term *= (2 * k - 1) / (2 * k) * c2
+    return math.sin(theta) * total
+
+
+@functools.cache
+def student_t_quantile(p: float, df: int) -> float:
+    """The p quantile (p > 0.5) of Student's t with `df` degrees of freedom: bisection on
+    student_t_central, to double precision."""
+    if df < 1 or not 0.5 < p < 1:
+        raise ValueError(f"student_t_quantile({p}, {df}): needs df >= 1 and 0.5 < p < 1")
+    central = 2 * p - 1
+    low, high = 0.0, 1.0
+    while student_t_central(high, df) < central:
+        low, high = high, high * 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        if student_t_central(middle, df) < central:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def t_interval(values: Sequence[float]) -> Interval:
+    """mean +- t(0.975, n - 1) * s / sqrt(n), s the sample standard deviation; no bounds for
+    n < 2."""
     n = len(values)
     if n == 0:
         raise EvaluationError("no prompts were scored")
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, None, None, n)
-    half = Z95 * statistics.stdev(values) / math.sqrt(n)
+    quantile = student_t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
+    half = quantile * statistics.stdev(values) / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
 
 
@@ -165,10 +225,10 @@ def summarize(parts: dict[str, dict[str, Any]], samples: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"prompts": len(base), "primary": metrics[-1]}
     for role, rows in (("base", base), ("trained", trained)):
-        out[role] = {m: _rounded(normal_interval([value(r, m) for r in rows])) for m in metrics}
+        out[role] = {m: _rounded(t_interval([value(r, m) for r in rows])) for m in metrics}
     out["difference"] = {
         m: _rounded(
-            normal_interval([value(t, m) - value(b, m) for b, t in zip(base, trained, strict=True)])
+            t_interval([value(t, m) - value(b, m) for b, t in zip(base, trained, strict=True)])
         )
         for m in metrics
     }
@@ -178,7 +238,8 @@ def summarize(parts: dict[str, dict[str, Any]], samples: int) -> dict[str, Any]:
 
 
 INTERVAL_TEXT = (
-    "95 % normal interval over prompts: mean +- 1.96 s / sqrt(n) of the per-prompt scores "
+    "95 % Student's t interval over prompts: mean +- t(0.975, n - 1) s / sqrt(n) of the "
+    "per-prompt scores "
     "(greedy: the greedy answer's score; mean_at_k: the mean of the k samples' scores); for the "
     "difference, of the paired per-prompt differences trained - base"
 )
@@ -245,6 +306,9 @@ class GenerationRequest:
     max_new_tokens: int
     seed: int
     tensor_parallel: int
+    # verl's rollout.top_p / top_k (rollout.yaml, v0.6.1 and 0.9.0: 1 and -1, both off).
+    top_p: float = 1.0
+    top_k: int = -1
 
 
 class Generator(Protocol):
@@ -262,6 +326,7 @@ class VllmGenerator:
     def __init__(self, model_dir: str, tokenizer: Any, request: GenerationRequest) -> None:
         from vllm import LLM
 
+        self.tokenizer = tokenizer
         longest = max(len(ids) for ids in request.prompt_ids)
         self.llm = LLM(
             model=model_dir,
@@ -277,23 +342,36 @@ class VllmGenerator:
 
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request.prompt_ids]
         greedy = self.llm.generate(
-            prompts, SamplingParams(n=1, temperature=0.0, max_tokens=request.max_new_tokens)
+            prompts,
+            SamplingParams(n=1, temperature=0.0, max_tokens=request.max_new_tokens),
+            use_tqdm=False,
         )
         sampled: list[Any] = [None] * len(prompts)
         if request.samples > 0:
-            # verl's rollout samples with top_p 1 and top_k -1 (rollout.yaml, v0.6.1): vLLM's
-            # defaults, which switch both off.
+            # The rollout's top_p and top_k as verl's vLLM rollout passes them to SamplingParams
+            # (verl's -1 top_k is vLLM's "off" too).
             params = SamplingParams(
                 n=request.samples,
                 temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
                 max_tokens=request.max_new_tokens,
                 seed=request.seed,
             )
-            sampled = self.llm.generate(prompts, params)
+            sampled = self.llm.generate(prompts, params, use_tqdm=False)
         return [
-            Answers(g.outputs[0].text, [o.text for o in s.outputs] if s is not None else [])
+            Answers(
+                self._text(g.outputs[0]),
+                [self._text(o) for o in s.outputs] if s is not None else [],
+            )
             for g, s in zip(greedy, sampled, strict=True)
         ]
+
+    def _text(self, output: Any) -> str:
+        """The answer's token ids decoded as verl's reward manager decodes the response
+        (verl/workers/reward_manager/naive.py __call__: tokenizer.decode(valid_response_ids,
+        skip_special_tokens=True)), not vLLM's own detokenized text."""
+        return self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)
 
 
 class HfGenerator:
@@ -328,18 +406,19 @@ class HfGenerator:
         input_ids = torch.tensor([[self.pad] * (width - len(x)) + x for x in ids])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
         # A config of its own: the model's generation_config.json (an instruct model's do_sample,
-        # temperature, top_k, top_p, repetition_penalty) must not change the answers; verl's
-        # rollout samples with top_p 1 and no top-k (rollout.yaml, v0.6.1), greedy for the greedy
-        # answer. transformers 4.50-4.x replace every field left at GenerationConfig()'s default
-        # by the model's unless use_model_defaults=False (generation/utils.py
-        # _prepare_generation_config, 4.57.1); 5.x keeps explicit values and has no such flag.
+        # temperature, top_k, top_p, repetition_penalty) must not change the answers; sampled
+        # with the rollout's top_p and top_k (verl's top_k -1, off, is transformers' 0), greedy
+        # for the greedy answer. transformers 4.50-4.x replace every field left at
+        # GenerationConfig()'s default by the model's unless use_model_defaults=False
+        # (generation/utils.py _prepare_generation_config, 4.57.1); 5.x keeps explicit values
+        # and has no such flag.
         config = self.GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             num_return_sequences=n,
             do_sample=sample,
             temperature=request.temperature if sample else 1.0,
-            top_p=1.0,
-            top_k=0,
+            top_p=request.top_p if sample else 1.0,
+            top_k=max(request.top_k, 0) if sample else 0,
             num_beams=1,
             repetition_penalty=1.0,
             pad_token_id=self.pad,
@@ -393,21 +472,80 @@ def backend_factory(name: str) -> BackendFactory:
 # --- one model: rows, prompts, reward (a child process; imports verl and the backend) -----------
 
 
-def read_rows(path: str, limit: int | None) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+def verl_data_config(settings: EvalSettings) -> Any:
+    """verl's `data` config as the job's main_ppo composes it (Hydra, verl's ppo_trainer,
+    as main_ppo's @hydra.main) for what decides the held-out prompts: data.max_prompt_length
+    and the job's data.apply_chat_template_kwargs overrides. filter_overlong_prompts is off
+    here: held_out_rows runs verl's filter itself, keeping each row's index."""
+    import importlib.util
 
-    table = pq.read_table(path)
-    if limit is not None:
-        table = table.slice(0, limit)
-    return table.to_pylist()
+    from hydra import compose, initialize_config_dir
+
+    spec = importlib.util.find_spec("verl.trainer.main_ppo")
+    if spec is None or spec.origin is None:
+        raise EvaluationError("verl.trainer.main_ppo is not importable in this interpreter")
+    overrides = [
+        f"data.max_prompt_length={settings.max_prompt_length}",
+        "data.filter_overlong_prompts=False",
+        *settings.chat_template_overrides,
+    ]
+    config_dir = str(Path(spec.origin).parent / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides).data
 
 
-def render_prompts(tokenizer: Any, rows: list[dict[str, Any]]) -> list[list[int]]:
-    """verl's RLHFDataset.__getitem__ (rl_dataset.py, v0.6.1), text-only rows."""
+@dataclass(frozen=True)
+class HeldOut:
+    """The rows verl's validation dataset keeps, in file order, and what it dropped."""
+
+    rows: list[dict[str, Any]]
+    indices: list[int]  # each kept row's index in the file
+    total: int  # rows in the file
+    dropped: int  # rows over max_prompt_length, among the first `indices[-1] + 1`
+    chat_template_kwargs: dict[str, Any]
+
+
+INDEX_COLUMN = "__verl_gke_row_index"
+
+
+def held_out_rows(settings: EvalSettings, tokenizer: Any, data_config: Any) -> HeldOut:
+    """The first settings.prompts rows that verl's RLHFDataset keeps for validation: it drops
+    every prompt longer than data.max_prompt_length, rendered with the chat template and
+    data.apply_chat_template_kwargs (rl_dataset.py maybe_filter_out_long_prompts, run by every
+    job: training/grpo_spec.py FIXED_OVERRIDES data.filter_overlong_prompts=True)."""
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    dataset = RLHFDataset(data_files=settings.data, tokenizer=tokenizer, config=data_config)
+    frame = dataset.dataframe
+    indexed = frame.add_column(INDEX_COLUMN, list(range(len(frame))))
+    dataset.filter_overlong_prompts = True  # the job's data.filter_overlong_prompts=True
+    kept = list(dataset.maybe_filter_out_long_prompts(indexed)[INDEX_COLUMN])
+    chosen = kept[: settings.prompts] if settings.prompts is not None else kept
+    scanned = chosen[-1] + 1 if chosen else len(frame)
+    kwargs = OmegaConf.to_container(
+        data_config.get("apply_chat_template_kwargs") or OmegaConf.create({}), resolve=True
+    )
+    return HeldOut(
+        rows=frame.select(chosen).to_list(),
+        indices=chosen,
+        total=len(frame),
+        dropped=scanned - len(chosen),
+        chat_template_kwargs=dict(kwargs or {}),
+    )
+
+
+def render_prompts(
+    tokenizer: Any, rows: list[dict[str, Any]], chat_template_kwargs: dict[str, Any] | None = None
+) -> list[list[int]]:
+    """verl's RLHFDataset.__getitem__ (rl_dataset.py, v0.6.1), text-only rows: the chat
+    template with data.apply_chat_template_kwargs (e.g. Qwen3's enable_thinking), passed as
+    **kwargs as __getitem__ and 0.9.0's agent loop (agent_loop.py) pass them."""
+    kwargs = chat_template_kwargs or {}
     ids = []
     for row in rows:
         raw = tokenizer.apply_chat_template(
-            list(row[PROMPT_KEY]), add_generation_prompt=True, tokenize=False
+            list(row[PROMPT_KEY]), add_generation_prompt=True, tokenize=False, **kwargs
         )
         ids.append(tokenizer(raw, add_special_tokens=False)["input_ids"])
     return ids
@@ -472,23 +610,30 @@ def generate_and_score(
     """Each model (role -> folder) answers the rows; one scored part per role in parts_dir."""
     import gc
 
-    rows = read_rows(settings.data, settings.prompts)
-    if not rows:
-        raise EvaluationError(f"{settings.data} has no rows")
     compute_score = load_reward(settings.reward_file, settings.reward_name, settings.reward_kwargs)
+    data_config = verl_data_config(settings)
     from transformers import AutoTokenizer
 
     backend = os.environ.get(BACKEND_ENV, DEFAULT_BACKEND)
     for role, model_dir in models.items():
         started = time.monotonic()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        held_out = held_out_rows(settings, tokenizer, data_config)
+        rows = held_out.rows
+        if not rows:
+            raise EvaluationError(
+                f"{settings.data}: none of its {held_out.total} rows has a prompt of at most "
+                f"max_prompt_length {settings.max_prompt_length} tokens (verl drops longer ones)"
+            )
         request = GenerationRequest(
-            prompt_ids=render_prompts(tokenizer, rows),
+            prompt_ids=render_prompts(tokenizer, rows, held_out.chat_template_kwargs),
             samples=settings.samples,
             temperature=settings.temperature,
             max_new_tokens=settings.max_new_tokens,
             seed=settings.seed,
             tensor_parallel=tensor_parallel,
+            top_p=settings.top_p,
+            top_k=settings.top_k,
         )
         print(f"evaluate: {role}: {len(rows)} prompts, {backend} on {model_dir}", flush=True)
         generator = backend_factory(backend)(model_dir, tokenizer, request)
@@ -507,12 +652,18 @@ def generate_and_score(
                 "sample_scores": [score(compute_score, row, text) for text in answer.samples],
                 "greedy_answer": answer.greedy,
             }
-            for index, (row, answer) in enumerate(zip(rows, answers, strict=True))
+            for index, row, answer in zip(held_out.indices, rows, answers, strict=True)
         ]
         part = {
             "role": role,
             "model": model_dir,
             "backend": backend,
+            "held_out": {
+                "rows": held_out.total,
+                "dropped_over_max_prompt_length": held_out.dropped,
+                "max_prompt_length": settings.max_prompt_length,
+                "chat_template_kwargs": held_out.chat_template_kwargs,
+            },
             "seconds": round(time.monotonic() - started, 1),
             "prompts": prompts,
         }
@@ -546,6 +697,9 @@ def settings_argv(args: argparse.Namespace) -> list[str]:
     argv = [
         "--data", args.data, "--samples", str(args.samples),
         "--temperature", str(args.temperature), "--max-new-tokens", str(args.max_new_tokens),
+        "--max-prompt-length", str(args.max_prompt_length),
+        "--top-p", str(args.top_p), "--top-k", str(args.top_k),
+        "--chat-template-overrides", json.dumps(args.chat_template_overrides),
         "--reward-name", args.reward_name, "--reward-kwargs", json.dumps(args.reward_kwargs),
         "--seed", str(args.seed), "--tensor-parallel", str(args.tensor_parallel),
     ]  # fmt: skip
@@ -563,10 +717,14 @@ def settings_of(args: argparse.Namespace) -> EvalSettings:
         samples=args.samples,
         temperature=args.temperature,
         max_new_tokens=args.max_new_tokens,
+        max_prompt_length=args.max_prompt_length,
         reward_file=args.reward_file,
         reward_name=args.reward_name,
         reward_kwargs=args.reward_kwargs,
         seed=args.seed,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        chat_template_overrides=list(args.chat_template_overrides),
     )
 
 
@@ -610,6 +768,13 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if loaded is None:
             raise EvaluationError(f"the {role} model's generation wrote no results to {parts_dir}")
         parts[role] = loaded
+    indices = {role: [row["index"] for row in parts[role]["prompts"]] for role in ROLES}
+    if indices["base"] != indices["trained"]:
+        raise EvaluationError(
+            "the two models' tokenizers kept different rows under max_prompt_length "
+            f"{args.max_prompt_length} (base: {len(indices['base'])}, trained: "
+            f"{len(indices['trained'])}); the trained model's tokenizer is not its base model's"
+        )
     summary = summarize(parts, args.samples)
     per_prompt = [
         {
@@ -630,6 +795,7 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "settings": asdict(settings),
         "backend": parts["trained"]["backend"],
         "interval": INTERVAL_TEXT,
+        "held_out": parts["base"]["held_out"],
         **summary,
         "seconds": {
             "base": parts["base"]["seconds"],
@@ -776,6 +942,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=4, help="k sampled answers per prompt")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument(
+        "--max-prompt-length",
+        type=int,
+        required=True,
+        help="the job's data.max_prompt_length: longer prompts are dropped, as verl drops them",
+    )
+    p.add_argument("--top-p", type=float, default=1.0, help="of the sampled answers (rollout's)")
+    p.add_argument("--top-k", type=int, default=-1, help="of the sampled answers; -1: off")
+    p.add_argument(
+        "--chat-template-overrides",
+        type=_string_list,
+        default=[],
+        help="JSON list of the job's data.apply_chat_template_kwargs Hydra overrides",
+    )
     p.add_argument("--reward-file", help="verl custom_reward_function.path (default: verl's)")
     p.add_argument("--reward-name", default="compute_score")
     p.add_argument("--reward-kwargs", type=json.loads, default={})
@@ -798,8 +978,19 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error(f"--samples {args.samples}: give 0 (greedy only) or more")
     if args.samples > 0 and not args.temperature > 0:
         p.error(f"--temperature {args.temperature}: sampling needs a temperature above 0")
-    if args.max_new_tokens < 1 or args.tensor_parallel < 1:
-        p.error("--max-new-tokens and --tensor-parallel must be at least 1")
+    if args.max_new_tokens < 1 or args.tensor_parallel < 1 or args.max_prompt_length < 1:
+        p.error("--max-new-tokens, --max-prompt-length and --tensor-parallel must be at least 1")
+    if not 0 < args.top_p <= 1:
+        p.error(f"--top-p {args.top_p}: give a value above 0 and at most 1 (1: off)")
+    if args.top_k < -1:
+        p.error(f"--top-k {args.top_k}: give -1 (off) or a count of at least 1")
+
+
+def _string_list(text: str) -> list[str]:
+    value = json.loads(text)
+    if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a JSON list of strings")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -461,7 +461,7 @@ def evaluation_argv(options: dict[str, Any]) -> list[str]:
     """evaluate.py's flags from the runner's --evaluation object (training/model_evaluation.py)."""
     argv: list[str] = []
     for key, value in options.items():
-        shown = json.dumps(value) if isinstance(value, dict) else str(value)
+        shown = json.dumps(value) if isinstance(value, dict | list) else str(value)
         argv += [f"--{key.replace('_', '-')}", shown]
     return argv
 

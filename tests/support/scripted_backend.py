@@ -2,7 +2,8 @@
 is (VERL_GKE_EVAL_BACKEND=tests.support.scripted_backend:ScriptedGenerator): the answers are read
 from <model folder>/scripted_answers.json, and every prompt it was given is recorded, decoded, in
 <model folder>/scripted_prompts.jsonl (one line per call), so a test can check what evaluate.py
-rendered. No model is loaded: only the folder's tokenizer is used (by evaluate.py).
+rendered, with the sampling settings it was given. No model is loaded: only the folder's
+tokenizer is used (by evaluate.py).
 
 scripted_answers.json: a list with one entry per prompt, {"greedy": TEXT, "samples": [TEXT, ...]}.
 """
@@ -30,6 +31,8 @@ class ScriptedGenerator:
             "samples": request.samples,
             "temperature": request.temperature,
             "max_new_tokens": request.max_new_tokens,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
             "tensor_parallel": request.tensor_parallel,
         }
         with open(self.folder / PROMPTS, "a") as log:
