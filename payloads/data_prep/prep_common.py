@@ -106,6 +106,15 @@ def write_marker(
     return path
 
 
+def parquet_done(root: Path, step: str, inputs: dict[str, str], out: Path) -> bool:
+    """Whether the step's marker holds these inputs and out has both parquet files (logged as
+    skipped)."""
+    if is_done(root, step, inputs) and all(is_nonempty_file(out / f) for f in GSM8K_FILES):
+        log(step, f"skipped: {out} already has {', '.join(GSM8K_FILES)}")
+        return True
+    return False
+
+
 def clear_marker(root: Path, name: str) -> None:
     # Before touching a step's outputs, so that an interruption can never leave a marker that
     # vouches for half-rewritten files.

@@ -72,10 +72,7 @@ def prepare_hub_dataset(
 ) -> None:
     step = "dataset"
     inputs = {"dataset": dataset, "columns": json.dumps(columns, sort_keys=True), "out": str(out)}
-    if common.is_done(root, step, inputs) and all(
-        common.is_nonempty_file(out / f) for f in common.GSM8K_FILES
-    ):
-        common.log(step, f"skipped: {out} already has {', '.join(common.GSM8K_FILES)}")
+    if common.parquet_done(root, step, inputs, out):
         return
     started = time.monotonic()
     common.clear_marker(root, step)

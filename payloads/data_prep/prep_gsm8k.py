@@ -31,10 +31,7 @@ def prepare_gsm8k(root: Path, verl: Path) -> None:
     out = root / common.GSM8K_DIR
     # The rows do not depend on the verl version, so a new --verl-ref does not redo this step.
     inputs = {"dataset": "openai/gsm8k", "output_dir": str(out)}
-    if common.is_done(root, step, inputs) and all(
-        common.is_nonempty_file(out / f) for f in common.GSM8K_FILES
-    ):
-        common.log(step, f"skipped: {out} already has {', '.join(common.GSM8K_FILES)}")
+    if common.parquet_done(root, step, inputs, out):
         return
     started = time.monotonic()
     common.clear_marker(root, step)
