@@ -1,5 +1,6 @@
-"""The dataset step for verl-gke:dataset on the Hub: its rows converted to verl's format through
---dataset-columns; and the reward step: --reward-file copied where verl reads it."""
+"""The dataset step: a Hub dataset (verl-gke:dataset, or GSM8K with --verl-from-image) converted
+to verl's format through its columns; and the reward step: --reward-file copied where verl reads
+it."""
 
 from __future__ import annotations
 
