@@ -567,7 +567,7 @@ def test_bucket_kept_on_destroy_unless_told(delete: str, retained: bool) -> None
     assert bucket.inputs["forceDestroy"] is (not retained)
 
 
-# --- data preparation (the tutorial's + the payloads/prepare_data.py contract) ---------------
+# --- data preparation (the tutorial's + the payloads/data_prep contract) -----------------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
