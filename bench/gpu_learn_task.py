@@ -181,7 +181,7 @@ def cpu_data_stage(request: dict[str, Any]) -> dict[str, Any]:
     """In a verl virtualenv (bench/gpu_learn.py --device cpu): the rows, the tokenizer, a few
     warm-up steps on CPU and the data-prep Job's own command on them; what data prep wrote."""
     from bench import gpu_run
-    from payloads.prepare_data import PREP_DIR
+    from payloads.data_prep.prep_common import PREP_DIR
 
     work = Path(request["work"])
     rows, train, test = write_rows(work / "src-sums")

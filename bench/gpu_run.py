@@ -86,34 +86,36 @@ def data_prep_argv(settings: Any, spec: Any, data_root: Path | None = None) -> l
 
 
 def run_data_prep(argv: list[str], sources: dict[str, Path], model_source: Path) -> None:
-    """payloads/prepare_data.py's main on argv, with the Hub read replaced by the folders written
-    here (stdlib imports only: also runs in a verl virtualenv, see cpu_data_stage)."""
-    from payloads import prepare_data
+    """payloads/data_prep/prepare_data.py's main on argv, with the Hub read (prep_dataset's
+    load_hub_dataset, which its dataset step calls) replaced by the folders written here (stdlib
+    imports only: also runs in a verl virtualenv, see cpu_data_stage)."""
+    from payloads.data_prep import prep_dataset, prepare_data
 
-    hub = prepare_data.load_hub_dataset
+    hub = prep_dataset.load_hub_dataset
 
     def local_hub(dataset: str, columns: dict[str, str], token: Any, source: Any = None) -> Any:
         # A folder of JSON lines has no Hub configurations (openai/gsm8k's "main").
         local = {k: v for k, v in columns.items() if k != "subset"}
         return hub(dataset, local, token, str(sources[dataset]))
 
-    prepare_data.load_hub_dataset = local_hub
+    prep_dataset.load_hub_dataset = local_hub
     try:
         code = prepare_data.main([*argv, "--model-source", str(model_source)])
     finally:
-        prepare_data.load_hub_dataset = hub
+        prep_dataset.load_hub_dataset = hub
     if code != 0:
         raise RuntimeError(f"prepare_data exited {code}")
 
 
 def prepare_data(settings: Any, spec: Any, sources: dict[str, Path], model_source: Path) -> None:
-    """The data-prep Job's own command, run by payloads/prepare_data.py's main on local rows."""
+    """The data-prep Job's own command, run by payloads/data_prep/prepare_data.py's main on local
+    rows."""
     run_data_prep(data_prep_argv(settings, spec), sources, model_source)
 
 
 def build_inputs(work: Path) -> tuple[dict[str, Path], Path, list[str]]:
     """The rows (GSM8K format, and an own dataset) and the tiny model with its tokenizer."""
-    from payloads.prepare_data import GSM8K_INSTRUCTION
+    from payloads.data_prep.prep_gsm8k import GSM8K_INSTRUCTION
 
     gsm = support.write_jsonl(
         work / "src-gsm8k", {"train": support.gsm8k_rows(64), "test": support.gsm8k_rows(16, 64)}
@@ -132,8 +134,9 @@ def build_inputs(work: Path) -> tuple[dict[str, Path], Path, list[str]]:
 def prompt_lengths(data_root: Path) -> dict[str, Any]:
     """What the data prep's lengths step wrote: per split, rows and prompts longer than the job's
     max_prompt_length, counted with the model's chat template as verl's RLHFDataset filter counts
-    them (payloads/prepare_data.py check_prompt_lengths)."""
-    from payloads.prepare_data import LENGTHS_SUMMARY, PREP_DIR
+    them (payloads/data_prep/prep_checks.py check_prompt_lengths)."""
+    from payloads.data_prep.prep_checks import LENGTHS_SUMMARY
+    from payloads.data_prep.prep_common import PREP_DIR
 
     return json.loads((data_root / PREP_DIR / LENGTHS_SUMMARY).read_text())
 

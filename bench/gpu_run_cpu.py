@@ -6,7 +6,7 @@
    training.assembly for 1 node x 1 GPU, their RayJobArgs as the bench submits them, and the
    provider's Check through the real `python -m pulumi.dynamic` host.
 2. Data prep on local rows: the same rows, tiny Qwen2 and tokenizer as on the GPU machine, and
-   the data-prep Job's own command run by payloads/prepare_data.py's main (the bench's
+   the data-prep Job's own command run by payloads/data_prep/prepare_data.py's main (the bench's
    run_data_prep), with the volume under the work folder. It needs datasets, pyarrow and
    transformers, which the program's virtualenv lacks: it runs in verl 0.9.0's
    (`python bench/gpu_run_cpu.py` with its request on stdin).
@@ -148,7 +148,7 @@ def data_stage(request: dict[str, Any]) -> dict[str, Any]:
     """In a verl virtualenv: the inputs the GPU run builds, the data prep of each job on them,
     and what it wrote (its step markers, its prompt lengths)."""
     from bench import gpu_run
-    from payloads.prepare_data import PREP_DIR
+    from payloads.data_prep.prep_common import PREP_DIR
 
     sources, model, _ = gpu_run.build_inputs(Path(request["work"]))
     report: dict[str, Any] = {}

@@ -28,8 +28,8 @@ class DataPreparationArgs:
     storage: TrainingStorage
     # The GRPO job: its prompt limit and train batch decide which datasets the Job refuses.
     spec: GrpoSpec
-    # The script's text; read from payloads/prepare_data.py when not given.
-    script: str | None = None
+    # The payload's files by name; read from payloads/data_prep/ when not given.
+    scripts: dict[str, str] | None = None
     # The image repository and its reader role, where the pod pulls through it (image streaming).
     image_registry: ImageRegistry | None = None
 
@@ -43,9 +43,9 @@ class DataPreparation(pulumi.ComponentResource):
         super().__init__("verl-gke:data_preparation:DataPreparation", name, None, opts)
         s = args.settings
         provider = args.cluster.provider
-        script = args.script if args.script is not None else manifests.read_script()
+        scripts = args.scripts if args.scripts is not None else manifests.read_scripts()
 
-        config_map_body = manifests.script_configmap(s, script)
+        config_map_body = manifests.script_configmap(s, scripts)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
             metadata=config_map_body["metadata"],
@@ -63,9 +63,7 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
-        job_body = manifests.data_prep_job(
-            s, args.spec, script, args.cluster.cpu_pool_name
-        )
+        job_body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name)
         # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
         # first. The fixed name means a changed Job is deleted before its replacement starts.
         self.job = k8s.batch.v1.Job(

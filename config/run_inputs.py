@@ -162,7 +162,7 @@ _LOCAL_PATH = re.compile(
 # (configurations main and socratic): question and answer, the two verl's
 # examples/data_preprocess/gsm8k.py (v0.6.1) pops from each row. Other datasets' columns are
 # checked by the data-prep Job, which fails naming the columns the split has
-# (payloads/prepare_data.py load_splits).
+# (payloads/data_prep/prep_dataset.py prepare_hub_dataset).
 KNOWN_COLUMNS: dict[str, dict[str, str]] = {
     "openai/gsm8k": {"prompt": "question", "answer": "answer"}
 }

@@ -1,7 +1,7 @@
-"""The tutorial's data-preparation Job and the ConfigMap that carries its script.
+"""The tutorial's data-preparation Job and the ConfigMap that carries its payload.
 
-The Job runs payloads/prepare_data.py on the CPU nodes: it clones verl at the stack's ref into
-/data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
+The Job runs payloads/data_prep/prepare_data.py on the CPU nodes: it clones verl at the stack's
+ref into /data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
 /data/gsm8k/{train,test}.parquet (or converts / checks verl-gke:dataset), copies
 verl-gke:reward's file next to it and downloads the model to /data/<model dir>, skipping every
 step that is already complete.
@@ -42,8 +42,13 @@ from training.grpo_preflight import train_batch_step
 from training.grpo_spec import GrpoSpec
 
 JOB_NAME = "data-prep-job"
+# The payload's folder: every module in it is one key of the ConfigMap, mounted flat at
+# SCRIPT_DIR, where the entry SCRIPT_KEY imports the others by plain name.
+PAYLOAD_DIR = Path(__file__).resolve().parent.parent / "payloads" / "data_prep"
 SCRIPT_KEY = "prepare_data.py"
-SCRIPT_FILE = Path(__file__).resolve().parent.parent / "payloads" / SCRIPT_KEY
+SCRIPT_FILE = PAYLOAD_DIR / SCRIPT_KEY
+# The package marker of payloads.data_prep; the flat folder in the pod needs none.
+PACKAGE_MARKER = "__init__.py"
 SCRIPT_DIR = "/scripts"
 # The ConfigMap key of verl-gke:reward's file, next to the script.
 REWARD_KEY = "reward.py"
@@ -76,20 +81,27 @@ class MissingScriptError(FileNotFoundError):
     pass
 
 
-def read_script(path: Path = SCRIPT_FILE) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
+def read_scripts(folder: Path = PAYLOAD_DIR) -> dict[str, str]:
+    """The ConfigMap's files: every module of the payload's folder, by file name."""
+    if not (folder / SCRIPT_KEY).is_file():
         raise MissingScriptError(
-            f"{path} is missing: the data-prep Job ships it to the cluster as a ConfigMap. "
-            f"Restore it from git (git checkout -- payloads/{SCRIPT_KEY})."
-        ) from None
+            f"{folder / SCRIPT_KEY} is missing: the data-prep Job ships {folder}'s modules to the "
+            f"cluster as a ConfigMap. Restore them from git (git checkout -- "
+            f"{PAYLOAD_DIR.relative_to(PAYLOAD_DIR.parent.parent)})."
+        )
+    return {
+        path.name: path.read_text()
+        for path in sorted(folder.glob("*.py"))
+        if path.name != PACKAGE_MARKER
+    }
 
 
-def script_configmap_name(script: str, reward: str | None = None) -> str:
-    # The name follows the content, so a changed script or reward file gives the Job a new spec
-    # and Pulumi replaces (re-runs) it; the script skips what is already done.
-    content = script if reward is None else f"{script}\0{reward}"
+def script_configmap_name(scripts: dict[str, str], reward: str | None = None) -> str:
+    # The name follows the content (every file's name and text), so a changed module or reward
+    # file gives the Job a new spec and Pulumi replaces (re-runs) it; the script skips what is
+    # already done.
+    files = scripts if reward is None else {**scripts, REWARD_KEY: reward}
+    content = "\0".join(f"{key}\0{files[key]}" for key in sorted(files))
     digest = hashlib.sha256(content.encode()).hexdigest()[:10]
     return f"data-prep-script-{digest}"
 
@@ -99,22 +111,22 @@ def _reward_source(settings: StackSettings) -> str | None:
     return reward.source() if reward is not None else None
 
 
-def _configmap_data(settings: StackSettings, script: str) -> dict[str, str]:
+def _configmap_data(settings: StackSettings, scripts: dict[str, str]) -> dict[str, str]:
     reward = _reward_source(settings)
-    return {SCRIPT_KEY: script} if reward is None else {SCRIPT_KEY: script, REWARD_KEY: reward}
+    return dict(scripts) if reward is None else {**scripts, REWARD_KEY: reward}
 
 
-def script_configmap(settings: StackSettings, script: str) -> Manifest:
+def script_configmap(settings: StackSettings, scripts: dict[str, str]) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(
-            script_configmap_name(script, _reward_source(settings)),
+            script_configmap_name(scripts, _reward_source(settings)),
             "data-prep",
             settings.namespace,
             annotations=accepted_findings(default_namespace_findings(settings)),
         ),
-        "data": _configmap_data(settings, script),
+        "data": _configmap_data(settings, scripts),
     }
 
 
@@ -180,7 +192,7 @@ def run_input_args(settings: StackSettings) -> list[str]:
 
 
 def data_prep_job(
-    settings: StackSettings, spec: GrpoSpec, script: str, cpu_pool_name: str | None
+    settings: StackSettings, spec: GrpoSpec, scripts: dict[str, str], cpu_pool_name: str | None
 ) -> Manifest:
     """The data-prep Job's body.
 
@@ -219,7 +231,7 @@ def data_prep_job(
         ],
     }
     # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
-    job = _job(settings, container, pod_annotations, script, cpu_pool_name)
+    job = _job(settings, container, pod_annotations, scripts, cpu_pool_name)
     return through_registry(job, settings.image_pull)
 
 
@@ -227,7 +239,7 @@ def _job(
     settings: StackSettings,
     container: dict[str, Any],
     pod_annotations: dict[str, str],
-    script: str,
+    scripts: dict[str, str],
     cpu_pool_name: str | None,
 ) -> Manifest:
     return {
@@ -260,7 +272,7 @@ def _job(
                         {
                             "name": "script",
                             "configMap": {
-                                "name": script_configmap_name(script, _reward_source(settings))
+                                "name": script_configmap_name(scripts, _reward_source(settings))
                             },
                         },
                     ],

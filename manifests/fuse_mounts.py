@@ -23,7 +23,7 @@ from config.profiles import Mode
 from config.settings import StackSettings
 from config.verl_source import VERL_REPO
 from manifests.common import CHECKPOINT_PVC, GCSFUSE_VOLUMES, bucket_mount, bucket_volume
-from payloads.prepare_data import verl_inputs, verl_marker_name
+from payloads.data_prep.prep_verl import verl_inputs, verl_marker_name
 
 CHECKPOINT_VOLUME = "training-checkpoints-vol"
 VERL_LOCAL_VOLUME = "verl-node-local"
@@ -74,13 +74,13 @@ def checkpoint_mount() -> dict[str, Any]:
 
 def verl_prep_marker(repo: str, ref: str, stack: str) -> str:
     """Data prep's marker for the stack's verl checkout of `repo` at `ref` (payloads/
-    prepare_data.py marker_path; its name carries the ref and folder, verl_marker_name says
-    why)."""
+    data_prep/prep_common.py marker_path; its name carries the ref and folder, prep_verl.py
+    verl_marker_name says why)."""
     return f"{PREP_MARKERS}/{verl_marker_name(repo, ref, verl_checkout_folder(stack))}.done"
 
 
 # Exits 0 when data prep's verl marker has the inputs given as JSON (written by payloads/
-# prepare_data.py write_marker), 1 otherwise (absent, unreadable, another ref or folder).
+# data_prep/prep_common.py write_marker), 1 otherwise (absent, unreadable, another ref or folder).
 _MARKER_MATCHES = (
     "import json, sys\n"
     "try:\n"

@@ -19,7 +19,7 @@ from google.cloud import storage
 
 from config import bucket_layout
 from jobs.checkpoints import discover_checkpoints
-from payloads import prepare_data
+from payloads.data_prep import prep_verl
 from tests.job_fixtures.fake_trainer import write_checkpoint
 from tests.program import COMBINATIONS, plan
 from tests.support.gcs_emulator import GcsEmulator
@@ -176,7 +176,7 @@ def test_verl_is_imported_from_a_node_local_copy(stack: str, mode: str) -> None:
     repo, ref = argv[argv.index("--verl-repo") + 1], argv[argv.index("--verl-ref") + 1]
     folder = argv[argv.index("--verl-dir") + 1]
     assert folder == f"verl-src/{stack}"
-    marker = f"/data/.prep/{prepare_data.verl_marker_name(repo, ref, folder)}.done"
+    marker = f"/data/.prep/{prep_verl.verl_marker_name(repo, ref, folder)}.done"
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
         copy = pod["spec"]["initContainers"][-1]
         assert copy["name"] == "verl-node-local-copy"

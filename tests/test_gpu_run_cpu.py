@@ -4,9 +4,9 @@
   modelConfig, sdpa through extraOverrides; the GSM8K job and the own dataset's) pass the
   provider's Check in the real `python -m pulumi.dynamic` host, and compose and validate in
   verl 0.6.1's config (verl_scripts/verl_compose_check.py), rollout.name vllm included.
-- The data-prep Job's own command, run by payloads/prepare_data.py's main on the bench's local
-  rows (in verl 0.9.0's virtualenv: datasets, pyarrow, transformers), writes the rows and the
-  model, and counts the own dataset's over-long prompts as verl's filter will.
+- The data-prep Job's own command, run by payloads/data_prep/prepare_data.py's main on the
+  bench's local rows (in verl 0.9.0's virtualenv: datasets, pyarrow, transformers), writes the
+  rows and the model, and counts the own dataset's over-long prompts as verl's filter will.
 - verl_scripts/gpu_standin meets verl 0.6.1's rollout contract (verl/workers/rollout/base.py:
   `get_rollout_class` reads `_ROLLOUT_REGISTRY`; fsdp_workers.py `_build_rollout` calls the class
   with config=, model_config=, device_mesh=; `BaseRollout` is abstract in resume,

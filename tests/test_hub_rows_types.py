@@ -25,11 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 RELEASE = "0.9.0"
 WHOLE = 1500  # more than one writer batch of whole numbers before the fraction
 CONVERT = """
-import importlib.util, json, sys
+import json, sys
 from pathlib import Path
-spec = importlib.util.spec_from_file_location("prep", "payloads/prepare_data.py")
-prep = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(prep)
+sys.path.insert(0, "payloads/data_prep")  # as the pod imports it, by plain name
+import prep_dataset as prep
 work = Path(sys.argv[1])
 out = work / "out"
 prep.prepare_hub_dataset(work / "root", "example-org/mixed", {"prompt": "q", "answer": "a"},

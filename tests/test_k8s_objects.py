@@ -567,7 +567,7 @@ def test_bucket_kept_on_destroy_unless_told(delete: str, retained: bool) -> None
     assert bucket.inputs["forceDestroy"] is (not retained)
 
 
-# --- data preparation (the tutorial's + the payloads/prepare_data.py contract) ---------------
+# --- data preparation (the tutorial's + the payloads/data_prep contract) -----------------------
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -663,7 +663,11 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     }
     config_map_name = volumes["script"]["configMap"]["name"]
     config_map = k8s_object(result, "ConfigMap", config_map_name)
-    assert config_map["data"] == {"prepare_data.py": data_prep.SCRIPT_FILE.read_text()}
+    # Every module of the payload's folder, one flat key each (mounted at /scripts, where they
+    # import each other by plain name); not the package marker.
+    modules = sorted(data_prep.PAYLOAD_DIR.glob("*.py"))
+    assert config_map["data"] == {p.name: p.read_text() for p in modules if p.name != "__init__.py"}
+    assert "prepare_data.py" in config_map["data"]
 
 
 def test_model_setting_drives_download_and_folder() -> None:
@@ -681,15 +685,21 @@ def test_model_setting_drives_download_and_folder() -> None:
 def test_changed_script_renames_the_config_map() -> None:
     settings_result = plan("a4", "standard")
     name = pod_spec(settings_result, "Job", "data-prep-job")["volumes"][1]["configMap"]["name"]
-    assert name == data_prep.script_configmap_name(data_prep.SCRIPT_FILE.read_text())
-    assert data_prep.script_configmap_name("print(1)") != name
+    scripts = data_prep.read_scripts()
+    assert name == data_prep.script_configmap_name(scripts)
+    # A change to any one module is a new name, so the Job gets a new spec and runs again.
+    changed = {
+        data_prep.script_configmap_name({**scripts, key: text + "\n# changed\n"})
+        for key, text in scripts.items()
+    }
+    assert len(changed) == len(scripts) and name not in changed
 
 
 def test_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
     with pytest.raises(data_prep.MissingScriptError) as caught:
-        data_prep.read_script(tmp_path / "prepare_data.py")
-    assert "prepare_data.py is missing" in str(caught.value)
-    assert "git checkout -- payloads/prepare_data.py" in str(caught.value)
+        data_prep.read_scripts(tmp_path)
+    assert f"{tmp_path}/prepare_data.py is missing" in str(caught.value)
+    assert "git checkout -- payloads/data_prep)" in str(caught.value)
 
 
 # --- RayCluster (seed for A4X; ray-cluster-auto-dranet.yaml / ray-cluster-standard.yaml) ----------

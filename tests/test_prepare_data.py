@@ -1,6 +1,6 @@
-"""payloads/prepare_data.py run for real, as the pod runs it, against a local git repository and a
-local model folder (no network): first run, skip on re-run, ref/model changes, interrupted
-downloads and failures."""
+"""payloads/data_prep/prepare_data.py run for real, as the pod runs it, against a local git
+repository and a local model folder (no network): first run, skip on re-run, ref/model changes,
+interrupted downloads and failures."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from config import bucket_layout as layout
-from manifests import fuse_mounts
-from payloads import prepare_data
+from manifests import data_prep, fuse_mounts
+from payloads.data_prep import prep_common, prep_verl
 from tests.support.require import verl_python
 
 # Runs the data-prep payload in subprocesses.
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "payloads" / "prepare_data.py"
+SCRIPT = ROOT / "payloads" / "data_prep" / "prepare_data.py"
 FIXTURES = Path(__file__).resolve().parent / "data_prep_fixtures"
 STANDIN = FIXTURES / "gsm8k_standin.py"
 FAKE_HUB = FIXTURES / "fake_hub"  # a huggingface_hub module that serves a local folder
@@ -106,12 +106,13 @@ def run_prep(
     model: str = "org/tiny-model",
     *extra: str,
     env_extra: dict[str, str] | None = None,
+    script: Path = SCRIPT,
 ) -> subprocess.CompletedProcess[str]:
     python3 = shutil.which("python3")
     assert python3 is not None
     env = {**os.environ, "HF_TOKEN": "hf_dummy", "HF_HOME": str(data.parent / "hf-home")}
     env.update(env_extra or {})
-    cmd = [python3, str(SCRIPT), "--data-root", str(data), "--verl-repo", str(repo)]
+    cmd = [python3, str(script), "--data-root", str(data), "--verl-repo", str(repo)]
     cmd += ["--verl-ref", ref, "--model", model, "--model-folder", MODEL_FOLDER]
     cmd += ["--model-source", str(source), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
@@ -136,7 +137,7 @@ def verl_markers(data: Path) -> list[str]:
 
 
 def verl_marker_file(repo: Path | str, ref: str) -> str:
-    return f"{prepare_data.verl_marker_name(str(repo), ref)}.done"
+    return f"{prep_verl.verl_marker_name(str(repo), ref)}.done"
 
 
 def mtimes(folder: Path) -> dict[str, int]:
@@ -151,19 +152,30 @@ def model_files(folder: Path) -> dict[str, bytes]:
     }
 
 
-def test_help_documents_the_substitution_seams() -> None:
+@pytest.fixture()
+def pod_script(tmp_path: Path) -> Path:
+    """The ConfigMap's files (manifests/data_prep.py) alone in one flat folder, as the pod's
+    /scripts mount holds them: the entry must find every module it imports there."""
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    for name, text in data_prep.read_scripts().items():
+        (folder / name).write_text(text)
+    return folder / data_prep.SCRIPT_KEY
+
+
+def test_help_documents_the_substitution_seams(pod_script: Path) -> None:
     result = subprocess.run(
-        ["python3", str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+        ["python3", str(pod_script), "--help"], capture_output=True, text=True, check=True
     )
     for option in ("--data-root", "--verl-repo", "--verl-ref", "--model-folder", "--model-source"):
         assert option in result.stdout
 
 
 def test_first_run_prepares_everything_and_second_run_skips(
-    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path, pod_script: Path
 ) -> None:
     data = tmp_path / "data"
-    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source))
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", model_source, script=pod_script))
 
     assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.new_tag_sha
     assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.2.0'\n"
@@ -177,7 +189,7 @@ def test_first_run_prepares_everything_and_second_run_skips(
     assert not (data / f"{MODEL_FOLDER}.partial").exists()
     assert not (data / ".prep" / f"model-{MODEL_FOLDER}.staging.json").exists()
 
-    verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), "v0.2.0"))
+    verl_marker = marker(data, prep_verl.verl_marker_name(str(verl_repo.path), "v0.2.0"))
     assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": "v0.2.0", "dir": "verl"}
     assert verl_marker["outputs"]["commit"] == verl_repo.new_tag_sha  # type: ignore[index]
     gsm8k_marker = marker(data, "gsm8k")
@@ -222,7 +234,7 @@ def test_commit_sha_ref(
     ok(run_prep(data, repo, ref, model_source))
     assert git(data / "verl", "rev-parse", "HEAD") == verl_repo.old_tag_sha
     assert (data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = '0.1.0'\n"
-    verl_marker = marker(data, prepare_data.verl_marker_name(str(repo), ref))
+    verl_marker = marker(data, prep_verl.verl_marker_name(str(repo), ref))
     assert verl_marker["outputs"]["commit"] == verl_repo.old_tag_sha  # type: ignore[index]
 
 
@@ -257,7 +269,7 @@ def test_changed_ref_redoes_only_verl_and_keeps_checkpoints(
     new_ref = verl_repo.old_tag_sha[:7]
     assert verl_marker_file(verl_repo.path, new_ref) != verl_marker_file(verl_repo.path, "v0.2.0")
     assert verl_markers(data) == [verl_marker_file(verl_repo.path, new_ref)]
-    verl_marker = marker(data, prepare_data.verl_marker_name(str(verl_repo.path), new_ref))
+    verl_marker = marker(data, prep_verl.verl_marker_name(str(verl_repo.path), new_ref))
     assert verl_marker["inputs"] == {"repo": str(verl_repo.path), "ref": new_ref, "dir": "verl"}
 
 
@@ -520,18 +532,18 @@ def test_the_scripts_folders_are_the_bucket_layouts() -> None:
     def under_mount(name: str) -> str:
         return f"{layout.DATA_MOUNT}/{name}"
 
-    assert layout.VERL_CHECKOUTS == under_mount(prepare_data.VERL_CHECKOUTS_DIR)
-    assert layout.CHECKPOINT_PREFIX.startswith(f"{prepare_data.VERL_DIR}/")
-    assert layout.GSM8K_DIR == under_mount(prepare_data.GSM8K_DIR)
+    assert layout.VERL_CHECKOUTS == under_mount(prep_common.VERL_CHECKOUTS_DIR)
+    assert layout.CHECKPOINT_PREFIX.startswith(f"{prep_common.VERL_DIR}/")
+    assert layout.GSM8K_DIR == under_mount(prep_common.GSM8K_DIR)
     assert (layout.GSM8K_TRAIN, layout.GSM8K_TEST) == tuple(
-        f"{layout.GSM8K_DIR}/{name}" for name in prepare_data.GSM8K_FILES
+        f"{layout.GSM8K_DIR}/{name}" for name in prep_common.GSM8K_FILES
     )
-    assert layout.PREP_MARKERS == under_mount(prepare_data.PREP_DIR)
+    assert layout.PREP_MARKERS == under_mount(prep_common.PREP_DIR)
     # Replacing the verl checkout for a new ref keeps the checkpoints inside it.
     kept = layout.CHECKPOINT_PREFIX.removeprefix("verl/")
-    assert kept in prepare_data.KEEP_IN_VERL
+    assert kept in prep_verl.KEEP_IN_VERL
     assert set(layout.rewritten_by_data_prep("Qwen/Qwen2.5-32B-Instruct")) == {
-        *(under_mount(name) for name in prepare_data.RESERVED_DIRS),
+        *(under_mount(name) for name in prep_common.RESERVED_DIRS),
         under_mount("Qwen2.5-32B-Instruct"),
     }
 
@@ -539,7 +551,7 @@ def test_the_scripts_folders_are_the_bucket_layouts() -> None:
 def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() -> None:
     """huggingface_hub's own filter (utils/_paths.py filter_repo_objects, which snapshot_download
     applies; 0.36.2 in the verl 0.6.1 virtualenv) on meta-llama/Llama-3.1-8B-Instruct's files."""
-    from payloads.prepare_data import HUB_IGNORE_PATTERNS
+    from payloads.data_prep.prep_model import HUB_IGNORE_PATTERNS
 
     python = verl_python("0.6.1")
     files = [

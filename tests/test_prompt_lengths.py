@@ -1,6 +1,6 @@
-"""The data-prep Job's verdict on prompt lengths (payloads/prepare_data.py length_problem), and
-the arguments the program gives it. The counting itself runs with a real tokenizer and verl's own
-filter in tests/test_prompt_lengths_verl.py."""
+"""The data-prep Job's verdict on prompt lengths (payloads/data_prep/prep_checks.py
+length_problem), and the arguments the program gives it. The counting itself runs with a real
+tokenizer and verl's own filter in tests/test_prompt_lengths_verl.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from config.settings import load_settings
 from manifests import data_prep
-from payloads import prepare_data
+from payloads.data_prep import prep_checks
 from tests.program import REAL
 from training.assembly import training_job
 from training.grpo_preflight import preflight
@@ -36,11 +36,11 @@ def _counts(train_kept: int, test_kept: int = 5) -> dict[str, dict[str, int]]:
 
 
 def test_enough_rows_pass() -> None:
-    assert prepare_data.length_problem(_counts(256), _limits(256)) is None
+    assert prep_checks.length_problem(_counts(256), _limits(256)) is None
 
 
 def test_fewer_rows_than_one_batch_are_refused_with_both_fixes() -> None:
-    problem = prepare_data.length_problem(_counts(201), _limits(256))
+    problem = prep_checks.length_problem(_counts(201), _limits(256))
     assert problem is not None
     assert "201 of 1000 rows" in problem and "799 longer, the longest 900" in problem
     assert "trainBatchSize = 256" in problem
@@ -51,13 +51,13 @@ def test_fewer_rows_than_one_batch_are_refused_with_both_fixes() -> None:
 
 
 def test_no_smaller_batch_is_offered_below_the_mini_batch() -> None:
-    problem = prepare_data.length_problem(_counts(50), _limits(256))
+    problem = prep_checks.length_problem(_counts(50), _limits(256))
     assert problem is not None and "trainBatchSize 2" not in problem
     assert problem.endswith("(keeps every row; the preview checks the memory fit again)")
 
 
 def test_an_empty_validation_set_is_refused() -> None:
-    problem = prepare_data.length_problem(_counts(256, test_kept=0), _limits(256))
+    problem = prep_checks.length_problem(_counts(256, test_kept=0), _limits(256))
     assert problem is not None and problem.startswith("test.parquet: none of its 10 rows")
 
 
@@ -71,9 +71,9 @@ def test_the_offered_smaller_batch_passes_the_jobs_batch_rules(stack: str) -> No
     flag = dict(zip(command, [*command[1:], ""], strict=True))
     step, smallest = int(flag["--train-batch-step"]), int(flag["--min-train-batch"])
     assert flag["--max-prompt-length"] == str(job.spec.max_prompt_length)
-    assert prepare_data.smaller_batch(smallest - 1, step, smallest) is None
+    assert prep_checks.smaller_batch(smallest - 1, step, smallest) is None
     for kept in range(smallest, job.spec.train_batch_size):
-        batch = prepare_data.smaller_batch(kept, step, smallest)
+        batch = prep_checks.smaller_batch(kept, step, smallest)
         assert batch is not None and batch <= kept
         spec = apply_overrides(job.spec, {"trainBatchSize": batch})
         try:

@@ -6,7 +6,8 @@
   data.max_prompt_length stops the run: RLHFDataset.__getitem__ raises at v0.6.1
   (verl/utils/dataset/rl_dataset.py, verl/utils/torch_functional.py postprocess_data);
 - the overrides the program renders turn verl's filter on, and the filter keeps exactly the rows
-  payloads/prepare_data.py counts as at most the limit (rows at the limit kept, one over dropped);
+  payloads/data_prep/prep_checks.py counts as at most the limit (rows at the limit kept, one
+  over dropped);
 - at v0.6.1 every kept row passes __getitem__ with truncation error; at 0.9.0 the agent loop
   measures each prompt as the data-prep Job does, the parquet goes through the trainer's
   create_rl_dataset, and the data-prep count refuses a train batch larger than the rows kept.

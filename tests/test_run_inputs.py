@@ -332,9 +332,11 @@ def test_an_own_run_reaches_the_job_and_the_data_prep_job(stack: str) -> None:
     assert json.loads(flag["--dataset-columns"])["prompt"] == "q"
     assert flag["--dataset-dir"] == dataset.folder
     assert flag["--reward-dest"] == reward.mounted_path
-    configmap = data_prep.script_configmap(s, "script")
+    configmap = data_prep.script_configmap(s, {"prepare_data.py": "script"})
     assert configmap["data"][data_prep.REWARD_KEY] == (ROOT / REWARDS).read_text()
-    job = data_prep.data_prep_job(s, training_job(s).spec, "script", "cpu-pool")
+    job = data_prep.data_prep_job(
+        s, training_job(s).spec, {"prepare_data.py": "script"}, "cpu-pool"
+    )
     volumes = job["spec"]["template"]["spec"]["volumes"]
     assert {"name": configmap["metadata"]["name"]} in [v.get("configMap") for v in volumes]
 
@@ -347,7 +349,7 @@ def test_a_changed_reward_file_is_a_new_job_and_a_new_data_prep_job(tmp_path: Pa
     for text in (source, source.replace("float", "int")):
         (tmp_path / "score.py").write_text(text)
         chosen.append(run_inputs.reward_choice("score.py:exact", tmp_path).mounted_path)
-        names.append(data_prep.script_configmap_name(data_prep.read_script(), text))
+        names.append(data_prep.script_configmap_name(data_prep.read_scripts(), text))
     assert chosen[0] != chosen[1] and names[0] != names[1]
 
 
@@ -476,11 +478,11 @@ def test_an_unreachable_hub_leaves_access_unchecked() -> None:
     assert problems == [] and "unchecked" in notes[0]
 
 
-# --- payloads/prepare_data.py: the steps the Job runs -------------------------------------------
+# --- payloads/data_prep: the steps the Job runs ------------------------------------------------
 
 
 def _steps(*args: str) -> list[str]:
-    from payloads import prepare_data
+    from payloads.data_prep import prepare_data
 
     base = ["--data-root", "/tmp/d", "--model", "o/m", "--model-folder", "m"]
     parsed = prepare_data.parse_args([*base, *args])
@@ -506,13 +508,15 @@ def test_incomplete_run_input_arguments_are_refused(args: list[str]) -> None:
 def test_the_reward_file_reaches_the_path_the_command_names(tmp_path: Path) -> None:
     # A configMap volume projects each key as a file of that name under the mountPath
     # (Kubernetes, "Configure a Pod to Use a ConfigMap"): the command's --reward-file is that file.
-    from payloads import prepare_data
+    from payloads.data_prep import prep_dataset
 
     s = settings(**HUB)
-    job = data_prep.data_prep_job(s, training_job(s).spec, "script", "cpu-pool")
+    job = data_prep.data_prep_job(
+        s, training_job(s).spec, {"prepare_data.py": "script"}, "cpu-pool"
+    )
     container = job["spec"]["template"]["spec"]["containers"][0]
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "script"]
-    configmap = data_prep.script_configmap(s, "script")
+    configmap = data_prep.script_configmap(s, {"prepare_data.py": "script"})
     command = container["command"]
     assert command[command.index("--reward-file") + 1] == (
         f"{mount['mountPath']}/{next(k for k in configmap['data'] if k.endswith('reward.py'))}"
@@ -521,7 +525,7 @@ def test_the_reward_file_reaches_the_path_the_command_names(tmp_path: Path) -> N
     source.write_text(configmap["data"][data_prep.REWARD_KEY])
     dest = tmp_path / command[command.index("--reward-dest") + 1].lstrip("/")
     for _ in range(2):  # a retried Job finds it done
-        prepare_data.copy_reward(source, dest)
+        prep_dataset.copy_reward(source, dest)
     assert dest.read_text() == (ROOT / REWARDS).read_text()
 
 
@@ -529,15 +533,15 @@ def test_gsm8k_rows_from_the_image_follow_verls_gsm8k_preprocessing() -> None:
     # verl's examples/data_preprocess/gsm8k.py: the question plus its instruction as one user
     # message, ability "math", the number after "#### " without commas as the ground truth, and
     # extra_info {split, index, answer, question}.
-    from payloads import prepare_data
+    from payloads.data_prep import prep_dataset, prep_gsm8k
 
-    columns = {**prepare_data.GSM8K_COLUMNS, "instruction": prepare_data.GSM8K_INSTRUCTION,
+    columns = {**prep_gsm8k.GSM8K_COLUMNS, "instruction": prep_gsm8k.GSM8K_INSTRUCTION,
                "answerFormat": "gsm8k"}  # fmt: skip
     example = {"question": "Q?", "answer": "work\n#### 1,234"}
-    row = prepare_data.hub_rows(example, 7, "test", "openai/gsm8k", columns)
+    row = prep_dataset.hub_rows(example, 7, "test", "openai/gsm8k", columns)
     assert row == {
         "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": f"Q? {prepare_data.GSM8K_INSTRUCTION}"}],
+        "prompt": [{"role": "user", "content": f"Q? {prep_gsm8k.GSM8K_INSTRUCTION}"}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": "1234"},
         "extra_info": {"split": "test", "index": 7, "answer": "work\n#### 1,234", "question": "Q?"},

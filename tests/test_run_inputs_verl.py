@@ -1,8 +1,8 @@
 """An own run's inputs through verl's own code, in the isolated verl virtualenvs that .ci/setup
 builds (VERL_GKE_VERL_VENVS/<release>), as tests/test_verl_config_compose.py does:
 
-- the parquet payloads/prepare_data.py writes for a fixture dataset loads through the trainer's
-  create_rl_dataset (RLHFDataset) and collates (verl_scripts/verl_run_inputs_check.py);
+- the parquet payloads/data_prep/prep_dataset.py writes for a fixture dataset loads through the
+  trainer's create_rl_dataset (RLHFDataset) and collates (verl_scripts/verl_run_inputs_check.py);
 - the reward file is loaded by verl's get_custom_reward_fn from the overrides the program renders
   and scores the fixture rows (right answer 1, wrong 0), and the key of the other release is not
   what verl reads;
@@ -45,7 +45,7 @@ STACK_FOR_RELEASE = {"0.6.1": "a3u", "0.9.0": "a4x"}
 # Releases whose virtualenv can read parquet through verl's dataset code.
 # requirements-verl-0.6.1.txt has no datasets, pyarrow or pandas (verl 0.6.1 requires them), and
 # no datasets release resolves against its pins (fsspec 2026.9.0, numpy 1.26.4, huggingface_hub
-# 0.36.2), so at 0.6.1 the reward runs on the rows prepare_data.hub_rows makes, without the
+# 0.36.2), so at 0.6.1 the reward runs on the rows prep_dataset.hub_rows makes, without the
 # parquet round trip.
 DATASET_RELEASES = ("0.9.0",)
 REWARD = run_inputs.REWARD_EXAMPLE

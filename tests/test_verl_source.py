@@ -7,8 +7,8 @@ Rules encoded, each with its source:
   utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete, KubeRay v1.7.0); the field exists
   from v1.6.0 (ray-operator/apis/ray/v1/raycluster_types.go). So the verl ref must change that
   hash: it is in the verl copy's script of the pod template.
-- data prep's marker records the repo and ref it checked out (payloads/prepare_data.py
-  write_marker "inputs"); the copy takes only a tree of this job's ref.
+- data prep's marker records the repo and ref it checked out (payloads/data_prep/prep_verl.py
+  verl_inputs, the marker's "inputs"); the copy takes only a tree of this job's ref.
 - verl's vllm extra: 0.6.1 vllm>=0.8.5,<=0.11.0, 0.9.0 vllm>=0.18.0 (each wheel's METADATA).
 """
 
@@ -28,7 +28,7 @@ from config.bucket_layout import verl_checkout_folder
 from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, config_key, load_settings
 from manifests import fuse_mounts
-from payloads import prepare_data
+from payloads.data_prep import prep_verl
 from tests.program import COMBINATIONS, REAL, plan
 from tests.support.require import verl_installed
 from training.grpo_spec import DRIVER_SET_ENV, default_grpo_spec, render_runtime_env
@@ -179,7 +179,7 @@ def _copy(
     prep.mkdir()
     for given in markers:
         inputs = {"dir": verl_checkout_folder(STACK), **given}
-        name = prepare_data.verl_marker_name(inputs["repo"], inputs["ref"], inputs["dir"])
+        name = prep_verl.verl_marker_name(inputs["repo"], inputs["ref"], inputs["dir"])
         (prep / f"{name}.done").write_text(json.dumps({"step": name, "inputs": inputs}))
     monkeypatch.setattr(fuse_mounts, "PREP_MARKERS", str(prep))
     monkeypatch.setattr(fuse_mounts, "verl_checkout", lambda stack: str(checkout))

@@ -335,7 +335,7 @@ def _dataset_size_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]
     """A train batch larger than a dataset of known size: verl's train dataloader drops the last
     partial batch (drop_last=True, verl/trainer/ppo/ray_trainer.py v0.6.1 and 0.9.0) and its
     trainer asserts the loader is not empty. Own datasets: the data-prep Job checks, once it
-    knows their size (payloads/prepare_data.py check_prompt_lengths)."""
+    knows their size (payloads/data_prep/prep_checks.py check_prompt_lengths)."""
     if run_inputs.dataset_of(settings).kind != "gsm8k":
         return []
     rows, batch = run_inputs.GSM8K_ROWS["train"], spec.train_batch_size
@@ -374,7 +374,7 @@ def _data_layout_problems(spec: GrpoSpec) -> list[str]:
     checkpoints = spec.default_local_dir.rstrip("/")
     # Only the checkpoint mount reads metadata fresh (ttl 0): on DATA_MOUNT (cached for good) a
     # resume on another node could read a stale latest_checkpointed_iteration.txt. The bucket
-    # folder behind it is the one prepare_data.py keeps when it replaces the verl checkout.
+    # folder behind it is the one data prep (prep_verl.py) keeps when it replaces the verl checkout.
     if not checkpoints.startswith(f"{CHECKPOINT_ROOT}/"):
         problems.append(
             f"{CONFIG_KEY}.defaultLocalDir = {spec.default_local_dir!r}: checkpoints must be in "

@@ -306,7 +306,7 @@ _HYDRA_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # v0.6.1) after the GPUs are up, or is left-truncated by the agent loop (0.9.0,
 # verl/experimental/agent_loop/agent_loop.py). True makes RLHFDataset drop such rows when it
 # builds the datasets, measuring them as __getitem__ and the agent loop do; the data-prep Job
-# counts them first and refuses a dataset left smaller than one batch (payloads/prepare_data.py).
+# counts them first and refuses a dataset left smaller than one batch (payloads/data_prep/).
 FIXED_OVERRIDES: Mapping[str, str] = MappingProxyType({"data.filter_overlong_prompts": "True"})
 
 

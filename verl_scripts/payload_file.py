@@ -1,20 +1,22 @@
-"""payloads/prepare_data.py loaded from its file, for the scripts that run inside verl's
+"""The data-prep payload's modules (payloads/data_prep), for the scripts that run inside verl's
 virtualenvs: they are started as `python verl_scripts/<script>.py`, so this folder is on
 sys.path, and they import nothing else of the project."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA_PREP = ROOT / "payloads" / "data_prep"
 
 
-def prepare_data() -> Any:
-    """The data-prep payload as a module (it is a script shipped alone to the pod, no package)."""
-    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "payloads/prepare_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def data_prep(module: str) -> Any:
+    """One module of the data-prep payload (e.g. "prep_checks"), imported as the pod imports it:
+    by plain name, its folder first on sys.path (the ConfigMap mounts the folder's modules flat
+    at /scripts, the entry's folder)."""
+    if str(DATA_PREP) not in sys.path:
+        sys.path.insert(0, str(DATA_PREP))
+    return importlib.import_module(module)

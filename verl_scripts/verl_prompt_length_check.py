@@ -3,15 +3,15 @@ Prints one JSON verdict.
 
 Runs inside an isolated verl virtualenv (requirements-verl-*.txt), offline. A word-level tokenizer
 with a chat template is saved as a model folder (no download) and loaded back with AutoTokenizer,
-as payloads/prepare_data.py loads the model's. Rows of 1 to N words straddle the limit.
+as payloads/data_prep/prep_checks.py loads the model's. Rows of 1 to N words straddle the limit.
 
 - verl's ppo_trainer config composed without overrides gives data.filter_overlong_prompts and
   data.truncation as verl ships them; with the program's overrides, as the job passes them.
-- payloads/prepare_data.prompt_tokens measures every row.
+- payloads/data_prep/prep_checks.prompt_tokens measures every row.
 - verl's RLHFDataset, built with the composed data config, keeps rows by its own filter
   (maybe_filter_out_long_prompts). With the parquet reader (0.9.0): through the trainer's
   create_rl_dataset, and the agent loop's measure (verl/utils/tokenizer/chat_template.py
-  apply_chat_template + normalize_token_ids) per row; prepare_data.check_prompt_lengths counts the
+  apply_chat_template + normalize_token_ids) per row; prep_checks.check_prompt_lengths counts the
   same parquet and refuses a train batch larger than the rows kept.
   Without it (0.6.1: requirements-verl-0.6.1.txt has no `datasets`, which rl_dataset.py imports
   only to read parquet): an empty module stands in for `datasets` at import, and the rows reach
@@ -36,7 +36,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from payload_file import prepare_data
+from payload_file import data_prep
 from rehearsal import compose
 
 # A preamble and a generation prompt, so the template adds tokens of its own.
@@ -81,7 +81,7 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     from transformers import AutoTokenizer
 
     work, limit = Path(request["workdir"]), request["max_prompt_length"]
-    prep = prepare_data()
+    checks = data_prep("prep_checks")
     result["stage"] = "compose"
     result["defaults"] = _data_keys(compose([]))
     base = [*request["overrides"], f"data.max_prompt_length={limit}"]
@@ -92,10 +92,10 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     _save_tokenizer(model, max(request["words"]))
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     rows = _rows(request["words"])
-    result["ours"] = [prep.prompt_tokens(tokenizer, row["prompt"]) for row in rows]
+    result["ours"] = [checks.prompt_tokens(tokenizer, row["prompt"]) for row in rows]
     result["stage"] = "verl"
     if importlib.util.find_spec("datasets") is not None:
-        _with_parquet(prep, work, base, tokenizer, rows, result)
+        _with_parquet(checks, work, base, tokenizer, rows, result)
     else:
         _without_parquet(config, tokenizer, rows, result)
     result["stage"] = None
@@ -103,7 +103,7 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def _with_parquet(
-    prep: Any, work: Path, base: list[str], tokenizer: Any, rows: list[dict], result: dict
+    checks: Any, work: Path, base: list[str], tokenizer: Any, rows: list[dict], result: dict
 ) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -125,13 +125,15 @@ def _with_parquet(
     limits = argparse.Namespace(
         max_prompt_length=limit, train_batch_size=1, train_batch_step=1, min_train_batch=1
     )
-    result["counts"] = prep.check_prompt_lengths(work, data, work / "model", limits)
-    result["summary"] = json.loads((work / prep.PREP_DIR / prep.LENGTHS_SUMMARY).read_text())
+    result["counts"] = checks.check_prompt_lengths(work, data, work / "model", limits)
+    result["summary"] = json.loads(
+        (work / data_prep("prep_common").PREP_DIR / checks.LENGTHS_SUMMARY).read_text()
+    )
     kept = result["counts"]["train"]["kept"]
     too_big = argparse.Namespace(**{**vars(limits), "train_batch_size": kept + 3})
     try:
-        prep.check_prompt_lengths(work, data, work / "model", too_big)
-    except prep.StepError as error:
+        checks.check_prompt_lengths(work, data, work / "model", too_big)
+    except data_prep("prep_common").StepError as error:
         result["refused"] = str(error)
 
 

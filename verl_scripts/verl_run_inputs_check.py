@@ -3,19 +3,20 @@
 Runs inside an isolated verl virtualenv (requirements-verl-*.txt), like
 verl_scripts/verl_compose_check.py, offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1):
 
-1. payloads/prepare_data.py converts a fixture dataset (a local folder of JSON lines standing in for
-   a Hub dataset) into verl's parquet with a column mapping, as the data-prep Job does;
+1. payloads/data_prep/prep_dataset.py converts a fixture dataset (a local folder of JSON lines
+   standing in for a Hub dataset) into verl's parquet with a column mapping, as the data-prep Job
+   does;
 2. verl composes its ppo_trainer config with the own run's overrides (data files, reward path and
    name) and builds the training set with the trainer's create_rl_dataset and a tiny tokenizer built
    here (a word-level tokenizers model with a chat template: no download), then collates a batch;
 3. verl's get_custom_reward_fn loads the reward file and scores each row: a response ending in the
    row's ground truth scores 1, another answer 0;
-4. prepare_data.py's check of a parquet folder accepts the converted files and refuses a parquet
+4. prep_checks.py's check of a parquet folder accepts the converted files and refuses a parquet
    without reward_model.
 
 stdin:  {"workdir": DIR, "reward_overrides": ["<key>.path=PATH", "<key>.name=NAME"], "dataset": ID,
          "columns": {...}, "rows": {"train": [...], "test": [...]}, "with_dataset": bool}
-        (with_dataset false: steps 3 only, on the rows prepare_data.hub_rows makes; for a verl
+        (with_dataset false: steps 3 only, on the rows prep_dataset.hub_rows makes; for a verl
         virtualenv without the datasets package)
 stdout: {"verl_version": ..., "ok": bool, "stage": ..., "error": ..., "train_rows": n,
          "items": [...],
@@ -32,7 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from payload_file import prepare_data
+from payload_file import data_prep
 from rehearsal import compose
 
 CHAT_TEMPLATE = (
@@ -61,7 +62,7 @@ def _tokenizer(texts: list[str]) -> Any:
 def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     work = Path(request["workdir"])
     out = work / "data" / "datasets" / "fixture"
-    prep = prepare_data()
+    prep_dataset = data_prep("prep_dataset")
     overrides = list(request["reward_overrides"])
     if request["with_dataset"]:
         result["stage"] = "convert"
@@ -69,7 +70,7 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
         source.mkdir(parents=True, exist_ok=True)
         for split, rows in request["rows"].items():
             (source / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        prep.prepare_hub_dataset(
+        prep_dataset.prepare_hub_dataset(
             work / "data", request["dataset"], request["columns"], out, None, str(source)
         )
         overrides += [f"data.train_files={out}/train.parquet", f"data.val_files={out}/test.parquet"]
@@ -78,17 +79,17 @@ def run(request: dict[str, Any], result: dict[str, Any]) -> None:
     if request["with_dataset"]:
         result["stage"] = "dataset"
         items = _dataset(request, config, result)
-    else:  # the rows prepare_data.py writes, without a parquet round trip
+    else:  # the rows the data prep writes, without a parquet round trip
         items = [
-            prep.hub_rows(row, i, "train", request["dataset"], request["columns"])
+            prep_dataset.hub_rows(row, i, "train", request["dataset"], request["columns"])
             for i, row in enumerate(request["rows"]["train"])
         ]
     result["stage"] = "reward"
     _rewards(config, items, result)
     if request["with_dataset"]:
         result["stage"] = "check"
-        prep.check_dataset(out)
-        _refused_parquet(prep, work / "bad", out, result)
+        data_prep("prep_checks").check_dataset(out)
+        _refused_parquet(work / "bad", out, result)
     result["stage"] = None
     result["ok"] = True
 
@@ -148,7 +149,7 @@ def _rewards(config: Any, items: list[Any], result: dict[str, Any]) -> None:
     ]
 
 
-def _refused_parquet(prep: Any, folder: Path, good: Path, result: dict[str, Any]) -> None:
+def _refused_parquet(folder: Path, good: Path, result: dict[str, Any]) -> None:
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,8 +157,8 @@ def _refused_parquet(prep: Any, folder: Path, good: Path, result: dict[str, Any]
         table = pq.read_table(str(good / name)).drop_columns(["reward_model"])
         pq.write_table(table, str(folder / name))
     try:
-        prep.check_dataset(folder)
-    except prep.StepError as error:
+        data_prep("prep_checks").check_dataset(folder)
+    except data_prep("prep_common").StepError as error:
         result["check_refused"] = str(error)
 
 

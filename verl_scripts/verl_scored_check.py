@@ -9,7 +9,8 @@ verl_scripts/verl_run_inputs_check.py:
    not (a branch matched: its score ran, whatever it returned or raised);
 2. reads the data_source names and prefixes default_compute_score compares with, from its source;
 3. with "parquet" (a virtualenv with pyarrow): writes fixture parquet folders and records what
-   payloads/prepare_data.py's check_dataset says of each, with and without the scored sources;
+   payloads/data_prep/prep_checks.py's check_dataset says of each, with and without the scored
+   sources;
 4. scores each "answers" case (data_source, response, ground truth) with default_compute_score.
 
 stdin:  {"workdir": DIR, "sources": [...], "scored_sources": [...], "scored_prefixes": [...],
@@ -31,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from payload_file import prepare_data
+from payload_file import data_prep
 
 GOOD_PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -101,7 +102,7 @@ def _write(folder: Path, data_source: str, prompt: Any) -> Path:
 
 
 def _checks(request: dict[str, Any], result: dict[str, Any]) -> None:
-    prep = prepare_data()
+    checks, common = data_prep("prep_checks"), data_prep("prep_common")
     work = Path(request["workdir"])
     scored = (tuple(request["scored_sources"]), tuple(request["scored_prefixes"]))
     folders = {
@@ -118,9 +119,9 @@ def _checks(request: dict[str, Any], result: dict[str, Any]) -> None:
     result["checks"] = {}
     for case, (folder, (sources, prefixes)) in cases.items():
         try:
-            prep.check_dataset(folder, sources, prefixes)
+            checks.check_dataset(folder, sources, prefixes)
             result["checks"][case] = None
-        except prep.StepError as error:
+        except common.StepError as error:
             result["checks"][case] = str(error)
 
 

@@ -1,6 +1,6 @@
 """Stand-in for verl's examples/data_preprocess/gsm8k.py, committed into a test git repository.
 
-It keeps the parts prepare_data.py relies on: the argparse output flag (the test rewrites it to
+It keeps the parts payloads/data_prep relies on: the argparse output flag (the test rewrites it to
 --local_dir for an "old tag"), an import of the checkout's own `verl` package (the pod puts the
 checkout on PYTHONPATH) and train/test files in the output folder. The test venv has no parquet
 writer (no pyarrow, pandas or fastparquet), so the files only carry parquet's PAR1 magic around a

@@ -1,0 +1,200 @@
+"""The model step: the weights downloaded from the Hub (or copied from --model-source) into a
+staging folder, verified, then moved to <data-root>/<model-folder>."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+try:  # imported as payloads.data_prep.prep_model (the program, tests)
+    from . import prep_common as common
+except ImportError:  # run from /scripts in the pod: this folder is sys.path[0]
+    import prep_common as common
+
+PROGRESS_EVERY_S = 60.0
+
+
+def move_tree(source: Path, dest: Path) -> None:
+    """Move source's files under dest (files already at dest win), then delete source."""
+    if not dest.exists():
+        try:
+            os.rename(source, dest)  # one call on a local disk or a bucket with HNS
+            return
+        except OSError:
+            pass  # GCS FUSE without HNS refuses folder renames: go file by file
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        target = dest / path.relative_to(source)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, target)
+    shutil.rmtree(source)
+
+
+def reset_or_resume(
+    step: str, root: Path, name: str, inputs: dict[str, str], staging: Path, final: Path
+) -> None:
+    """Keep staged files only if staged for these inputs; never trust an unmarked final folder."""
+    record = root / common.PREP_DIR / f"{name}.staging.json"
+    if common.read_json(record) == inputs:
+        if final.exists():
+            # Our own move into place was interrupted: its files had passed verification.
+            common.log(step, f"moving {final} back into {staging} (interrupted move, no marker)")
+            move_tree(final, staging)
+        if staging.exists():
+            staged = common.human_size(common.tree_stats(staging)[1])
+            common.log(step, f"resuming from {staging} ({staged} staged)")
+    else:
+        # Whatever is there belongs to another model or source, or to a writer we know nothing
+        # about (e.g. a manual download): without a marker it counts as absent.
+        for path in (staging, final):
+            if path.exists():
+                common.log(step, f"removing {path}: no completion marker for {inputs['model']}")
+                common.remove(path)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(inputs, sort_keys=True) + "\n")
+
+
+@contextmanager
+def progress_log(step: str, folder: Path) -> Iterator[None]:
+    """Log the staged size every PROGRESS_EVERY_S while a long copy or download runs."""
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            try:
+                size = common.tree_stats(folder)[1]
+            except OSError:  # a file renamed while we walked (e.g. .incomplete -> final name)
+                continue
+            common.log(step, f"in progress: {common.human_size(size)} in {folder}")
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+# Meta's Llama repositories carry a second copy of the weights for Meta's own loader under
+# original/ (consolidated.*.pth, params.json; e.g. meta-llama/Llama-3.1-70B-Instruct, ~140 GB);
+# transformers, verl and vLLM read the safetensors at the repository's root. snapshot_download
+# skips files matching ignore_patterns (fnmatch on the repository path: huggingface_hub
+# utils/_paths.py filter_repo_objects).
+HUB_IGNORE_PATTERNS = ("original/*",)
+
+
+def download_from_hub(
+    step: str, model: str, staging: Path, token: str | None, revision: str | None = None
+) -> None:
+    # Progress bars make megabytes of carriage returns in pod logs; progress_log reports instead.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from huggingface_hub import snapshot_download  # in the image; tests use a local source
+
+    token_state = "set" if token else "unset"
+    at = f"commit {revision}" if revision else "branch main"
+    common.log(
+        step, f"downloading {model} at {at} from the Hugging Face Hub (HF_TOKEN {token_state})"
+    )
+    # With local_dir, huggingface_hub keeps per-file metadata in <local_dir>/.cache/huggingface:
+    # finished files are not fetched again and .incomplete ones resume, so keeping the staging
+    # folder between attempts makes a retried Job continue where it stopped.
+    snapshot_download(
+        repo_id=model,
+        revision=revision,  # None: the default branch (main)
+        local_dir=str(staging),
+        token=token,
+        ignore_patterns=list(HUB_IGNORE_PATTERNS),
+    )
+
+
+def copy_from_directory(step: str, source: Path, staging: Path) -> None:
+    if not source.is_dir():
+        raise common.StepError(f"--model-source {source} is not a directory")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    copied = 0
+    for path in files:
+        target = staging / path.relative_to(source)
+        # Same size means copied by an earlier attempt; a copy cut short has a different size.
+        if target.is_file() and target.stat().st_size == path.stat().st_size:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        copied += 1
+    common.log(step, f"copied {copied} file(s) from {source}, {len(files) - copied} already staged")
+
+
+def verify_model(folder: Path) -> int:
+    """Raise unless config.json and every weight file the index lists are present; return shards."""
+    if not common.is_nonempty_file(folder / "config.json"):
+        raise common.StepError(f"config.json is missing or empty in {folder}")
+    indexes = sorted(folder.glob("*.index.json"))
+    shards: set[str] = set()
+    for index in indexes:
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards.update(weight_map.values())
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise common.StepError(f"{index} has no readable weight_map ({error})") from error
+        for shard in sorted(set(weight_map.values())):
+            if not common.is_nonempty_file(folder / shard):
+                raise common.StepError(f"shard {shard} listed in {index.name} is missing or empty")
+    if not indexes:  # a single-file model
+        single = [p.name for p in folder.glob("*.safetensors") if common.is_nonempty_file(p)]
+        if not single:
+            raise common.StepError(f"{folder} has neither a *.index.json nor a *.safetensors file")
+        shards.update(single)
+    return len(shards)
+
+
+def prepare_model(
+    root: Path,
+    model: str,
+    model_folder: str,
+    source: str,
+    token: str | None,
+    revision: str | None = None,
+) -> None:
+    step = "model"
+    name = f"model-{model_folder}"
+    final = root / model_folder
+    staging = root / f"{model_folder}.partial"
+    inputs = {"model": model, "model_folder": model_folder, "source": source}
+    if revision:
+        inputs["revision"] = revision
+    if common.is_done(root, name, inputs) and (final / "config.json").is_file():
+        common.log(
+            step, f"skipped: {final} already holds {model} ({common.marker_path(root, name)})"
+        )
+        return
+    started = time.monotonic()
+    common.clear_marker(root, name)
+    common.log(step, f"started: {model} from {source} -> {final} (staging {staging})")
+    reset_or_resume(step, root, name, inputs, staging, final)
+    staging.mkdir(parents=True, exist_ok=True)
+    with progress_log(step, staging):
+        if source == "hub":
+            download_from_hub(step, model, staging, token, revision)
+        else:
+            copy_from_directory(step, Path(source), staging)
+    shards = verify_model(staging)
+    files, size = common.tree_stats(staging, exclude=frozenset({".cache"}))
+    common.log(
+        step, f"verified {shards} weight file(s), {files} files, {common.human_size(size)}; moving"
+    )
+    move_tree(staging, final)
+    outputs: dict[str, object] = {
+        "path": str(final),
+        "files": files,
+        "bytes": size,
+        "weight_files": shards,
+    }
+    marker = common.write_marker(root, name, inputs, outputs, started)
+    (root / common.PREP_DIR / f"{name}.staging.json").unlink(missing_ok=True)
+    common.log(step, f"done in {time.monotonic() - started:.1f}s: {final}; marker {marker}")
