@@ -187,15 +187,17 @@ def evaluation_report(job: Any) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
-def rehearse(job: Any) -> dict[str, Any]:
+def rehearse(job: Any, model_id: str) -> dict[str, Any]:
     """The rehearsal as the product's Job runs it (manifests/rehearsal.py command: the wrapper,
     verl_scripts/rehearsal.py and the job's exact Hydra overrides), here in the machine's verl;
     the runner then takes the run's length from its record (VERL_GKE_REHEARSAL_RECORD)."""
     import subprocess
 
     from manifests.rehearsal import command
+    from training.rehearsal_context import rehearsal_context
 
-    argv = command(job.rehearsal_record, job.hydra_overrides)
+    context = rehearsal_context(job.spec, model_id)
+    argv = command(job.rehearsal_record, job.hydra_overrides, context)
     argv[1] = str(REPO / "payloads" / "rehearse.py")
     argv[argv.index("--script") + 1] = str(REPO / "verl_scripts" / "rehearsal.py")
     argv[0] = sys.executable
@@ -225,7 +227,7 @@ def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
     settings, job = plan(JOB, task.MODEL_ID, task.MODEL_CONFIG)
     gpu_run.prepare_data(settings, job.spec, {task.DATASET: rows}, model_src)
     result["entrypoint"] = job.entrypoint
-    result["rehearsal"] = rehearse(job)
+    result["rehearsal"] = rehearse(job, task.MODEL_ID)
     head = gpu_run.start_head(work, {"VERL_GKE_EVAL_BACKEND": "hf"})
     client = JobSubmissionClient(head.dashboard_url)
     texts: list[str] = []
