@@ -113,6 +113,16 @@ def local_overrides(
     return result
 
 
+def example_rows_wanted(settings: StackSettings, spec: GrpoSpec, split: str) -> int:
+    """How many rows the example rows are repeated to: the dataset's own row count where the
+    program knows it (openai/gsm8k), so verl's dataloader, fit() walk and saves are the run's;
+    else one batch (the trainer refuses an empty dataloader), the run's own length then being
+    rehearsed in the training image."""
+    if run_inputs.dataset_of(settings).kind == "gsm8k":
+        return max(spec.train_batch_size, run_inputs.GSM8K_ROWS[split])
+    return spec.train_batch_size
+
+
 def _request(settings: StackSettings, spec: GrpoSpec, work: Path) -> dict[str, Any]:
     """The --cases request: the job's overrides on this machine's example rows, stand-in model
     and reward file."""
@@ -130,11 +140,10 @@ def _request(settings: StackSettings, spec: GrpoSpec, work: Path) -> dict[str, A
         "vocab_size": facts.arch.vocab_size if facts else 32000,
         "chat_template": True,
     }
-    rows = {"at_least": spec.train_batch_size}  # the trainer refuses an empty dataloader
     return {
         "parquet": {
             str(work / "data" / f"{split}.parquet"): {
-                **rows,
+                "at_least": example_rows_wanted(settings, spec, split),
                 "rows": str(EXAMPLE_ROWS / f"{split}.jsonl"),
             }
             for split in ("train", "test")
@@ -183,9 +192,12 @@ def offline_rehearsal(settings: StackSettings, spec: GrpoSpec) -> dict[str, Any]
             exited = f"verl {release}'s rehearsal exited {done.returncode}"
             return f"could not rehearse: {exited}: {tail}"
         record: dict[str, Any] = json.loads(out.read_text())["plan"]
+    rows = example_rows_wanted(settings, spec, "train")
+    known = run_inputs.dataset_of(settings).kind == "gsm8k"
+    counted = "openai/gsm8k's train rows" if known else "one batch: the dataset's size is unknown"
     record["notes"].append(
         f"offline plan: verl {release} from {python.parent.parent}, on the committed example rows "
-        f"({EXAMPLE_ROWS.relative_to(REPO)}, repeated to one batch of {spec.train_batch_size}); "
+        f"({EXAMPLE_ROWS.relative_to(REPO)}, repeated to {rows} train rows, {counted}); "
         "the run's own data, model and image are rehearsed in the training image before training"
     )
     return record

@@ -86,6 +86,28 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
+    # Held-out inputs (issue 34's review by someone who did not write the rehearsal).
+    "kl-loss-type-k4": (["actor_rollout_ref.actor.kl_loss_type=k4"], None, {}),
+    "loss-mode-typo": (["actor_rollout_ref.actor.policy_loss.loss_mode=vanila"], None, {}),
+    "val-only": (["trainer.val_only=True"], None, {"valBeforeTrain": True}),
+    "dynamic-bsz-short": (
+        [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1000",
+        ],
+        None,
+        {},
+    ),
+    "dynamic-bsz-fixed": (
+        [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
+        ],
+        None,
+        {},
+    ),
+    "loss-agg-typo": (["actor_rollout_ref.actor.loss_agg_mode=token_mean"], None, {}),
+    "prompt-key-typo": (["data.prompt_key=question"], None, {}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -164,7 +186,8 @@ def _records() -> dict[str, dict[str, dict[str, Any]]]:
                 env=rehearsal_env(release),
             ),
         )
-    _offline_plan()  # the offline plan's own rehearsal, while these run
+    _offline_plan()  # the offline plan's own rehearsals, while these run
+    _offline_plan(("trainer.total_training_steps=30",), 20)
     records = {}
     for release, (work, process) in running.items():
         _, stderr = process.communicate(timeout=300)
@@ -389,12 +412,19 @@ def test_the_versions_are_the_environments_against_verls_declared_requirements(
 
 
 @cache
-def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
-    """The a3u stack's job (verl v0.6.1) through planning/rehearsal.offline_rehearsal."""
+def _offline_plan(
+    extra: tuple[str, ...] = (), save_freq: int | None = None
+) -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
+    """The a3u stack's job (verl v0.6.1), with `extra` as extraOverrides and `save_freq`,
+    through planning/rehearsal.offline_rehearsal."""
     verl_python("0.6.1")
     site = rehearsal_site("0.6.1")
     require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-0.6.1.txt)")
-    settings = load_settings("a3u", dict(REAL), offline=False).settings
+    job: dict[str, Any] = {"extraOverrides": list(extra)} if extra else {}
+    if save_freq is not None:
+        job["saveFreq"] = save_freq
+    config = {**REAL, **({"verl-gke:job": json.dumps(job)} if job else {})}
+    settings = load_settings("a3u", config, offline=False).settings
     spec = training_job(settings).spec
     return spec, settings, offline_rehearsal(settings, spec)
 
@@ -413,12 +443,99 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     spec, settings, record = _offline_plan()
     assert isinstance(record, dict), record
     assert record["verl"] == "0.6.1" and record["ok"], record["problems"]
-    # The example rows repeated to one batch of the stack's job: one step an epoch.
-    assert record["data"]["train_rows"] == spec.train_batch_size
-    assert record["length"]["last_step"] == spec.total_epochs
+    # The example rows repeated to openai/gsm8k's train rows: verl's dataloader drops the last
+    # partial batch, so fit() ends at the run's own step.
+    assert record["data"]["train_rows"] == run_inputs.GSM8K_ROWS["train"]
+    per_epoch = run_inputs.GSM8K_ROWS["train"] // spec.train_batch_size
+    assert record["length"]["last_step"] == per_epoch * spec.total_epochs
     assert any("offline plan" in note for note in record["notes"])
     assert rehearsal_lines(record)[0] == "rehearsal with verl 0.6.1 on the example rows: ok"
     monkeypatch.setenv("VERL_GKE_VERL_VENVS", str(REPO / "no-such-folder"))
     said = offline_rehearsal(settings, spec)
     assert isinstance(said, str) and said.startswith("could not rehearse: no verl 0.6.1")
     assert rehearsal_lines(said) == [said]
+
+
+def test_the_offline_plan_counts_gsm8ks_own_rows_so_a_shorter_run_is_not_refused() -> None:
+    # Held-out: total_training_steps=30 on GSM8K (58 steps of data) with saveFreq 20; verl's
+    # fit() ends at step 30 and saves 20 and 30. On one batch of example rows (1 step an epoch)
+    # the rehearsal refused it and offered total_training_steps=2.
+    _, _, record = _offline_plan(("trainer.total_training_steps=30",), 20)
+    assert isinstance(record, dict), record
+    assert record["ok"], record["problems"]
+    length = record["length"]
+    assert (length["last_step"], length["save_steps"], length["final_save"]) == (30, [20, 30], True)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_unknown_kl_loss_type_is_refused_by_verls_own_kl_penalty(release: str) -> None:
+    # Held-out: no config check reads actor.kl_loss_type; core_algos.kl_penalty raises
+    # NotImplementedError at the first actor update, on the GPUs.
+    problem = _only_problem(_record(release, "kl-loss-type-k4"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] == "k4"
+    assert problem["message"].startswith("NotImplementedError")
+    assert "kl_penalty('k4')" in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    assert _record(release, "default")["ok"]  # low_var_kl, verl's default, passes the same call
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_unknown_policy_loss_mode_is_refused_with_verls_list(release: str) -> None:
+    problem = _only_problem(_record(release, "loss-mode-typo"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["message"].startswith("ValueError: Unsupported loss mode: vanila")
+    assert "'vanilla'" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_val_only_with_validation_before_training_trains_nothing_and_is_refused(
+    release: str,
+) -> None:
+    # Held-out: fit() validates, then `if val_only: return` before step 1 (ray_trainer.py at
+    # 0.6.1, v1/trainer_base.py at 0.9.0): the run the plan bills never trains or saves.
+    record = _record(release, "val-only")
+    assert (record["length"]["last_step"], record["length"]["save_steps"]) == (0, [])
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert "returns before step 1" in problem["message"]
+    file = "v1/trainer_base.py" if release == "0.9.0" else "ray_trainer.py"
+    assert file in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_dynamic_batch_token_limit_under_prompt_plus_response_is_refused(release: str) -> None:
+    # Held-out: verl's rearrange_micro_batches asserts max_token_len >= the sequence length
+    # (512 + 512 here) in the first update; the fix, rehearsed, passes.
+    problem = _only_problem(_record(release, "dynamic-bsz-short"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]" and problem["value"] == 1000
+    assert "max_token_len must be greater than the sequence length" in problem["message"]
+    assert "seqlen_balancing.py" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[1] "
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024"
+    )
+    fixed = _record(release, "dynamic-bsz-fixed")
+    assert fixed["ok"], fixed["problems"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_config_refusal_names_the_override_it_is_about(release: str) -> None:
+    # Held-out: verl's ActorConfig names the section and the field apart ("Invalid
+    # loss_agg_mode: token_mean ... full_key: actor_rollout_ref.actor").
+    problem = _only_problem(_record(release, "loss-agg-typo"))
+    assert "Invalid loss_agg_mode: token_mean" in problem["message"]
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["value"] == "token_mean"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_prompt_key_the_parquet_lacks_is_named_with_its_columns(release: str) -> None:
+    # Held-out: RLHFDataset's filter counts a row it cannot read as too long (doc2len), so
+    # every row goes and verl fails on an empty dataset.
+    record = _record(release, "prompt-key-typo")
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["value"] == "question"
+    assert "0 of 12 training rows are left" in problem["message"]
+    assert "no column 'question'" in problem["message"] and "'prompt'" in problem["message"]

@@ -202,6 +202,124 @@ def validate(config: Any, stage: dict[str, Any] | None = None) -> None:
     omega_conf_to_dataclass(config.actor_rollout_ref.ref.fsdp_config)
 
 
+# --- 1b. the loss functions the first update calls -----------------------------------------------
+
+
+def loss_functions(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """verl's own loss lookups, called on CPU with the composed names, as the first actor update
+    and the first in-reward KL call them (no config check covers these names; an unknown one
+    raises on the GPUs): core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode) and
+    core_algos.kl_penalty(..., actor.kl_loss_type) when use_kl_loss (0.6.1
+    workers/actor/dp_actor.py DataParallelPPOActor.update_policy; 0.9.0 workers/utils/losses.py
+    ppo_loss), core_algos.kl_penalty(..., algorithm.kl_penalty) when use_kl_in_reward
+    (ray_trainer.py apply_kl_penalty)."""
+    import torch
+
+    core = verl_namespace("verl.trainer.ppo.core_algos")
+    actor = config.actor_rollout_ref.actor
+    checks: list[tuple[str, Any, Any]] = [
+        (
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            actor.policy_loss.get("loss_mode", "vanilla"),
+            core["get_policy_loss_fn"],
+        )
+    ]
+    zeros = torch.zeros(1, 2)
+    kl = core["kl_penalty"]
+    if actor.use_kl_loss:
+        checks.append(
+            (
+                "actor_rollout_ref.actor.kl_loss_type",
+                actor.kl_loss_type,
+                lambda n: kl(zeros, zeros, n),
+            )
+        )
+    if config.algorithm.use_kl_in_reward:
+        checks.append(
+            ("algorithm.kl_penalty", config.algorithm.kl_penalty, lambda n: kl(zeros, zeros, n))
+        )
+    problems = []
+    for key, name, call in checks:
+        try:
+            call(name)
+        except (ValueError, NotImplementedError, KeyError) as error:
+            function = "get_policy_loss_fn" if key.endswith("loss_mode") else "kl_penalty"
+            problems.append(
+                _problem(
+                    _setting(context, key),
+                    name,
+                    f"{type(error).__name__}: {str(error) or 'verl has no branch for this name'} "
+                    f"(verl/trainer/ppo/core_algos.py "
+                    f"{function}({name!r}), called at the first actor update on the GPUs)",
+                    _fix(context, key, None),
+                )
+            )
+    return problems
+
+
+def dynamic_batch_checks(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """With dynamic batch sizes, each pass splits its batch by verl's
+    seqlen_balancing.rearrange_micro_batches(batch, max_token_len), which asserts max_token_len
+    >= the batch's sequence length: prompt + response as the padded batch comes (0.6.1), the
+    longest sequence (0.9.0's nested batches; a response that runs to max_response_length
+    reaches it). Called here on such a batch with each pass's max_token_len x
+    ulysses_sequence_parallel_size: the actor update (ppo_max_token_len_per_gpu, 0.6.1
+    dp_actor.py update_policy), the rollout and reference log-prob passes
+    (log_prob_max_token_len_per_gpu, fsdp_workers.py compute_log_prob / compute_ref_log_prob)."""
+    import torch
+    from omegaconf import OmegaConf
+    from tensordict import TensorDict
+
+    rearrange = verl_namespace("verl.utils.seqlen_balancing")["rearrange_micro_batches"]
+    aref = config.actor_rollout_ref
+    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    batch = TensorDict(
+        {
+            "input_ids": torch.zeros(2, length, dtype=torch.long),
+            "attention_mask": torch.ones(2, length, dtype=torch.long),
+        },
+        batch_size=[2],
+    )
+    sp = int(aref.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+    passes = [
+        (aref.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
+        (
+            aref.rollout.get("log_prob_use_dynamic_bsz", False),
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        ),
+    ]
+    if aref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        passes.append(
+            (
+                aref.ref.get("log_prob_use_dynamic_bsz", False),
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            )
+        )
+    where = line_of("verl.utils.seqlen_balancing", "def rearrange_micro_batches")
+    problems, refused = [], set()
+    for dynamic, key in passes:
+        per_gpu = int(OmegaConf.select(config, key))
+        # The log-prob lengths default to the actor's (rollout.yaml, ref.yaml oc.select): one
+        # problem for one value.
+        if not dynamic or per_gpu in refused:
+            continue
+        try:
+            rearrange(batch, max_token_len=per_gpu * sp)
+        except AssertionError as error:
+            refused.add(per_gpu)
+            problems.append(
+                _problem(
+                    _setting(context, key),
+                    per_gpu,
+                    f"AssertionError: {error} ({where}, "
+                    f"on a batch of data.max_prompt_length + data.max_response_length = {length} "
+                    "tokens, with use_dynamic_bsz)",
+                    _fix(context, key, length),
+                )
+            )
+    return problems
+
+
 # --- 7. versions --------------------------------------------------------------------------------
 
 
@@ -355,6 +473,8 @@ def check_chat_template(config: Any, tokenizer: Any, context: dict[str, Any]) ->
 
     files = config.data.train_files
     first = str(files if isinstance(files, str) else next(iter(files)))
+    if config.data.prompt_key not in pq.read_schema(first).names:
+        return  # verl's own dataset code says so next
     table = pq.read_table(first, columns=[config.data.prompt_key]).slice(0, 1).to_pylist()
     prompt = table[0][config.data.prompt_key] if table else None
     if not isinstance(prompt, list):
@@ -402,23 +522,22 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
         trainer.parameter_sync_step = config.trainer.v1.get(trainer.trainer_mode, {}).get(
             "parameter_sync_step", 1
         )
-        verl_function(module, method)(trainer)
+        arguments: tuple[Any, ...] = ()
     else:
         module, method = "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._create_dataloader"
         # 0.6.1 imports create_rl_dataset/create_rl_sampler from main_ppo inside the method.
         verl_namespace("verl.trainer.main_ppo")
-        try:
-            verl_function(module, method)(trainer, None, None, None, None)
-        except AssertionError as error:  # "Train dataloader is empty!" (drop_last=True)
-            kept = len(getattr(trainer, "train_dataset", []) or [])
-            batch = config.data.get("gen_batch_size") or config.data.train_batch_size
-            raise ProblemFoundError(
-                "data.train_batch_size",
-                batch,
-                f"AssertionError: {error} ({module}.{method}): {kept} training rows are left "
-                f"after verl's filtering, fewer than one batch of {batch}",
-                "a dataset with at least one batch of rows that fit data.max_prompt_length",
-            ) from error
+        arguments = (None, None, None, None)
+    try:
+        verl_function(module, method)(trainer, *arguments)
+    except (AssertionError, ValueError) as error:
+        # AssertionError "Train dataloader is empty!" (drop_last=True); ValueError from the
+        # sampler when no row is left (RandomSampler: num_samples=0).
+        kept = len(getattr(trainer, "train_dataset", []) or [])
+        if isinstance(error, ValueError) and kept:
+            raise
+        message = f"{type(error).__name__}: {error} ({module}.{method})"
+        raise _too_few_rows(config, kept, message) from error
     trainer.method = f"{module}.{method}"
     record["data"] = {
         "train_rows": _rows_in(config.data.train_files),
@@ -427,6 +546,35 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
         "val_rows_kept": len(trainer.val_dataset),
     }
     return trainer
+
+
+def _too_few_rows(config: Any, kept: int, message: str) -> ProblemFoundError:
+    """Fewer rows than one batch left after RLHFDataset.maybe_filter_out_long_prompts, which
+    counts a row whose prompt it cannot read or template as too long (its doc2len returns
+    max_prompt_length + 1 on any exception, rl_dataset.py 0.6.1 and 0.9.0): with no prompt
+    column every row goes."""
+    import pyarrow.parquet as pq
+
+    files = config.data.train_files
+    first = str(files if isinstance(files, str) else next(iter(files)))
+    columns = pq.read_schema(first).names
+    prompt_key = str(config.data.prompt_key)
+    rows = f"{kept} of {_rows_in(files)} training rows are left after verl's filtering"
+    if prompt_key not in columns:
+        return ProblemFoundError(
+            "data.prompt_key",
+            prompt_key,
+            f"{message}: {rows}: the parquet has no column {prompt_key!r} (its columns: "
+            f"{columns}), so verl's filter drops every row",
+            f"data.prompt_key one of {columns}, or remove the override",
+        )
+    batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+    return ProblemFoundError(
+        "data.train_batch_size",
+        batch,
+        f"{message}: {rows}, fewer than one batch of {batch}",
+        "a dataset with at least one batch of rows that fit data.max_prompt_length",
+    )
 
 
 def resumed_step(config: Any) -> int:
@@ -506,6 +654,20 @@ def _fit_loop(config: Any, trainer: types.SimpleNamespace) -> tuple[Any, int, st
     return _legacy_fit, per_epoch, f"len(train_dataloader) = {per_epoch}", loop
 
 
+def _validates_only(config: Any) -> str | None:
+    """The line of fit()'s early return when it only validates: RayPPOTrainer.fit (0.6.1 and
+    0.9.0 ray_trainer.py) and PPOTrainer.fit (0.9.0 v1/trainer_base.py) run `if
+    val_before_train: <validate>; if val_only: return` before the first step (0.6.1 also needs
+    a val_reward_fn, which main_ppo always loads)."""
+    trainer = config.trainer
+    if not (trainer.get("val_before_train", True) and trainer.get("val_only", False)):
+        return None
+    module = (
+        "verl.trainer.ppo.v1.trainer_base" if uses_v1(config) else "verl.trainer.ppo.ray_trainer"
+    )
+    return line_of(module, 'if self.config.trainer.get("val_only", False):')
+
+
 def run_length(
     config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -514,6 +676,9 @@ def run_length(
     fit, per_epoch, counted, loop = _fit_loop(config, trainer)
     resumed = resumed_step(config)
     last, saves = fit(per_epoch, epochs, total, save_freq, resumed)
+    validates_only = _validates_only(config)
+    if validates_only is not None:
+        last, saves, loop = resumed, [], validates_only
     override = config.trainer.total_training_steps
     decided = f"{counted} x trainer.total_epochs {epochs}"
     if override is not None:
@@ -537,6 +702,18 @@ def run_length(
             f"{config.trainer.resume_mode}, {config.trainer.default_local_dir}) and trains "
             f"{last - resumed} more step(s)"
         )
+    if validates_only is not None:
+        key = "trainer.val_only"
+        return [
+            _problem(
+                _setting(context, key),
+                True,
+                f"trainer.val_only = True with trainer.val_before_train = True: verl's fit() "
+                f"validates and returns before step {resumed + 1}, so nothing trains and no "
+                f"checkpoint is saved ({validates_only})",
+                _fix(context, key, None),
+            )
+        ]
     if resumed and last == resumed:
         return []
     if last == 0:
@@ -844,10 +1021,27 @@ def _composed(overrides: list[str]) -> Any:
         validate(config)
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
-        named = [o.lstrip("+").partition("=")[0] for o in overrides]
-        key = next((k for k in named if k in message), "verl-gke:job")
-        raise ProblemFoundError(key, None, message, f"correct or remove {key}") from error
+        key, value = named_override(overrides, message) or ("verl-gke:job", None)
+        raise ProblemFoundError(key, value, message, f"correct or remove {key}") from error
     return config
+
+
+def named_override(overrides: list[str], message: str) -> tuple[str, str] | None:
+    """The override a library's message is about: its whole key is in the message, else its
+    last key part and its value are (OmegaConf and verl's config dataclasses name the section
+    and the field apart: "Invalid loss_agg_mode: token_mean ... full_key: actor_rollout_ref.
+    actor"), else its value is, quoted ("KeyError: 'question'")."""
+    pairs = [(k.lstrip("+"), v) for k, _, v in (o.partition("=") for o in overrides)]
+    rules = (
+        lambda key, value: key in message,
+        lambda key, value: key.rpartition(".")[2] in message and bool(value) and value in message,
+        lambda key, value: bool(value) and f"'{value}'" in message,
+    )
+    for rule in rules:
+        found = [(key, value) for key, value in pairs if rule(key, value)]
+        if len(found) == 1:
+            return found[0]
+    return None
 
 
 def _steps(
@@ -863,6 +1057,10 @@ def _steps(
     stage[0] = "composing and validating the config (main_ppo)"
     config = _composed(overrides)
     versions_and_requirements(config, args.offline_plan, record, problems)
+    stage[0] = "looking up the loss functions (core_algos)"
+    problems += loss_functions(config, context)
+    stage[0] = "splitting a full-length batch by token count (seqlen_balancing)"
+    problems += dynamic_batch_checks(config, context)
     stage[0] = "loading the tokenizer and model config (TaskRunner.run)"
     tokenizer, hf_config = load_model(config, record)
     check_chat_template(config, tokenizer, context)
@@ -893,8 +1091,15 @@ def rehearse(overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
         problems.append(_problem(setting, problem.value, problem.message, problem.fix))
     except Exception as error:  # verl refused something this rehearsal has no rule for
         message = f"verl refused the job while {stage[0]}: {type(error).__name__}: {error}"
+        key, value = named_override(overrides, message) or ("rehearsal", None)
+        fix = f"correct or remove {key}" if value is not None else None
         problems.append(
-            _problem("rehearsal", None, message, "see verl's message; the traceback is in notes")
+            _problem(
+                _setting(args.context, key, key),
+                value,
+                message,
+                fix or "see verl's message; the traceback is in notes",
+            )
         )
         notes.append(traceback.format_exc(limit=-8))
     if record["versions"] is None:
