@@ -108,6 +108,7 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     ),
     "loss-agg-typo": (["actor_rollout_ref.actor.loss_agg_mode=token_mean"], None, {}),
     "prompt-key-typo": (["data.prompt_key=question"], None, {}),
+    "rollout-response-2048": (["actor_rollout_ref.rollout.response_length=2048"], None, {}),
 }
 MODEL_CONTEXT = 32768
 # Cases rehearsed at some releases only.
@@ -539,3 +540,20 @@ def test_a_prompt_key_the_parquet_lacks_is_named_with_its_columns(release: str) 
     assert problem["value"] == "question"
     assert "0 of 12 training rows are left" in problem["message"]
     assert "no column 'question'" in problem["message"] and "'prompt'" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_rollout_length_set_apart_from_the_datas_is_refused_with_the_data_setting(
+    release: str,
+) -> None:
+    # Held-out: verl's rollout.yaml takes response_length from data.max_response_length; an
+    # override of it alone makes vLLM generate (and the actor train on) 2048-token responses
+    # while the plan's memory fit uses 512.
+    record = _record(release, "rollout-response-2048")
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] == 2048
+    assert "data.max_response_length = 512" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.maxResponseLength 2048, and "
+        "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    )

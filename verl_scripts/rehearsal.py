@@ -846,6 +846,35 @@ def _spmd_length_checks() -> tuple[ast.Module, str] | None:
     return ast.Module(body[starts[0] : ends[0] + 1], []), f"{path.name}:{body[ends[0]].lineno}"
 
 
+def rollout_lengths_follow_data(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """rollout.prompt_length / response_length default to data.max_prompt_length /
+    max_response_length (rollout.yaml, `${oc.select:data...}`, 0.6.1 and 0.9.0); vLLM generates
+    and the actor trains on the rollout's lengths, while the plan's memory fit, step time and
+    evaluation use the data's. An override that sets them apart is refused with the data
+    setting that keeps the length asked for."""
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    for field, data_key in (
+        ("prompt_length", "data.max_prompt_length"),
+        ("response_length", "data.max_response_length"),
+    ):
+        asked, data_value = int(rollout[field]), int(config.data[data_key.split(".")[1]])
+        if asked == data_value:
+            continue
+        key = f"actor_rollout_ref.rollout.{field}"
+        problems.append(
+            _problem(
+                _setting(context, key),
+                asked,
+                f"{key} = {asked} while {data_key} = {data_value}: vLLM generates and the actor "
+                f"trains on the rollout's length, but the plan's memory fit and step time use "
+                f"{data_key} (verl's rollout.yaml sets the first from the second)",
+                f"{_fix(context, data_key, asked)}, and {_fix(context, key, None)}",
+            )
+        )
+    return problems
+
+
 def rollout_checks(
     config: Any, hf_config: Any, context: dict[str, Any], record: dict[str, Any], notes: list[str]
 ) -> list[dict[str, Any]]:
@@ -1070,6 +1099,7 @@ def _steps(
     stage[0] = "loading and calling the reward"
     problems += score_rows(config, trainer, args.reward_samples, context, record)
     stage[0] = "checking the rollout's lengths"
+    problems += rollout_lengths_follow_data(config, context)
     problems += rollout_checks(config, hf_config, context, record, notes)
 
 
