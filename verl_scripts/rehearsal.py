@@ -23,7 +23,9 @@ verl's own source run in that namespace; the record's notes say so.
 
 --context JSON: {"settings": {"<hydra key>": "<setting, e.g. verl-gke:job.saveFreq>"},
                  "append": "<setting path a new override goes to>", "model": "<hub id>",
-                 "chat_model": "<a model of the program's table with a chat template>"}
+                 "chat_model": "<a model of the program's table with a chat template>",
+                 "rows_are_the_runs": false (stand-in rows of another size: a run that
+                 outlasts them is a note, not a problem)}
 --stand-in-model JSON: {"dir": DIR, "max_position_embeddings": N, "vocab_size": N,
                         "chat_template": bool}: a tiny tokenizer and config written to DIR and
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
@@ -727,6 +729,12 @@ def run_length(
             f"{saved} (trainer.save_freq = {save_freq})"
         )
         fixed = last
+        if not context.get("rows_are_the_runs", True):
+            record["notes"].append(
+                f"on these rows, not the run's own (context rows_are_the_runs false): {message}; "
+                "the run's length is rehearsed on its own rows in the training image"
+            )
+            return []
     else:
         return []
     # The fix, walked through the same loop: it must end at a step it saves.
