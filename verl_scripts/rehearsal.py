@@ -259,6 +259,27 @@ def loss_functions(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]
     return problems
 
 
+def _dynamic_passes(config: Any) -> list[tuple[bool, str]]:
+    """(dynamic batch size on, its max-token key) of the actor update and the log-prob passes
+    (the reference's only where a KL switch adds the reference worker)."""
+    aref = config.actor_rollout_ref
+    passes = [
+        (aref.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
+        (
+            aref.rollout.get("log_prob_use_dynamic_bsz", False),
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        ),
+    ]
+    if aref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        passes.append(
+            (
+                aref.ref.get("log_prob_use_dynamic_bsz", False),
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            )
+        )
+    return passes
+
+
 def dynamic_batch_checks(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
     """With dynamic batch sizes, each pass splits its batch by verl's
     seqlen_balancing.rearrange_micro_batches(batch, max_token_len), which asserts max_token_len
@@ -283,23 +304,9 @@ def dynamic_batch_checks(config: Any, context: dict[str, Any]) -> list[dict[str,
         batch_size=[2],
     )
     sp = int(aref.actor.get("ulysses_sequence_parallel_size", 1) or 1)
-    passes = [
-        (aref.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
-        (
-            aref.rollout.get("log_prob_use_dynamic_bsz", False),
-            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-        ),
-    ]
-    if aref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
-        passes.append(
-            (
-                aref.ref.get("log_prob_use_dynamic_bsz", False),
-                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-            )
-        )
     where = line_of("verl.utils.seqlen_balancing", "def rearrange_micro_batches")
     problems, refused = [], set()
-    for dynamic, key in passes:
+    for dynamic, key in _dynamic_passes(config):
         per_gpu = int(OmegaConf.select(config, key))
         # The log-prob lengths default to the actor's (rollout.yaml, ref.yaml oc.select): one
         # problem for one value.
@@ -670,6 +677,43 @@ def _validates_only(config: Any) -> str | None:
     return line_of(module, 'if self.config.trainer.get("val_only", False):')
 
 
+def _val_only_problem(context: dict[str, Any], resumed: int, where: str) -> dict[str, Any]:
+    key = "trainer.val_only"
+    return _problem(
+        _setting(context, key),
+        True,
+        f"trainer.val_only = True with trainer.val_before_train = True: verl's fit() validates "
+        f"and returns before step {resumed + 1}, so nothing trains and no checkpoint is saved "
+        f"({where})",
+        _fix(context, key, None),
+    )
+
+
+def _length_fields(
+    config: Any, trainer: types.SimpleNamespace, loop: tuple[int, str, str], last: int, saves: list
+) -> dict[str, Any]:
+    """The record's `length`; `loop`: steps per epoch, how they were counted, fit()'s line."""
+    per_epoch, counted, where = loop
+    epochs, resumed = int(config.trainer.total_epochs), resumed_step(config)
+    override = config.trainer.total_training_steps
+    decided = f"{counted} x trainer.total_epochs {epochs}"
+    if override is not None:
+        decided = f"trainer.total_training_steps = {override}"
+    return {
+        "steps_per_epoch": per_epoch,
+        "epochs": epochs,
+        "total_training_steps": int(trainer.total_training_steps),
+        "source": f"{trainer.method}: {counted}; total_training_steps from {decided}; fit() loop "
+        f"{where} ends at step {last}",
+        "last_step": last,
+        "save_steps": saves,
+        "final_save": bool(saves) and saves[-1] == last,
+        "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
+        "resumed_from": resumed,
+        "steps_to_train": last - resumed,
+    }
+
+
 def run_length(
     config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -682,22 +726,7 @@ def run_length(
     if validates_only is not None:
         last, saves, loop = resumed, [], validates_only
     override = config.trainer.total_training_steps
-    decided = f"{counted} x trainer.total_epochs {epochs}"
-    if override is not None:
-        decided = f"trainer.total_training_steps = {override}"
-    record["length"] = {
-        "steps_per_epoch": per_epoch,
-        "epochs": epochs,
-        "total_training_steps": total,
-        "source": f"{trainer.method}: {counted}; total_training_steps from {decided}; fit() loop "
-        f"{loop} ends at step {last}",
-        "last_step": last,
-        "save_steps": saves,
-        "final_save": bool(saves) and saves[-1] == last,
-        "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
-        "resumed_from": resumed,
-        "steps_to_train": last - resumed,
-    }
+    record["length"] = _length_fields(config, trainer, (per_epoch, counted, loop), last, saves)
     if resumed:
         record["notes"].append(
             f"verl resumes from step {resumed} (trainer.resume_mode = "
@@ -705,17 +734,7 @@ def run_length(
             f"{last - resumed} more step(s)"
         )
     if validates_only is not None:
-        key = "trainer.val_only"
-        return [
-            _problem(
-                _setting(context, key),
-                True,
-                f"trainer.val_only = True with trainer.val_before_train = True: verl's fit() "
-                f"validates and returns before step {resumed + 1}, so nothing trains and no "
-                f"checkpoint is saved ({validates_only})",
-                _fix(context, key, None),
-            )
-        ]
+        return [_val_only_problem(context, resumed, validates_only)]
     if resumed and last == resumed:
         return []
     if last == 0:
