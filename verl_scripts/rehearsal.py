@@ -286,9 +286,11 @@ def dynamic_batch_checks(config: Any, context: dict[str, Any]) -> list[dict[str,
     >= the batch's sequence length: prompt + response as the padded batch comes (0.6.1), the
     longest sequence (0.9.0's nested batches; a response that runs to max_response_length
     reaches it). Called here on such a batch with each pass's max_token_len x
-    ulysses_sequence_parallel_size: the actor update (ppo_max_token_len_per_gpu, 0.6.1
-    dp_actor.py update_policy), the rollout and reference log-prob passes
-    (log_prob_max_token_len_per_gpu, fsdp_workers.py compute_log_prob / compute_ref_log_prob)."""
+    ulysses_sequence_parallel_size: the actor update (ppo_max_token_len_per_gpu), the rollout
+    and reference log-prob passes (log_prob_max_token_len_per_gpu): 0.6.1 dp_actor.py
+    update_policy and fsdp_workers.py compute_log_prob / compute_ref_log_prob; 0.9.0
+    engine_workers.py (engine_config.max_token_len_per_gpu, infer_max_token_len_per_gpu) through
+    workers/engine/utils.py prepare_micro_batches."""
     import torch
     from omegaconf import OmegaConf
     from tensordict import TensorDict
