@@ -109,6 +109,20 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     "loss-agg-typo": (["actor_rollout_ref.actor.loss_agg_mode=token_mean"], None, {}),
     "prompt-key-typo": (["data.prompt_key=question"], None, {}),
     "rollout-response-2048": (["actor_rollout_ref.rollout.response_length=2048"], None, {}),
+    "lora-layered-dummy": (
+        ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.rollout.layered_summon=True"],
+        None,
+        {},
+    ),
+    "lora-layered-safetensors": (
+        [
+            "actor_rollout_ref.model.lora_rank=32",
+            "actor_rollout_ref.rollout.layered_summon=True",
+            "actor_rollout_ref.rollout.load_format=safetensors",
+        ],
+        None,
+        {},
+    ),
 }
 MODEL_CONTEXT = 32768
 # A Hub dataset of the user's (its size unknown offline) with this project's reward.
@@ -575,3 +589,18 @@ def test_offline_a_run_longer_than_the_stand_in_rows_of_an_own_dataset_is_a_note
     assert isinstance(record, dict), record
     assert record["ok"], record["problems"]
     assert any(n.startswith("on these rows, not the run's own") for n in record["notes"])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_lora_with_layered_summon_on_verls_dummy_load_format_is_refused(release: str) -> None:
+    # Held-out: verl's default rollout.load_format is dummy (rollout.yaml), so the worker's
+    # base_sync_done is False and collect_lora_params raises at the first weight sync.
+    problem = _only_problem(_record(release, "lora-layered-dummy"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "load_format = dummy" in problem["message"] and "fsdp_utils.py" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[2] "
+        "actor_rollout_ref.rollout.load_format=safetensors"
+    )
+    fixed = _record(release, "lora-layered-safetensors")
+    assert fixed["ok"], fixed["problems"]
