@@ -136,7 +136,10 @@ def _request(settings: StackSettings, spec: GrpoSpec, work: Path) -> dict[str, A
         "cases": {
             "plan": {
                 "overrides": overrides,
-                "context": rehearsal_context(spec, settings.model),
+                "context": {
+                    **rehearsal_context(spec, settings.model),
+                    "rows_are_the_runs": run_inputs.dataset_of(settings).kind == "gsm8k",
+                },
                 "stand_in_model": stand_in,
                 "offline_plan": True,
             }

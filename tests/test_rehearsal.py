@@ -92,8 +92,51 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # Every prompt is longer than 8 tokens: verl's filter keeps no row.
     "prompt-8": ([], None, {"maxPromptLength": 8}),
     "async-save": (["actor_rollout_ref.actor.checkpoint.async_save=True"], None, {}),
+    # Held-out inputs (issue 34's review by someone who did not write the rehearsal).
+    "kl-loss-type-k4": (["actor_rollout_ref.actor.kl_loss_type=k4"], None, {}),
+    "loss-mode-typo": (["actor_rollout_ref.actor.policy_loss.loss_mode=vanila"], None, {}),
+    "val-only": (["trainer.val_only=True"], None, {"valBeforeTrain": True}),
+    "dynamic-bsz-short": (
+        [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1000",
+        ],
+        None,
+        {},
+    ),
+    "dynamic-bsz-fixed": (
+        [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
+        ],
+        None,
+        {},
+    ),
+    "loss-agg-typo": (["actor_rollout_ref.actor.loss_agg_mode=token_mean"], None, {}),
+    "prompt-key-typo": (["data.prompt_key=question"], None, {}),
+    "rollout-response-2048": (["actor_rollout_ref.rollout.response_length=2048"], None, {}),
+    "lora-layered-dummy": (
+        ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.rollout.layered_summon=True"],
+        None,
+        {},
+    ),
+    "lora-layered-safetensors": (
+        [
+            "actor_rollout_ref.model.lora_rank=32",
+            "actor_rollout_ref.rollout.layered_summon=True",
+            "actor_rollout_ref.rollout.load_format=safetensors",
+        ],
+        None,
+        {},
+    ),
 }
 MODEL_CONTEXT = 32768
+# A Hub dataset of the user's (its size unknown offline) with this project's reward.
+OWN_DATASET = (
+    ("verl-gke:dataset", "acme/math-qa"),
+    ("verl-gke:datasetColumns", '{"prompt":"problem","answer":"answer"}'),
+    ("verl-gke:reward", f"{EXACT_MATCH[0]}:{EXACT_MATCH[1]}"),
+)
 # Cases rehearsed at some releases only.
 ONLY = {"legacy-steps-100": ("0.9.0",), "as-image": ("0.9.0",)}
 
@@ -170,7 +213,9 @@ def _records() -> dict[str, dict[str, dict[str, Any]]]:
                 env=rehearsal_env(release),
             ),
         )
-    _offline_plan()  # the offline plan's own rehearsal, while these run
+    _offline_plan()  # the offline plan's own rehearsals, while these run
+    _offline_plan(("trainer.total_training_steps=30",), 20)
+    _offline_plan(("trainer.total_training_steps=30",), 20, OWN_DATASET)
     records = {}
     for release, (work, process) in running.items():
         _, stderr = process.communicate(timeout=300)
@@ -474,12 +519,21 @@ def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> N
 
 
 @cache
-def _offline_plan() -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
-    """The a3u stack's job (verl v0.6.1) through planning/rehearsal.offline_rehearsal."""
+def _offline_plan(
+    extra: tuple[str, ...] = (),
+    save_freq: int | None = None,
+    stack_config: tuple[tuple[str, str], ...] = (),
+) -> tuple[GrpoSpec, StackSettings, dict[str, Any] | str]:
+    """The a3u stack's job (verl v0.6.1), with `extra` as extraOverrides, `save_freq` and
+    `stack_config` settings, through planning/rehearsal.offline_rehearsal."""
     verl_python("0.6.1")
     site = rehearsal_site("0.6.1")
     require(site is None or site.is_dir(), f"no {site} (requirements-rehearsal-0.6.1.txt)")
-    settings = load_settings("a3u", dict(REAL), offline=False).settings
+    job: dict[str, Any] = {"extraOverrides": list(extra)} if extra else {}
+    if save_freq is not None:
+        job["saveFreq"] = save_freq
+    config = {**REAL, **dict(stack_config), **({"verl-gke:job": json.dumps(job)} if job else {})}
+    settings = load_settings("a3u", config, offline=False).settings
     spec = training_job(settings).spec
     return spec, settings, offline_rehearsal(settings, spec)
 
@@ -503,6 +557,11 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     rows = run_inputs.GSM8K_ROWS["train"]
     assert record["data"]["train_rows"] == rows
     assert record["length"]["last_step"] == rows // spec.train_batch_size * spec.total_epochs
+    # The example rows repeated to openai/gsm8k's train rows: verl's dataloader drops the last
+    # partial batch, so fit() ends at the run's own step.
+    assert record["data"]["train_rows"] == run_inputs.GSM8K_ROWS["train"]
+    per_epoch = run_inputs.GSM8K_ROWS["train"] // spec.train_batch_size
+    assert record["length"]["last_step"] == per_epoch * spec.total_epochs
     assert any("offline plan" in note for note in record["notes"])
     head = rehearsal_lines(record)[0]
     assert head.startswith("Rehearsal (offline, verl 0.6.1's own code") and head.endswith(": ok")
@@ -510,3 +569,130 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     said = offline_rehearsal(settings, spec)
     assert isinstance(said, str) and said.startswith("could not rehearse: no verl 0.6.1")
     assert said in rehearsal_lines(said)[0]
+    assert rehearsal_lines(said) == [said]
+
+
+def test_the_offline_plan_counts_gsm8ks_own_rows_so_a_shorter_run_is_not_refused() -> None:
+    # Held-out: total_training_steps=30 on GSM8K (58 steps of data) with saveFreq 20; verl's
+    # fit() ends at step 30 and saves 20 and 30. On one batch of example rows (1 step an epoch)
+    # the rehearsal refused it and offered total_training_steps=2.
+    _, _, record = _offline_plan(("trainer.total_training_steps=30",), 20)
+    assert isinstance(record, dict), record
+    assert record["ok"], record["problems"]
+    length = record["length"]
+    assert (length["last_step"], length["save_steps"], length["final_save"]) == (30, [20, 30], True)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_unknown_kl_loss_type_is_refused_by_verls_own_kl_penalty(release: str) -> None:
+    # Held-out: no config check reads actor.kl_loss_type; core_algos.kl_penalty raises
+    # NotImplementedError at the first actor update, on the GPUs.
+    problem = _only_problem(_record(release, "kl-loss-type-k4"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] == "k4"
+    assert problem["message"].startswith("NotImplementedError")
+    assert "kl_penalty('k4')" in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    assert _record(release, "default")["ok"]  # low_var_kl, verl's default, passes the same call
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_unknown_policy_loss_mode_is_refused_with_verls_list(release: str) -> None:
+    problem = _only_problem(_record(release, "loss-mode-typo"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["message"].startswith("ValueError: Unsupported loss mode: vanila")
+    assert "'vanilla'" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_val_only_with_validation_before_training_trains_nothing_and_is_refused(
+    release: str,
+) -> None:
+    # Held-out: fit() validates, then `if val_only: return` before step 1 (ray_trainer.py at
+    # 0.6.1, v1/trainer_base.py at 0.9.0): the run the plan bills never trains or saves.
+    record = _record(release, "val-only")
+    assert (record["length"]["last_step"], record["length"]["save_steps"]) == (0, [])
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert "returns before step 1" in problem["message"]
+    file = "v1/trainer_base.py" if release == "0.9.0" else "ray_trainer.py"
+    assert file in problem["message"]
+    assert problem["fix"] == "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_dynamic_batch_token_limit_under_prompt_plus_response_is_refused(release: str) -> None:
+    # Held-out: verl's rearrange_micro_batches asserts max_token_len >= the sequence length
+    # (512 + 512 here) in the first update; the fix, rehearsed, passes.
+    problem = _only_problem(_record(release, "dynamic-bsz-short"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]" and problem["value"] == 1000
+    assert "max_token_len must be greater than the sequence length" in problem["message"]
+    assert "seqlen_balancing.py" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[1] "
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024"
+    )
+    fixed = _record(release, "dynamic-bsz-fixed")
+    assert fixed["ok"], fixed["problems"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_config_refusal_names_the_override_it_is_about(release: str) -> None:
+    # Held-out: verl's ActorConfig names the section and the field apart ("Invalid
+    # loss_agg_mode: token_mean ... full_key: actor_rollout_ref.actor").
+    problem = _only_problem(_record(release, "loss-agg-typo"))
+    assert "Invalid loss_agg_mode: token_mean" in problem["message"]
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["value"] == "token_mean"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_prompt_key_the_parquet_lacks_is_named_with_its_columns(release: str) -> None:
+    # Held-out: RLHFDataset's filter counts a row it cannot read as too long (doc2len), so
+    # every row goes and verl fails on an empty dataset.
+    record = _record(release, "prompt-key-typo")
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert problem["value"] == "question"
+    assert "0 of 12 training rows are left" in problem["message"]
+    assert "no column 'question'" in problem["message"] and "'prompt'" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_rollout_length_set_apart_from_the_datas_is_refused_with_the_data_setting(
+    release: str,
+) -> None:
+    # Held-out: verl's rollout.yaml takes response_length from data.max_response_length; an
+    # override of it alone makes vLLM generate (and the actor train on) 2048-token responses
+    # while the plan's memory fit uses 512.
+    record = _record(release, "rollout-response-2048")
+    problem = _only_problem(record)
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]" and problem["value"] == 2048
+    assert "data.max_response_length = 512" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.maxResponseLength 2048, and "
+        "pulumi config rm --path verl-gke:job.extraOverrides[0]"
+    )
+
+
+def test_offline_a_run_longer_than_the_stand_in_rows_of_an_own_dataset_is_a_note() -> None:
+    # Held-out: an own dataset's size is unknown offline, so the example rows stand at one
+    # batch; a run of 30 steps outlasts them, which says nothing of the run's own rows.
+    _, _, record = _offline_plan(("trainer.total_training_steps=30",), 20, OWN_DATASET)
+    assert isinstance(record, dict), record
+    assert record["ok"], record["problems"]
+    assert any(n.startswith("on these rows, not the run's own") for n in record["notes"])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_lora_with_layered_summon_on_verls_dummy_load_format_is_refused(release: str) -> None:
+    # Held-out: verl's default rollout.load_format is dummy (rollout.yaml), so the worker's
+    # base_sync_done is False and collect_lora_params raises at the first weight sync.
+    problem = _only_problem(_record(release, "lora-layered-dummy"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "load_format = dummy" in problem["message"] and "fsdp_utils.py" in problem["message"]
+    assert problem["fix"] == (
+        "pulumi config set --path verl-gke:job.extraOverrides[2] "
+        "actor_rollout_ref.rollout.load_format=safetensors"
+    )
+    fixed = _record(release, "lora-layered-safetensors")
+    assert fixed["ok"], fixed["problems"]

@@ -23,7 +23,9 @@ verl's own source run in that namespace; the record's notes say so.
 
 --context JSON: {"settings": {"<hydra key>": "<setting, e.g. verl-gke:job.saveFreq>"},
                  "append": "<setting path a new override goes to>", "model": "<hub id>",
-                 "chat_model": "<a model of the program's table with a chat template>"}
+                 "chat_model": "<a model of the program's table with a chat template>",
+                 "rows_are_the_runs": false (stand-in rows of another size: a run that
+                 outlasts them is a note, not a problem)}
 --stand-in-model JSON: {"dir": DIR, "max_position_embeddings": N, "vocab_size": N,
                         "chat_template": bool}: a tiny tokenizer and config written to DIR and
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
@@ -200,6 +202,133 @@ def validate(config: Any, stage: dict[str, Any] | None = None) -> None:
     stage["stage"] = "worker_config"
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.actor_rollout_ref.ref.fsdp_config)
+
+
+# --- 1b. the loss functions the first update calls -----------------------------------------------
+
+
+def loss_functions(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """verl's own loss lookups, called on CPU with the composed names, as the first actor update
+    and the first in-reward KL call them (no config check covers these names; an unknown one
+    raises on the GPUs): core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode) and
+    core_algos.kl_penalty(..., actor.kl_loss_type) when use_kl_loss (0.6.1
+    workers/actor/dp_actor.py DataParallelPPOActor.update_policy; 0.9.0 workers/utils/losses.py
+    ppo_loss), core_algos.kl_penalty(..., algorithm.kl_penalty) when use_kl_in_reward
+    (ray_trainer.py apply_kl_penalty)."""
+    import torch
+
+    core = verl_namespace("verl.trainer.ppo.core_algos")
+    actor = config.actor_rollout_ref.actor
+    checks: list[tuple[str, Any, Any]] = [
+        (
+            "actor_rollout_ref.actor.policy_loss.loss_mode",
+            actor.policy_loss.get("loss_mode", "vanilla"),
+            core["get_policy_loss_fn"],
+        )
+    ]
+    zeros = torch.zeros(1, 2)
+    kl = core["kl_penalty"]
+    if actor.use_kl_loss:
+        checks.append(
+            (
+                "actor_rollout_ref.actor.kl_loss_type",
+                actor.kl_loss_type,
+                lambda n: kl(zeros, zeros, n),
+            )
+        )
+    if config.algorithm.use_kl_in_reward:
+        checks.append(
+            ("algorithm.kl_penalty", config.algorithm.kl_penalty, lambda n: kl(zeros, zeros, n))
+        )
+    problems = []
+    for key, name, call in checks:
+        try:
+            call(name)
+        except (ValueError, NotImplementedError, KeyError) as error:
+            function = "get_policy_loss_fn" if key.endswith("loss_mode") else "kl_penalty"
+            problems.append(
+                _problem(
+                    _setting(context, key),
+                    name,
+                    f"{type(error).__name__}: {str(error) or 'verl has no branch for this name'} "
+                    f"(verl/trainer/ppo/core_algos.py "
+                    f"{function}({name!r}), called at the first actor update on the GPUs)",
+                    _fix(context, key, None),
+                )
+            )
+    return problems
+
+
+def _dynamic_passes(config: Any) -> list[tuple[bool, str]]:
+    """(dynamic batch size on, its max-token key) of the actor update and the log-prob passes
+    (the reference's only where a KL switch adds the reference worker)."""
+    aref = config.actor_rollout_ref
+    passes = [
+        (aref.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
+        (
+            aref.rollout.get("log_prob_use_dynamic_bsz", False),
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        ),
+    ]
+    if aref.actor.use_kl_loss or config.algorithm.use_kl_in_reward:
+        passes.append(
+            (
+                aref.ref.get("log_prob_use_dynamic_bsz", False),
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            )
+        )
+    return passes
+
+
+def dynamic_batch_checks(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """With dynamic batch sizes, each pass splits its batch by verl's
+    seqlen_balancing.rearrange_micro_batches(batch, max_token_len), which asserts max_token_len
+    >= the batch's sequence length: prompt + response as the padded batch comes (0.6.1), the
+    longest sequence (0.9.0's nested batches; a response that runs to max_response_length
+    reaches it). Called here on such a batch with each pass's max_token_len x
+    ulysses_sequence_parallel_size: the actor update (ppo_max_token_len_per_gpu), the rollout
+    and reference log-prob passes (log_prob_max_token_len_per_gpu): 0.6.1 dp_actor.py
+    update_policy and fsdp_workers.py compute_log_prob / compute_ref_log_prob; 0.9.0
+    engine_workers.py (engine_config.max_token_len_per_gpu, infer_max_token_len_per_gpu) through
+    workers/engine/utils.py prepare_micro_batches."""
+    import torch
+    from omegaconf import OmegaConf
+    from tensordict import TensorDict
+
+    rearrange = verl_namespace("verl.utils.seqlen_balancing")["rearrange_micro_batches"]
+    aref = config.actor_rollout_ref
+    length = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    batch = TensorDict(
+        {
+            "input_ids": torch.zeros(2, length, dtype=torch.long),
+            "attention_mask": torch.ones(2, length, dtype=torch.long),
+        },
+        batch_size=[2],
+    )
+    sp = int(aref.actor.get("ulysses_sequence_parallel_size", 1) or 1)
+    where = line_of("verl.utils.seqlen_balancing", "def rearrange_micro_batches")
+    problems, refused = [], set()
+    for dynamic, key in _dynamic_passes(config):
+        per_gpu = int(OmegaConf.select(config, key))
+        # The log-prob lengths default to the actor's (rollout.yaml, ref.yaml oc.select): one
+        # problem for one value.
+        if not dynamic or per_gpu in refused:
+            continue
+        try:
+            rearrange(batch, max_token_len=per_gpu * sp)
+        except AssertionError as error:
+            refused.add(per_gpu)
+            problems.append(
+                _problem(
+                    _setting(context, key),
+                    per_gpu,
+                    f"AssertionError: {error} ({where}, "
+                    f"on a batch of data.max_prompt_length + data.max_response_length = {length} "
+                    "tokens, with use_dynamic_bsz)",
+                    _fix(context, key, length),
+                )
+            )
+    return problems
 
 
 # --- 7. versions --------------------------------------------------------------------------------
@@ -387,6 +516,8 @@ def check_chat_template(config: Any, tokenizer: Any, context: dict[str, Any]) ->
 
     files = config.data.train_files
     first = str(files if isinstance(files, str) else next(iter(files)))
+    if config.data.prompt_key not in pq.read_schema(first).names:
+        return  # verl's own dataset code says so next
     table = pq.read_table(first, columns=[config.data.prompt_key]).slice(0, 1).to_pylist()
     prompt = table[0][config.data.prompt_key] if table else None
     if not isinstance(prompt, list):
@@ -443,25 +574,13 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
     try:
         verl_function(module, method)(trainer, *arguments)
     except (AssertionError, ValueError) as error:
-        # Fewer rows than a batch left after filtering: "Train dataloader is empty!" (drop_last
-        # =True, ray_trainer.py); with none left, create_rl_sampler's RandomSampler raises first
-        # ("num_samples should be a positive integer value", torch).
-        dataset = getattr(trainer, "train_dataset", None)
-        batch = config.data.get("gen_batch_size") or config.data.train_batch_size
-        if dataset is None or len(dataset) >= batch:
+        # AssertionError "Train dataloader is empty!" (drop_last=True); ValueError from the
+        # sampler when no row is left (RandomSampler: num_samples=0).
+        kept = len(getattr(trainer, "train_dataset", []) or [])
+        if isinstance(error, ValueError) and kept:
             raise
-        if len(dataset) < _rows_in(config.data.train_files):  # the filter dropped rows
-            key, fix = "data.max_prompt_length", "a data.max_prompt_length that keeps a batch"
-        else:
-            key, fix = "data.train_batch_size", "a data.train_batch_size of at most the rows"
-        raise ProblemFoundError(
-            key,
-            config.data.get(key.partition(".")[2]),
-            f"{type(error).__name__}: {error} ({module}.{method}): {len(dataset)} training rows "
-            f"are left after verl's filtering (data.filter_overlong_prompts), fewer than one "
-            f"batch of {batch}",
-            f"{fix}, or a dataset with more rows",
-        ) from error
+        message = f"{type(error).__name__}: {error} ({module}.{method})"
+        raise _too_few_rows(config, kept, message) from error
     trainer.method = f"{module}.{method}"
     record["data"] = {
         "train_rows": _rows_in(config.data.train_files),
@@ -470,6 +589,35 @@ def build_dataloaders(config: Any, tokenizer: Any, record: dict[str, Any]) -> ty
         "val_rows_kept": len(trainer.val_dataset),
     }
     return trainer
+
+
+def _too_few_rows(config: Any, kept: int, message: str) -> ProblemFoundError:
+    """Fewer rows than one batch left after RLHFDataset.maybe_filter_out_long_prompts, which
+    counts a row whose prompt it cannot read or template as too long (its doc2len returns
+    max_prompt_length + 1 on any exception, rl_dataset.py 0.6.1 and 0.9.0): with no prompt
+    column every row goes."""
+    import pyarrow.parquet as pq
+
+    files = config.data.train_files
+    first = str(files if isinstance(files, str) else next(iter(files)))
+    columns = pq.read_schema(first).names
+    prompt_key = str(config.data.prompt_key)
+    rows = f"{kept} of {_rows_in(files)} training rows are left after verl's filtering"
+    if prompt_key not in columns:
+        return ProblemFoundError(
+            "data.prompt_key",
+            prompt_key,
+            f"{message}: {rows}: the parquet has no column {prompt_key!r} (its columns: "
+            f"{columns}), so verl's filter drops every row",
+            f"data.prompt_key one of {columns}, or remove the override",
+        )
+    batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+    return ProblemFoundError(
+        "data.train_batch_size",
+        batch,
+        f"{message}: {rows}, fewer than one batch of {batch}",
+        "a dataset with at least one batch of rows that fit data.max_prompt_length",
+    )
 
 
 def resumed_step(config: Any) -> int:
@@ -549,6 +697,57 @@ def _fit_loop(config: Any, trainer: types.SimpleNamespace) -> tuple[Any, int, st
     return _legacy_fit, per_epoch, f"len(train_dataloader) = {per_epoch}", loop
 
 
+def _validates_only(config: Any) -> str | None:
+    """The line of fit()'s early return when it only validates: RayPPOTrainer.fit (0.6.1 and
+    0.9.0 ray_trainer.py) and PPOTrainer.fit (0.9.0 v1/trainer_base.py) run `if
+    val_before_train: <validate>; if val_only: return` before the first step (0.6.1 also needs
+    a val_reward_fn, which main_ppo always loads)."""
+    trainer = config.trainer
+    if not (trainer.get("val_before_train", True) and trainer.get("val_only", False)):
+        return None
+    module = (
+        "verl.trainer.ppo.v1.trainer_base" if uses_v1(config) else "verl.trainer.ppo.ray_trainer"
+    )
+    return line_of(module, 'if self.config.trainer.get("val_only", False):')
+
+
+def _val_only_problem(context: dict[str, Any], resumed: int, where: str) -> dict[str, Any]:
+    key = "trainer.val_only"
+    return _problem(
+        _setting(context, key),
+        True,
+        f"trainer.val_only = True with trainer.val_before_train = True: verl's fit() validates "
+        f"and returns before step {resumed + 1}, so nothing trains and no checkpoint is saved "
+        f"({where})",
+        _fix(context, key, None),
+    )
+
+
+def _length_fields(
+    config: Any, trainer: types.SimpleNamespace, loop: tuple[int, str, str], last: int, saves: list
+) -> dict[str, Any]:
+    """The record's `length`; `loop`: steps per epoch, how they were counted, fit()'s line."""
+    per_epoch, counted, where = loop
+    epochs, resumed = int(config.trainer.total_epochs), resumed_step(config)
+    override = config.trainer.total_training_steps
+    decided = f"{counted} x trainer.total_epochs {epochs}"
+    if override is not None:
+        decided = f"trainer.total_training_steps = {override}"
+    return {
+        "steps_per_epoch": per_epoch,
+        "epochs": epochs,
+        "total_training_steps": int(trainer.total_training_steps),
+        "source": f"{trainer.method}: {counted}; total_training_steps from {decided}; fit() loop "
+        f"{where} ends at step {last}",
+        "last_step": last,
+        "save_steps": saves,
+        "final_save": bool(saves) and saves[-1] == last,
+        "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
+        "resumed_from": resumed,
+        "steps_to_train": last - resumed,
+    }
+
+
 def run_length(
     config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -557,29 +756,19 @@ def run_length(
     fit, per_epoch, counted, loop = _fit_loop(config, trainer)
     resumed = resumed_step(config)
     last, saves = fit(per_epoch, epochs, total, save_freq, resumed)
+    validates_only = _validates_only(config)
+    if validates_only is not None:
+        last, saves, loop = resumed, [], validates_only
     override = config.trainer.total_training_steps
-    decided = f"{counted} x trainer.total_epochs {epochs}"
-    if override is not None:
-        decided = f"trainer.total_training_steps = {override}"
-    record["length"] = {
-        "steps_per_epoch": per_epoch,
-        "epochs": epochs,
-        "total_training_steps": total,
-        "source": f"{trainer.method}: {counted}; total_training_steps from {decided}; fit() loop "
-        f"{loop} ends at step {last}",
-        "last_step": last,
-        "save_steps": saves,
-        "final_save": bool(saves) and saves[-1] == last,
-        "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
-        "resumed_from": resumed,
-        "steps_to_train": last - resumed,
-    }
+    record["length"] = _length_fields(config, trainer, (per_epoch, counted, loop), last, saves)
     if resumed:
         record["notes"].append(
             f"verl resumes from step {resumed} (trainer.resume_mode = "
             f"{config.trainer.resume_mode}, {config.trainer.default_local_dir}) and trains "
             f"{last - resumed} more step(s)"
         )
+    if validates_only is not None:
+        return [_val_only_problem(context, resumed, validates_only)]
     if resumed and last == resumed:
         return []
     if last == 0:
@@ -593,6 +782,12 @@ def run_length(
             f"{saved} (trainer.save_freq = {save_freq})"
         )
         fixed = last
+        if not context.get("rows_are_the_runs", True):
+            record["notes"].append(
+                f"on these rows, not the run's own (context rows_are_the_runs false): {message}; "
+                "the run's length is rehearsed on its own rows in the training image"
+            )
+            return []
     else:
         return []
     # The fix, walked through the same loop: it must end at a step it saves.
@@ -757,6 +952,63 @@ def _spmd_length_checks() -> tuple[ast.Module, str] | None:
     if not starts or not ends:
         return None
     return ast.Module(body[starts[0] : ends[0] + 1], []), f"{path.name}:{body[ends[0]].lineno}"
+
+
+def lora_weight_sync(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """LoRA with rollout.layered_summon needs the base model in vLLM before the first weight
+    sync. The worker sets base_sync_done = "dummy" not in rollout.load_format (0.6.1
+    fsdp_workers.py, 0.9.0 engine_workers.py), and the first sync of a LoRA actor raises
+    ValueError when layered_summon and not base_sync_done (utils/fsdp_utils.py
+    collect_lora_params; 0.6.1 sync mode sharding_manager/fsdp_vllm.py __enter__; 0.9.0 unless
+    model.lora.merge). Restated: the check needs an FSDP-wrapped PEFT model on GPUs."""
+    model, rollout = config.actor_rollout_ref.model, config.actor_rollout_ref.rollout
+    lora = int(model.get("lora_rank", 0) or 0) > 0
+    merged = bool((model.get("lora") or {}).get("merge", False))
+    if not (lora and rollout.get("layered_summon", False)) or merged:
+        return []
+    if "dummy" not in str(rollout.load_format):
+        return []
+    key = "actor_rollout_ref.rollout.load_format"
+    where = line_of("verl.utils.fsdp_utils", "To use layered_summon, you must make sure")
+    return [
+        _problem(
+            _setting(context, "actor_rollout_ref.rollout.layered_summon"),
+            True,
+            "ValueError at the first weight sync on the GPUs: 'To use layered_summon, you must "
+            "make sure base-model is preloaded in vllm, e.g. let rollout.load_format="
+            f"safetensors' ({where}); {key} = {rollout.load_format}",
+            _fix(context, key, "safetensors"),
+        )
+    ]
+
+
+def rollout_lengths_follow_data(config: Any, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """rollout.prompt_length / response_length default to data.max_prompt_length /
+    max_response_length (rollout.yaml, `${oc.select:data...}`, 0.6.1 and 0.9.0); vLLM generates
+    and the actor trains on the rollout's lengths, while the plan's memory fit, step time and
+    evaluation use the data's. An override that sets them apart is refused with the data
+    setting that keeps the length asked for."""
+    rollout = config.actor_rollout_ref.rollout
+    problems = []
+    for field, data_key in (
+        ("prompt_length", "data.max_prompt_length"),
+        ("response_length", "data.max_response_length"),
+    ):
+        asked, data_value = int(rollout[field]), int(config.data[data_key.split(".")[1]])
+        if asked == data_value:
+            continue
+        key = f"actor_rollout_ref.rollout.{field}"
+        problems.append(
+            _problem(
+                _setting(context, key),
+                asked,
+                f"{key} = {asked} while {data_key} = {data_value}: vLLM generates and the actor "
+                f"trains on the rollout's length, but the plan's memory fit and step time use "
+                f"{data_key} (verl's rollout.yaml sets the first from the second)",
+                f"{_fix(context, data_key, asked)}, and {_fix(context, key, None)}",
+            )
+        )
+    return problems
 
 
 def rollout_checks(
@@ -925,19 +1177,53 @@ def _with_stand_in(overrides: list[str], stand_in: dict[str, Any], notes: list[s
     return [*kept, f"{MODEL_PATH}={folder}"]
 
 
-def _composed(overrides: list[str]) -> Any:
+def _resolved(overrides: list[str]) -> Any:
     from omegaconf import OmegaConf
 
+    config = compose(overrides)
+    OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
+    return config
+
+
+def _composed(overrides: list[str], offline: bool, notes: list[str]) -> Any:
     try:
-        config = compose(overrides)
-        OmegaConf.resolve(config)  # TaskRunner.run resolves every interpolation first
-        validate(config)
+        config = _resolved(overrides)
+        try:
+            validate(config)
+        except ValueError as error:
+            # verl 0.9.0's validate_config checks a LoRA rank against vLLM's limit through
+            # verl.third_party.vllm, which raises when vLLM is not installed: in a local
+            # virtualenv (not the image) the rest of the checks run without the LoRA rank.
+            if not (offline and _installed("vllm") is None and "vllm version None" in str(error)):
+                raise
+            notes.append(
+                f"verl's LoRA rank check needs vLLM, not installed here ({error}); the other "
+                "config checks ran with actor_rollout_ref.model.lora_rank=0"
+            )
+            validate(_resolved([*overrides, "actor_rollout_ref.model.lora_rank=0"]))
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
-        named = [o.lstrip("+").partition("=")[0] for o in overrides]
-        key = next((k for k in named if k in message), "verl-gke:job")
-        raise ProblemFoundError(key, None, message, f"correct or remove {key}") from error
+        key, value = named_override(overrides, message) or ("verl-gke:job", None)
+        raise ProblemFoundError(key, value, message, f"correct or remove {key}") from error
     return config
+
+
+def named_override(overrides: list[str], message: str) -> tuple[str, str] | None:
+    """The override a library's message is about: its whole key is in the message, else its
+    last key part and its value are (OmegaConf and verl's config dataclasses name the section
+    and the field apart: "Invalid loss_agg_mode: token_mean ... full_key: actor_rollout_ref.
+    actor"), else its value is, quoted ("KeyError: 'question'")."""
+    pairs = [(k.lstrip("+"), v) for k, _, v in (o.partition("=") for o in overrides)]
+    rules = (
+        lambda key, value: key in message,
+        lambda key, value: key.rpartition(".")[2] in message and bool(value) and value in message,
+        lambda key, value: bool(value) and f"'{value}'" in message,
+    )
+    for rule in rules:
+        found = [(key, value) for key, value in pairs if rule(key, value)]
+        if len(found) == 1:
+            return found[0]
+    return None
 
 
 def _steps(
@@ -951,8 +1237,12 @@ def _steps(
     step running."""
     notes, context = record["notes"], args.context
     stage[0] = "composing and validating the config (main_ppo)"
-    config = _composed(overrides)
+    config = _composed(overrides, args.offline_plan, notes)
     versions_and_requirements(config, args.offline_plan, record, problems)
+    stage[0] = "looking up the loss functions (core_algos)"
+    problems += loss_functions(config, context)
+    stage[0] = "splitting a full-length batch by token count (seqlen_balancing)"
+    problems += dynamic_batch_checks(config, context)
     stage[0] = "loading the tokenizer and model config (TaskRunner.run)"
     tokenizer, hf_config = load_model(config, record)
     check_chat_template(config, tokenizer, context)
@@ -963,6 +1253,8 @@ def _steps(
     stage[0] = "loading and calling the reward"
     problems += score_rows(config, trainer, args.reward_samples, context, record)
     stage[0] = "checking the rollout's lengths"
+    problems += rollout_lengths_follow_data(config, context)
+    problems += lora_weight_sync(config, context)
     problems += rollout_checks(config, hf_config, context, record, notes)
 
 
@@ -984,8 +1276,15 @@ def rehearse(overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
         problems.append(_problem(setting, problem.value, problem.message, problem.fix))
     except Exception as error:  # verl refused something this rehearsal has no rule for
         message = f"verl refused the job while {stage[0]}: {type(error).__name__}: {error}"
+        key, value = named_override(overrides, message) or ("rehearsal", None)
+        fix = f"correct or remove {key}" if value is not None else None
         problems.append(
-            _problem("rehearsal", None, message, "see verl's message; the traceback is in notes")
+            _problem(
+                _setting(args.context, key, key),
+                value,
+                message,
+                fix or "see verl's message; the traceback is in notes",
+            )
         )
         notes.append(traceback.format_exc(limit=-8))
     if record["versions"] is None:
