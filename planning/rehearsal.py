@@ -269,6 +269,13 @@ def _unchecked(result: dict[str, Any]) -> list[str]:
         for p in result["problems"]
         if (why := _why_not_checked(result, p)) is not None
     ]
+    # The script's own word that a length found on stand-in rows is not the run's (the context's
+    # rows_are_the_runs false): shown, not refused.
+    lines += [
+        f"the run's length: {note.partition('): ')[2]} ({UNSIZED})"
+        for note in result.get("notes") or []
+        if "rows_are_the_runs false" in note
+    ]
     lines.append(
         "the model's own tokenizer and chat template: the model is not downloaded for the plan, "
         "so a stand-in tokenizer (a word per token, a chat template) with the model's context "

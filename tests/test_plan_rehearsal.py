@@ -100,7 +100,7 @@ def test_a_length_the_example_rows_cannot_decide_is_not_a_refusal(
         f"{EXTRA}[0]=trainer.total_training_steps=100",
     )
     assert code == 0, err
-    unchecked = line_of(out, f"not checked here: {EXTRA}[0]")
+    unchecked = line_of(out, "not checked here: the run's length")
     assert "before total_training_steps = 100 is reached" in unchecked
     assert "only the data-prep Job sees" in unchecked
     assert "the whole run: 100 steps (the program's estimate" in out

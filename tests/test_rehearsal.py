@@ -433,7 +433,7 @@ def test_a_filter_that_keeps_no_row_is_refused_naming_the_prompt_length(release:
     problem = _only_problem(_record(release, "prompt-8"))
     assert problem["setting"] == "verl-gke:job.maxPromptLength" and problem["value"] == 8
     assert "num_samples=0" in problem["message"]
-    assert "0 training rows are left" in problem["message"]
+    assert "0 of 12 training rows are left" in problem["message"]
     assert problem["fix"]
 
 
@@ -557,11 +557,6 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     rows = run_inputs.GSM8K_ROWS["train"]
     assert record["data"]["train_rows"] == rows
     assert record["length"]["last_step"] == rows // spec.train_batch_size * spec.total_epochs
-    # The example rows repeated to openai/gsm8k's train rows: verl's dataloader drops the last
-    # partial batch, so fit() ends at the run's own step.
-    assert record["data"]["train_rows"] == run_inputs.GSM8K_ROWS["train"]
-    per_epoch = run_inputs.GSM8K_ROWS["train"] // spec.train_batch_size
-    assert record["length"]["last_step"] == per_epoch * spec.total_epochs
     assert any("offline plan" in note for note in record["notes"])
     head = rehearsal_lines(record)[0]
     assert head.startswith("Rehearsal (offline, verl 0.6.1's own code") and head.endswith(": ok")
@@ -569,7 +564,6 @@ def test_the_offline_plan_rehearses_the_stacks_job_or_says_why_not(
     said = offline_rehearsal(settings, spec)
     assert isinstance(said, str) and said.startswith("could not rehearse: no verl 0.6.1")
     assert said in rehearsal_lines(said)[0]
-    assert rehearsal_lines(said) == [said]
 
 
 def test_the_offline_plan_counts_gsm8ks_own_rows_so_a_shorter_run_is_not_refused() -> None:

@@ -612,11 +612,18 @@ def _too_few_rows(config: Any, kept: int, message: str) -> ProblemFoundError:
             f"data.prompt_key one of {columns}, or remove the override",
         )
     batch = config.data.get("gen_batch_size") or config.data.train_batch_size
+    if kept < _rows_in(files):  # the filter dropped rows: the prompt limit is what to change
+        return ProblemFoundError(
+            "data.max_prompt_length",
+            config.data.max_prompt_length,
+            f"{message}: {rows} (data.filter_overlong_prompts), fewer than one batch of {batch}",
+            "a data.max_prompt_length that keeps a batch, or a dataset with more rows",
+        )
     return ProblemFoundError(
         "data.train_batch_size",
         batch,
         f"{message}: {rows}, fewer than one batch of {batch}",
-        "a dataset with at least one batch of rows that fit data.max_prompt_length",
+        "a data.train_batch_size of at most the rows, or a dataset with more rows",
     )
 
 
