@@ -518,6 +518,65 @@ def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> N
     assert any("verl's declared requirements were not checked" in n for n in record["notes"])
 
 
+# A verl source tree of this test's own: the packaging verl's checkout has (a setup.py reading
+# verl/version/version, extras per rollout engine), with requirements no environment meets.
+FAKE_SETUP = """from setuptools import setup
+
+setup(
+    name="verl",
+    version=open("verl/version/version").read().strip(),
+    install_requires=["transformers>=99"],
+    extras_require={"vllm": ["numpy>=999"], "sglang": ["torch>=999"]},
+)
+"""
+
+
+def test_a_checkouts_requirements_are_read_through_its_own_packaging(tmp_path: Path) -> None:
+    """verlSource=checkout: the verl that runs is a source tree on PYTHONPATH with no installed
+    metadata; its setup.py is asked (`egg_info` on a copy: the tree stays as it was), and an
+    installed version outside what it declares is refused naming verl-gke:verlImage."""
+    python = verl_python("0.9.0")
+    checkout = tmp_path / "checkout"
+    (checkout / "verl" / "version").mkdir(parents=True)
+    (checkout / "verl" / "version" / "version").write_text("9.9.9\n")
+    (checkout / "verl" / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    (checkout / "setup.py").write_text(FAKE_SETUP)
+    before = sorted(checkout.rglob("*"))
+    check = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "record = {'notes': []}; problems = []; "
+        "r.versions_and_requirements(None, False, record, problems); "
+        "print(json.dumps({'record': record, 'problems': problems}))"
+    )
+    env = rehearsal_env("0.9.0")
+    env["PYTHONPATH"] = f"{checkout}:{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [str(python), "-c", check, str(SCRIPT.parent)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=tmp_path,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    record, problems = result["record"], result["problems"]
+    assert record["verl"] == "9.9.9"
+    assert any("`setup.py egg_info` on a copy of" in note for note in record["notes"])
+    transformers = record["versions"]["transformers"]
+    by_package = {p["message"].split(";")[0]: p for p in problems}
+    assert set(by_package) == {"verl requires transformers>=99", "verl requires numpy>=999"}
+    problem = by_package["verl requires transformers>=99"]
+    assert problem["setting"] == "verl-gke:verlImage"
+    assert problem["value"] == f"transformers=={transformers}"
+    assert problem["message"] == (
+        f"verl requires transformers>=99; the image has {transformers} (importlib.metadata)"
+    )
+    assert problem["fix"].endswith("pulumi config set verl-gke:verlImage <that image>")
+    # The sglang extra is not the job's rollout (vllm): torch>=999 is not held against it.
+    assert not [row for row in record["requirements"] if row["package"] == "torch"]
+    assert sorted(checkout.rglob("*")) == before
+
+
 @cache
 def _offline_plan(
     extra: tuple[str, ...] = (),

@@ -227,6 +227,19 @@ def test_two_stacks_and_two_commands_get_their_own_records() -> None:
     assert training_job(base).rehearsal_record == training_job(base).rehearsal_record
 
 
+def test_a_changed_rehearsal_script_gets_a_new_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray head's data mount caches a file's metadata: a project upgrade whose rehearsal
+    answers otherwise must write a new path, not the same command's old one."""
+    settings = load_settings("a4", {**REAL}, offline=False).settings
+    same = training_job(settings).rehearsal_record
+    files = manifests.read_scripts()
+    changed = {**files, manifests.SCRIPT_KEY: files[manifests.SCRIPT_KEY] + "\n# changed\n"}
+    monkeypatch.setattr(manifests, "read_scripts", lambda: changed)
+    assert training_job(settings).rehearsal_record != same
+    monkeypatch.setattr(manifests, "read_scripts", lambda: dict(files))
+    assert training_job(settings).rehearsal_record == same
+
+
 @pytest.mark.parametrize("value", ["", "a/b", ".."])
 def test_a_record_path_needs_one_folder_name(value: str) -> None:
     with pytest.raises(ValueError, match="one folder name"):

@@ -18,6 +18,7 @@ from config.bucket_layout import (
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
 from config.verl_source import VERL_SOURCE_ENV, verl_source_label
+from manifests import rehearsal as rehearsal_manifests
 from manifests.capacity import runner_capacity
 from manifests.ray_cluster import WORKER_GROUP
 from payloads.fabric import fabric_check
@@ -241,13 +242,15 @@ REHEARSAL_RECORD_ENV = "VERL_GKE_REHEARSAL_RECORD"
 
 
 def rehearsal_record(settings: StackSettings, spec: GrpoSpec, overrides: list[str]) -> str:
-    """The record's path for this stack, experiment and command: the overrides, what runs verl
-    and the image (another ref or image may answer otherwise, and the Ray head's data mount
-    caches a file's metadata for good: a new answer gets a new path)."""
+    """The record's path for this stack, experiment and command: the overrides, what runs verl,
+    the image and the rehearsal's own scripts (another ref, image or rehearsal may answer
+    otherwise, and the Ray head's data mount caches a file's metadata for good: a new answer gets
+    a new path)."""
     command = {
         "overrides": overrides,
         "verl": verl_source_label(settings),
         "image": settings.verl_image,
+        "scripts": rehearsal_manifests.configmap_name(rehearsal_manifests.read_scripts()),
     }
     digest = hashlib.sha256(json.dumps(command, sort_keys=True).encode()).hexdigest()
     return rehearsal_record_path(settings.stack, spec.experiment_name, digest)

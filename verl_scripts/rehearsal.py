@@ -406,22 +406,86 @@ def versions_and_requirements(
 def _verl_requirements(
     imported: str | None, rollout: str, notes: list[str]
 ) -> list[tuple[str, str, dict[str, str]]]:
-    """verl's base requirements and its extra for the rollout engine, from the installed
-    distribution's metadata, only when that distribution is the verl that runs: with
-    verlSource=checkout the checkout on PYTHONPATH has no metadata, and an image's own verl
-    distribution declares its own release's."""
-    installed = _installed("verl")
-    if installed != imported:
+    """verl's base requirements and its extra for the rollout engine (verl's setup.py
+    extras_require has one per engine, "vllm" and "sglang" at v0.6.1 and v0.9.0), as declared by
+    the verl that runs: a source tree (verlSource=checkout: a checkout on PYTHONPATH, without
+    installed metadata) is asked through its own packaging (source_tree_requires); otherwise the
+    installed distribution, when it is the verl that runs."""
+    root = verl_source_tree()
+    if root is not None:
+        requires, why_not = source_tree_requires(root)
+        if requires is None:
+            notes.append(f"verl's declared requirements were not checked: {why_not}")
+            return []
+        notes.append(
+            f"verl's declared requirements: `setup.py egg_info` on a copy of {root}'s "
+            "packaging files (the verl that runs is that source tree)"
+        )
+    elif _installed("verl") == imported:
+        requires = _requires("verl")
+    else:
         notes.append(
             f"verl's declared requirements were not checked: the verl that runs ({imported}, "
-            f"verl.__version__) has no installed metadata of its own (the installed verl "
-            f"distribution: {installed}); vLLM's own requirements were checked"
+            f"verl.__version__) has neither installed metadata of its own (the installed verl "
+            f"distribution: {_installed('verl')}) nor a setup.py beside it; vLLM's own "
+            "requirements were checked"
         )
         return []
-    requires = _requires("verl")
     return [("verl", r, {"extra": ""}) for r in requires] + [
         ("verl", r, {"extra": rollout}) for r in requires
     ]
+
+
+def verl_source_tree() -> Path | None:
+    """The folder holding the imported verl package when it is a source tree (a setup.py or
+    pyproject.toml beside the package, as in a git checkout); None for an installed verl."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))).resolve().parent
+    if (root / "setup.py").is_file() or (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def source_tree_requires(root: Path) -> tuple[list[str] | None, str]:
+    """The Requires-Dist lines of a verl source tree, as pip would read them: setuptools'
+    `egg_info` command, run on a temporary copy of the tree's top-level files (setup.py,
+    pyproject.toml, README.md, requirements*.txt) and verl/version/ (verl's setup.py reads
+    verl/version/version and README.md, at v0.6.1 and v0.9.0), since the checkout is read-only
+    in the pods. Returns (lines, "") or (None, why not)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="verl-packaging-") as temporary:
+        copy, egg_base = Path(temporary) / "source", Path(temporary) / "egg-info"
+        copy.mkdir()
+        egg_base.mkdir()
+        for entry in root.iterdir():
+            if entry.is_file():
+                shutil.copy2(entry, copy / entry.name)
+        if (root / "verl" / "version").is_dir():
+            shutil.copytree(root / "verl" / "version", copy / "verl" / "version")
+        # A pyproject.toml-only tree: setuptools' setup() reads it.
+        setup = (
+            ["setup.py"]
+            if (copy / "setup.py").is_file()
+            else ["-c", "import setuptools as s; s.setup()"]
+        )
+        done = subprocess.run(
+            [sys.executable, *setup, "--quiet", "egg_info", "--egg-base", str(egg_base)],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        found = sorted(egg_base.glob("*.egg-info"))
+        if done.returncode != 0 or not found:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return None, f"`setup.py egg_info` on a copy of {root} failed: {tail}"
+        # importlib.metadata reads an egg-info's requires.txt as Requires-Dist lines.
+        return list(importlib.metadata.PathDistribution(found[0]).requires or []), ""
 
 
 def imported_verl_version() -> str | None:
