@@ -39,11 +39,11 @@ from bench import gpu_run_support as support  # noqa: E402
 
 URN_STACK = "gpu-learn"
 # 350 train rows // 32 a batch = 10 steps an epoch (verl's train dataloader drops the last
-# partial batch); three epochs.
-EPOCHS = 3
-TOTAL_STEPS = 30
+# partial batch); two epochs.
+EPOCHS = 2
+TOTAL_STEPS = 20
 KILL_AFTER_STEP = 7
-WARM_UP_STEPS = 1500
+WARM_UP_STEPS = 1000
 # The job's sizes on one GPU: 32 prompts x 8 samples a step, one actor update per step.
 JOB = {
     **support.JOB,
@@ -59,7 +59,7 @@ JOB = {
     "saveFreq": 5,
     "testFreq": 0,
     "totalEpochs": EPOCHS,
-    "lr": 2e-4,
+    "lr": 3e-4,
     "extraOverrides": [support.SDPA],
 }
 EVALUATION = {"prompts": task.TEST_PROBLEMS, "samples": 4}

@@ -49,7 +49,7 @@ def test_both_jobs_pass_the_providers_check_and_compose_in_verl_061(
 ) -> None:
     learn, memory = report["plan"]["learn"], report["plan"]["memory"]
     assert learn["check_failures"] == [] and memory["check_failures"] == []
-    assert "trainer.total_epochs=3" in learn["overrides"]
+    assert f"trainer.total_epochs={gpu_learn.EPOCHS}" in learn["overrides"]
     assert any(o.startswith("custom_reward_function.path=") for o in learn["overrides"])
     assert learn["evaluation"] == task.TEST_PROBLEMS  # the whole held-out split
     assert memory["evaluation"] is False  # no export, so nothing to evaluate
