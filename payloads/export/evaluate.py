@@ -643,17 +643,7 @@ def generate_and_score(
         _release_gpu_cache()
         if len(answers) != len(rows):
             raise EvaluationError(f"{backend} answered {len(answers)} of {len(rows)} prompts")
-        prompts = [
-            {
-                "index": index,
-                "data_source": row[REWARD_FN_KEY],
-                "ground_truth": _jsonable(row["reward_model"]["ground_truth"]),
-                "greedy_score": score(compute_score, row, answer.greedy),
-                "sample_scores": [score(compute_score, row, text) for text in answer.samples],
-                "greedy_answer": answer.greedy,
-            }
-            for index, row, answer in zip(held_out.indices, rows, answers, strict=True)
-        ]
+        prompts = scored_prompts(compute_score, held_out.indices, rows, answers)
         part = {
             "role": role,
             "model": model_dir,
@@ -668,6 +658,23 @@ def generate_and_score(
             "prompts": prompts,
         }
         write_json(parts_dir / f"{role}.json", part)
+
+
+def scored_prompts(
+    compute_score: Callable[..., Any], indices: Sequence[int], rows: Sequence[Any], answers: Any
+) -> list[dict[str, Any]]:
+    """Each held-out row's greedy and sampled answers scored by the run's reward."""
+    return [
+        {
+            "index": index,
+            "data_source": row[REWARD_FN_KEY],
+            "ground_truth": _jsonable(row["reward_model"]["ground_truth"]),
+            "greedy_score": score(compute_score, row, answer.greedy),
+            "sample_scores": [score(compute_score, row, text) for text in answer.samples],
+            "greedy_answer": answer.greedy,
+        }
+        for index, row, answer in zip(indices, rows, answers, strict=True)
+    ]
 
 
 def _release_gpu_cache() -> None:
