@@ -215,9 +215,9 @@ def rehearse(job: Any, model_id: str) -> dict[str, Any]:
     return {"exit": done.returncode, "seconds": seconds, **{k: record.get(k) for k in keys}}
 
 
-def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
+def learning_run(work: Path, logs: Path, result: dict[str, Any], kill: bool = True) -> Any:
     """The learning job through the provider: first step, kill, resubmission, resume, export,
-    evaluation. Returns the planned job."""
+    evaluation (without `kill`: one attempt to the end). Returns the planned job."""
     from ray.job_submission import JobSubmissionClient
 
     from tests.support.dynamic_host import start_dynamic_host
@@ -236,14 +236,19 @@ def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
             host = start_dynamic_host(env={"STORAGE_EMULATOR_HOST": gcs})
             try:
                 props = gpu_run.job_props(job, head.dashboard_url, URN_STACK)
-                created, state, seen = gpu_run.first_run(
-                    host, client, props, result, logs, KILL_AFTER_STEP, URN_STACK
-                )
-                texts.append(gpu_run.driver_log(client, created.id))
-                _, text = gpu_run.resubmit(host, client, created, state, props, result, URN_STACK)
+                if kill:
+                    created, state, seen = gpu_run.first_run(
+                        host, client, props, result, logs, KILL_AFTER_STEP, URN_STACK
+                    )
+                    texts.append(gpu_run.driver_log(client, created.id))
+                    _, text = gpu_run.resubmit(
+                        host, client, created, state, props, result, URN_STACK
+                    )
+                    gpu_run.resume_facts(text, result)
+                else:
+                    seen, text = one_attempt(host, client, props, result)
                 texts.append(text)
                 (logs / "driver-2.log").write_text(text)
-                gpu_run.resume_facts(text, result)
                 result["steps"] = sorted(set(seen) | set(gpu_run.steps_in(text)))
             finally:
                 (logs / "host.log").write_text("".join(host.output))
@@ -255,6 +260,25 @@ def learning_run(work: Path, logs: Path, result: dict[str, Any]) -> Any:
     finally:
         head.stop()
     return job
+
+
+def one_attempt(
+    host: Any, client: Any, props: dict[str, Any], result: dict[str, Any]
+) -> tuple[list[int], str]:
+    """Create (wait_for first_step), then the job to its end; the final Read."""
+    from tests.support.dynamic_host import from_wire
+
+    created, seconds = gpu_run.create(host, props, URN_STACK)
+    step = (from_wire(created.properties).get("first_step") or {}).get("step")
+    result["first_step"] = {"step": step, "seconds_from_submit": round(seconds, 1)}
+    gpu_run.wait_until(lambda: client.get_job_status(created.id).is_terminal(), 600, every_s=2)
+    final = gpu_run.refresh(host, created.id, created.properties, URN_STACK)
+    result.update(
+        final_status=final["status"],
+        checkpoints=final["checkpoints"],
+        latest_checkpoint=final["latest_checkpoint"],
+    )
+    return [], gpu_run.driver_log(client, created.id)
 
 
 def memory_run(work: Path, logs: Path, result: dict[str, Any]) -> None:
@@ -375,6 +399,7 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("learn", "memory"), help="one of the two runs (default: both)"
     )
+    parser.add_argument("--no-kill", action="store_true", help="one attempt, no kill and resume")
     venvs = REPO / ".venv-verl"
     parser.add_argument("--verl-061", type=Path, default=venvs / "0.6.1" / "bin" / "python")
     parser.add_argument("--verl-090", type=Path, default=venvs / "0.9.0" / "bin" / "python")
@@ -394,7 +419,7 @@ def main() -> None:
         # A time limit's SIGTERM still writes what was seen (the finally below).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
         if args.only != "memory":
-            learning_run(work, logs, result)
+            learning_run(work, logs, result, kill=not args.no_kill)
         if args.only != "learn":
             if args.only == "memory":
                 build_inputs(work, "cuda", 10)  # the tokenizer the 0.5B model takes
