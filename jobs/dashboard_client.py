@@ -55,6 +55,19 @@ _RAY_ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 # Ray 2.47, 2.49 and 2.60).
 SUPERVISOR_ACTOR_NAME = "_ray_internal_job_actor_{sid}"
 SUPERVISOR_NAMESPACE = "SUPERVISOR_ACTOR_RAY_NAMESPACE"
+# The entrypoint Ray writes when it puts a status on an id whose record is missing
+# (dashboard/modules/job/common.py JobInfoStorageClient.put_status, Ray 2.47, 2.49, 2.60). Its
+# job monitor does so after `ray job delete` removed a record before the monitor saw the ended
+# supervisor exit: a FAILED "Job supervisor actor died" record under the deleted id
+# (job_manager.py _monitor_job_internal; docs/reliability.md).
+RECREATED_ENTRYPOINT = "Entrypoint not found."
+
+
+def recreated_after_delete(info: JobDetails) -> bool:
+    """Whether the record is the status Ray's job monitor wrote after the job's own record was
+    deleted, not the job's record: it names no entrypoint."""
+    return info.entrypoint == RECREATED_ENTRYPOINT
+
 
 # Guards os.environ while Ray's client reads its address from it; never held across network I/O.
 _ENV_LOCK = threading.Lock()

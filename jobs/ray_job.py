@@ -118,7 +118,12 @@ from jobs import (
     verl_log,
 )
 from jobs.checkpoints import CheckpointListing, discover_checkpoints, normalize_root
-from jobs.dashboard_client import Dashboard, DashboardAuthError, DashboardUnreachableError
+from jobs.dashboard_client import (
+    Dashboard,
+    DashboardAuthError,
+    DashboardUnreachableError,
+    recreated_after_delete,
+)
 from jobs.job_inputs import (
     CONNECTION_KEYS,
     OUTPUT_KEYS,
@@ -268,6 +273,14 @@ class RayJobProvider(pulumi.dynamic.ResourceProvider):
                 return self._read_unreachable(dashboard, job, id_, props, exc)
             if info is None:
                 progress(id_, f"{not_known(dashboard, props)}: removing it from the state")
+                return pulumi.dynamic.ReadResult(None, {})
+            if recreated_after_delete(info):
+                progress(
+                    id_,
+                    f"the Ray head at {dashboard.address} has only the {info.status.value} status "
+                    "its job monitor wrote after the job's record was deleted (`ray job delete`): "
+                    "removing it from the state",
+                )
                 return pulumi.dynamic.ReadResult(None, {})
             try:
                 result = _tagged_result(dashboard, job, id_, info) or props.get("result")

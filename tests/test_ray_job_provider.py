@@ -9,6 +9,7 @@ test_preview_unknowns.py. The session's Ray head and emulator (tests/conftest.py
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -28,6 +29,8 @@ import dill
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.output import Unknown
+from ray._raylet import GcsClient
+from ray.dashboard.modules.job.common import JobInfoStorageClient
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -378,6 +381,26 @@ def test_refresh_after_the_job_record_is_gone_reports_it_gone(
     )
     assert created.outs is not None
     assert jobs.delete_job(created.id) is True
+    refreshed = provider.read(created.id, created.outs)
+    assert refreshed.id is None
+    assert refreshed.outs == {}
+
+
+def test_refresh_reads_the_status_ray_writes_back_after_a_delete_as_gone(
+    provider: RayJobProvider, head: RayHead, gcs: GcsEmulator, jobs: JobSubmissionClient
+) -> None:
+    """Ray 2.60's job monitor writes FAILED under a deleted id when the delete came before it saw
+    the ended supervisor exit (job_manager.py _monitor_job_internal). Here Ray's own storage
+    client writes that status, as the monitor does, so the record exists whatever the race."""
+    created = provider.create(
+        props(dashboard_access.url_dashboard(head.dashboard_url), gcs, "back", wait_for="finished")
+    )
+    assert created.outs is not None
+    assert jobs.delete_job(created.id) is True
+    storage = JobInfoStorageClient(GcsClient(address=head.gcs_address))
+    died = "Job supervisor actor died: The actor died unexpectedly before finishing this task."
+    asyncio.run(storage.put_status(created.id, JobStatus.FAILED, message=died))
+    assert jobs.get_job_status(created.id) == JobStatus.FAILED
     refreshed = provider.read(created.id, created.outs)
     assert refreshed.id is None
     assert refreshed.outs == {}
