@@ -52,6 +52,9 @@ HF_HOME = "/tmp/huggingface"
 # The tokenizer over every row (RLHFDataset's overlong-prompt filter) and verl's imports: a few
 # GiB (est.), with room for larger datasets; one size on Standard and Autopilot.
 _RESOURCES = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"}
+# The verl copy: a `cp -a` of a checkout of some tens of MB into an emptyDir.
+_COPY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
+_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 # The GCS FUSE sidecar reads the parquet and the tokenizer files only (the weights are not read).
 _SIDECAR_LIMITS = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "5Gi"}
 
@@ -165,7 +168,16 @@ def rehearsal_job(
         {"name": "scripts", "configMap": {"name": configmap_name(files)}},
         {"name": "tmp", "emptyDir": {}},
     ]
-    init = fuse_mounts.verl_copy_containers(settings)
+    # The copy of verl's checkout, sized and hardened as the Job's own container (checkov reads
+    # a Job's init containers: CKV_K8S_10-13, 20, 28, 30, 37).
+    init = [
+        {
+            **copy,
+            "resources": equal_requests_and_limits(_COPY_RESOURCES),
+            "securityContext": dict(_CONTAINER_SECURITY),
+        }
+        for copy in fuse_mounts.verl_copy_containers(settings)
+    ]
     if init:
         mounts.append(
             {"name": fuse_mounts.VERL_LOCAL_VOLUME, "mountPath": VERL_NODE_LOCAL, "readOnly": True}
@@ -181,10 +193,7 @@ def rehearsal_job(
         "resources": equal_requests_and_limits(_RESOURCES),
         # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(_CONTAINER_SECURITY),
         "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],
     }
     pod_spec: dict[str, Any] = {

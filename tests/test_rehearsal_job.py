@@ -110,6 +110,20 @@ def test_it_runs_where_the_ray_head_runs_with_verl_as_the_ray_pods_get_it(
     assert env["HF_HUB_OFFLINE"] == "1"
 
 
+def test_the_verl_copy_is_sized_and_hardened_as_the_jobs_own_container() -> None:
+    # checkov reads a Job's init containers (CKV_K8S_10-13 requests and limits; 20, 28, 30, 37
+    # privilege escalation and capabilities): the copy asks for its own CPU and memory and runs
+    # with the main container's security context.
+    spec = pod(rehearsal(plan("a3u", "standard")))
+    main = spec["containers"][0]
+    (copy,) = spec["initContainers"]
+    assert copy["securityContext"] == main["securityContext"]
+    assert copy["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    resources = copy["resources"]
+    assert resources["requests"] == resources["limits"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+
+
 def test_with_verl_from_the_image_it_imports_the_images_verl() -> None:
     result = plan("a3u", "standard", **{"verl-gke__verlSource": "image"})
     spec = pod(rehearsal(result))
