@@ -215,16 +215,23 @@ def rehearse(job: Any, model_id: str) -> dict[str, Any]:
     return {"exit": done.returncode, "seconds": seconds, **{k: record.get(k) for k in keys}}
 
 
-def learning_run(work: Path, logs: Path, result: dict[str, Any], kill: bool = True) -> Any:
+def learning_run(
+    work: Path,
+    logs: Path,
+    result: dict[str, Any],
+    kill: bool = True,
+    epochs: int = EPOCHS,
+    warm_up_steps: int = WARM_UP_STEPS,
+) -> Any:
     """The learning job through the provider: first step, kill, resubmission, resume, export,
     evaluation (without `kill`: one attempt to the end). Returns the planned job."""
     from ray.job_submission import JobSubmissionClient
 
     from tests.support.dynamic_host import start_dynamic_host
 
-    rows, model_src, warm = build_inputs(work, "cuda", WARM_UP_STEPS)
+    rows, model_src, warm = build_inputs(work, "cuda", warm_up_steps)
     result["warm_up"] = warm
-    settings, job = plan(JOB, task.MODEL_ID, task.MODEL_CONFIG)
+    settings, job = plan({**JOB, "totalEpochs": epochs}, task.MODEL_ID, task.MODEL_CONFIG)
     gpu_run.prepare_data(settings, job.spec, {task.DATASET: rows}, model_src)
     result["entrypoint"] = job.entrypoint
     result["rehearsal"] = rehearse(job, task.MODEL_ID)
@@ -400,6 +407,8 @@ def main() -> None:
         "--only", choices=("learn", "memory"), help="one of the two runs (default: both)"
     )
     parser.add_argument("--no-kill", action="store_true", help="one attempt, no kill and resume")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="10 steps an epoch")
+    parser.add_argument("--warm-up-steps", type=int, default=WARM_UP_STEPS)
     venvs = REPO / ".venv-verl"
     parser.add_argument("--verl-061", type=Path, default=venvs / "0.6.1" / "bin" / "python")
     parser.add_argument("--verl-090", type=Path, default=venvs / "0.9.0" / "bin" / "python")
@@ -419,7 +428,7 @@ def main() -> None:
         # A time limit's SIGTERM still writes what was seen (the finally below).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
         if args.only != "memory":
-            learning_run(work, logs, result, kill=not args.no_kill)
+            learning_run(work, logs, result, not args.no_kill, args.epochs, args.warm_up_steps)
         if args.only != "learn":
             if args.only == "memory":
                 build_inputs(work, "cuda", 10)  # the tokenizer the 0.5B model takes
