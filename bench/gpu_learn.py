@@ -39,9 +39,8 @@ from bench import gpu_run_support as support  # noqa: E402
 
 URN_STACK = "gpu-learn"
 # 350 train rows // 32 a batch = 10 steps an epoch (verl's train dataloader drops the last
-# partial batch); two epochs.
+# partial batch; the rehearsal's record holds verl's own count); two epochs.
 EPOCHS = 2
-TOTAL_STEPS = 20
 KILL_AFTER_STEP = 7
 WARM_UP_STEPS = 1000
 # The job's sizes on one GPU: 32 prompts x 8 samples a step, one actor update per step.
@@ -418,7 +417,7 @@ def main() -> None:
         report = cpu_path(work, args.verl_061, args.verl_090)
         args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
         return
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "steps_total": TOTAL_STEPS}
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "epochs": args.epochs}
     started = time.monotonic()
     try:
         logs = args.logs or work / "logs"
@@ -430,8 +429,9 @@ def main() -> None:
         if args.only != "memory":
             learning_run(work, logs, result, not args.no_kill, args.epochs, args.warm_up_steps)
         if args.only != "learn":
-            if args.only == "memory":
-                build_inputs(work, "cuda", 10)  # the tokenizer the 0.5B model takes
+            if args.only == "memory":  # the rows and the tokenizer the 0.5B model takes
+                task.write_rows(work / "src-sums")
+                task.build_tokenizer(work / "model-src")
             gpu_run.stage("memory", lambda: memory_run(work, logs, result), result)
     except BaseException as error:
         result["error"] = f"{type(error).__name__}: {error}"[:3000]

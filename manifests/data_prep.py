@@ -37,6 +37,7 @@ from manifests.common import (
     equal_requests_and_limits,
     labels,
     metadata,
+    no_privileges,
 )
 from training.grpo_preflight import train_batch_step
 from training.grpo_spec import GrpoSpec
@@ -221,10 +222,7 @@ def data_prep_job(
         # The script writes its failure reason there; the Job's status (and so `pulumi up`)
         # shows it, or the last log lines if the process died before writing it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": no_privileges(),
         "volumeMounts": [
             bucket_mount(),
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},

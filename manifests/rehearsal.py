@@ -33,6 +33,7 @@ from manifests.common import (
     equal_requests_and_limits,
     labels,
     metadata,
+    no_privileges,
 )
 
 JOB_NAME = "rehearsal-job"
@@ -54,7 +55,6 @@ HF_HOME = "/tmp/huggingface"
 _RESOURCES = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"}
 # The verl copy: a `cp -a` of a checkout of some tens of MB into an emptyDir.
 _COPY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
-_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 # The GCS FUSE sidecar reads the parquet and the tokenizer files only (the weights are not read).
 _SIDECAR_LIMITS = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "5Gi"}
 
@@ -174,7 +174,7 @@ def rehearsal_job(
         {
             **copy,
             "resources": equal_requests_and_limits(_COPY_RESOURCES),
-            "securityContext": dict(_CONTAINER_SECURITY),
+            "securityContext": no_privileges(),
         }
         for copy in fuse_mounts.verl_copy_containers(settings)
     ]
@@ -193,7 +193,7 @@ def rehearsal_job(
         "resources": equal_requests_and_limits(_RESOURCES),
         # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": dict(_CONTAINER_SECURITY),
+        "securityContext": no_privileges(),
         "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],
     }
     pod_spec: dict[str, Any] = {
