@@ -19,7 +19,8 @@ from config.cluster_security import (
     open_endpoint_warning,
 )
 from config.profiles import Mode
-from config.settings import StackSettings, config_key, version_tuple
+from config.settings import StackSettings, config_key
+from config.stack_values import version_tuple
 
 CPU_POOL_NAME = "cpu-pool"
 CPU_POOL_DISK_GB = 200

@@ -16,7 +16,8 @@ import pulumi_gcp as gcp
 
 from config.cluster_security import node_account_id, node_roles
 from config.image_streaming import READER_ROLE, artifact_registry_repository
-from config.settings import StackSettings, image_fields
+from config.settings import StackSettings
+from config.stack_values import image_fields
 
 
 @dataclass(frozen=True)

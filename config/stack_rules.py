@@ -30,11 +30,11 @@ from config.profiles import (
     Capacity,
     GpuNetworking,
 )
-from config.settings import (
+from config.stack_values import (
     DEFAULT_MODEL,
-    StackSettings,
-    _default_capacity,
+    StackValues,
     config_key,
+    default_capacity,
     image_fields,
     version_tuple,
 )
@@ -70,7 +70,7 @@ RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
 
 
 def problems(
-    s: StackSettings, accept_gpu_nodes: Callable[[int], bool] | None = None
+    s: StackValues, accept_gpu_nodes: Callable[[int], bool] | None = None
 ) -> list[str | None]:
     """Each rule returns None or one message: key = value, why, and the fix."""
     profile = s.profile
@@ -115,7 +115,7 @@ def problems(
 
 
 def _check_name(
-    s: StackSettings,
+    s: StackValues,
     field_name: str,
     value: str,
     pattern: re.Pattern[str],
@@ -128,7 +128,7 @@ def _check_name(
     return f"{config_key(field_name)} = {value!r}: must be {rule}{limit}."
 
 
-def _check_region(s: StackSettings) -> str | None:
+def _check_region(s: StackValues) -> str | None:
     # Only a malformed name is refused: the public region table is not every region a project
     # can use (load_settings warns about a region missing from it).
     if _REGION.match(s.region):
@@ -140,7 +140,7 @@ def _check_region(s: StackSettings) -> str | None:
     return f"gcp:region = {s.region!r}: not a region name (e.g. us-central1). {fix}"
 
 
-def _check_zone(s: StackSettings) -> str | None:
+def _check_zone(s: StackValues) -> str | None:
     match = _ZONE.match(s.zone)
     region = known_values.region_for_fix(s.region, s.zone)
     if not match:
@@ -162,7 +162,7 @@ def _check_zone(s: StackSettings) -> str | None:
     return None
 
 
-def _check_mode(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_mode(s: StackValues, profile: AcceleratorProfile) -> str | None:
     if s.mode in profile.modes:
         return None
     allowed = ", ".join(m.value for m in profile.modes)
@@ -172,7 +172,7 @@ def _check_mode(s: StackSettings, profile: AcceleratorProfile) -> str | None:
     )
 
 
-def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_reservation(s: StackValues, profile: AcceleratorProfile) -> str | None:
     if s.reservation is None:
         if profile.reservation_required:
             return (
@@ -191,7 +191,7 @@ def _check_reservation(s: StackSettings, profile: AcceleratorProfile) -> str | N
     )
 
 
-def _check_placement_policy(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_placement_policy(s: StackValues, profile: AcceleratorProfile) -> str | None:
     """An existing workload policy instead of the stack's own (config/placement.py)."""
     if s.placement_policy is None:
         return None
@@ -213,7 +213,7 @@ def _check_placement_policy(s: StackSettings, profile: AcceleratorProfile) -> st
     )
 
 
-def _check_capacity(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_capacity(s: StackValues, profile: AcceleratorProfile) -> str | None:
     """GKE's support matrix (config/profiles.py) and the reservation that goes with it."""
     key = config_key("capacity")
     support = profile.capacity.get(s.mode)
@@ -228,7 +228,7 @@ def _check_capacity(s: StackSettings, profile: AcceleratorProfile) -> str | None
         return (
             f"{key} = {s.capacity.value!r}: {profile.name} on GKE {s.mode.value} supports only "
             f"{allowed} ({support.refused_reason}). Fix: "
-            f"{s.fix('capacity', _default_capacity(profile, s.mode.value, s.reservation))}"
+            f"{s.fix('capacity', default_capacity(profile, s.mode.value, s.reservation))}"
             f"{elsewhere}"
         )
     if s.capacity is Capacity.RESERVATION and s.reservation is None:
@@ -255,7 +255,7 @@ def _supported_anywhere(profile: AcceleratorProfile) -> set[Capacity]:
 
 
 def _check_gpu_nodes(
-    s: StackSettings, profile: AcceleratorProfile, accept: Callable[[int], bool] | None
+    s: StackValues, profile: AcceleratorProfile, accept: Callable[[int], bool] | None
 ) -> str | None:
     if 1 <= s.gpu_nodes <= profile.max_gpu_nodes:
         return None
@@ -270,7 +270,7 @@ def _check_gpu_nodes(
     )
 
 
-def _check_cluster_name(s: StackSettings) -> str | None:
+def _check_cluster_name(s: StackValues) -> str | None:
     problem = _check_name(
         s,
         "cluster_name",
@@ -282,7 +282,7 @@ def _check_cluster_name(s: StackSettings) -> str | None:
     return problem and f"{problem} Fix: {s.fix('cluster_name', 'verl-' + s.profile_name)}"
 
 
-def _check_namespace(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_namespace(s: StackValues, profile: AcceleratorProfile) -> str | None:
     key, value = config_key("namespace"), s.namespace
     fix = s.fix("namespace", known_values.SUGGESTED_NAMESPACE)
     if not (_DNS_LABEL.match(value) and len(value) <= 63):
@@ -294,7 +294,7 @@ def _check_namespace(s: StackSettings, profile: AcceleratorProfile) -> str | Non
     return f"{key} = {value!r}: {why}. Fix: {fix}" if why else None
 
 
-def _check_ksa(s: StackSettings) -> str | None:
+def _check_ksa(s: StackValues) -> str | None:
     key, value = config_key("ksa_name"), s.ksa_name
     fix = s.fix("ksa_name", known_values.SUGGESTED_KSA)
     if not (_DNS_LABEL.match(value) and len(value) <= 63):
@@ -307,7 +307,7 @@ def _bucket_ok(name: str) -> bool:
     return bool(_BUCKET.match(name)) and not known_values.google_like(name)
 
 
-def _check_bucket(s: StackSettings) -> str | None:
+def _check_bucket(s: StackValues) -> str | None:
     name = s.bucket_name
     if _bucket_ok(name):
         return None
@@ -320,7 +320,7 @@ def _check_bucket(s: StackSettings) -> str | None:
     )
 
 
-def _check_cpu_machine(s: StackSettings) -> str | None:
+def _check_cpu_machine(s: StackValues) -> str | None:
     # A machine type that does not exist fails only when GKE creates the pool.
     problem = input_rules.cpu_machine_problem(s.cpu_machine_type)
     if problem is None:
@@ -332,7 +332,7 @@ def _check_cpu_machine(s: StackSettings) -> str | None:
     )
 
 
-def _check_cpu_nodes(s: StackSettings) -> str | None:
+def _check_cpu_nodes(s: StackValues) -> str | None:
     if s.cpu_nodes <= s.cpu_max_nodes:
         return None
     return (
@@ -341,7 +341,7 @@ def _check_cpu_nodes(s: StackSettings) -> str | None:
     )
 
 
-def _check_release_channel(s: StackSettings) -> str | None:
+def _check_release_channel(s: StackValues) -> str | None:
     if s.release_channel in RELEASE_CHANNELS:
         return None
     return (
@@ -350,7 +350,7 @@ def _check_release_channel(s: StackSettings) -> str | None:
     )
 
 
-def _check_kubernetes_version(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_kubernetes_version(s: StackValues, profile: AcceleratorProfile) -> str | None:
     # A floor, not a pin: the release channel picks the cluster's version (a pinned version
     # breaks cluster creation once it leaves the channel); components/gke_cluster.py checks the
     # version GKE returns against this floor before the GPU pool exists.
@@ -378,19 +378,19 @@ _CIDR_FIELDS = ("host_subnet_cidr", "pods_cidr", "services_cidr")
 _RDMA_RANGE = ipaddress.IPv4Network("192.168.0.0/16")
 
 
-def _check_cidrs(s: StackSettings) -> str | None:
+def _check_cidrs(s: StackValues) -> str | None:
     networks: dict[str, ipaddress.IPv4Network] = {}
     for name in _CIDR_FIELDS:
         parsed = input_rules.ipv4_network(getattr(s, name))
         if isinstance(parsed, str):
-            default = StackSettings.model_fields[name].default
+            default = StackValues.model_fields[name].default
             value = getattr(s, name)
             return f"{config_key(name)} = {value!r}: {parsed}. Fix: {s.fix(name, default)}"
         networks[name] = parsed
     return _cidr_size_problem(s, networks) or _cidr_overlap_problem(s, networks)
 
 
-def _check_authorized_networks(s: StackSettings) -> str | None:
+def _check_authorized_networks(s: StackValues) -> str | None:
     key = config_key("authorized_networks")
     for cidr in s.authorized_networks:
         problem = cluster_security.cidr_problem(cidr)
@@ -408,7 +408,7 @@ def _check_authorized_networks(s: StackSettings) -> str | None:
     return None
 
 
-def _cidr_size_problem(s: StackSettings, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
+def _cidr_size_problem(s: StackValues, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
     nodes = s.cpu_max_nodes + s.gpu_nodes
     needs = {
         "pods_cidr": input_rules.pods_prefix_needed(nodes),
@@ -428,9 +428,7 @@ def _cidr_size_problem(s: StackSettings, networks: dict[str, ipaddress.IPv4Netwo
     return None
 
 
-def _cidr_overlap_problem(
-    s: StackSettings, networks: dict[str, ipaddress.IPv4Network]
-) -> str | None:
+def _cidr_overlap_problem(s: StackValues, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
     named = [*((config_key(k), n) for k, n in networks.items()), ("the RDMA subnets", _RDMA_RANGE)]
     for i, (first_key, first) in enumerate(named):
         for second_key, second in named[i + 1 :]:
@@ -441,7 +439,7 @@ def _cidr_overlap_problem(
                 k
                 for k in _CIDR_FIELDS
                 if config_key(k) in (first_key, second_key)
-                and getattr(s, k) != StackSettings.model_fields[k].default
+                and getattr(s, k) != StackValues.model_fields[k].default
             ]
             name = (
                 changed[0]
@@ -461,7 +459,7 @@ def _cidr_overlap_problem(
     return None
 
 
-def _check_image(s: StackSettings, field_name: str, example: str) -> str | None:
+def _check_image(s: StackValues, field_name: str, example: str) -> str | None:
     # A tag or digest pins what the nodes pull; an untagged name silently means `:latest`.
     value = getattr(s, field_name)
     why = input_rules.image_problem(value)
@@ -470,7 +468,7 @@ def _check_image(s: StackSettings, field_name: str, example: str) -> str | None:
     return f"{config_key(field_name)} = {value!r}: {why}. Fix: {s.fix(field_name, example)}"
 
 
-def _check_dra_driver_chart(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_dra_driver_chart(s: StackValues, profile: AcceleratorProfile) -> str | None:
     # Caught here, not as a failed `helm install` (rolled back) after four GPU nodes exist.
     value = s.dra_driver_chart_version
     if not profile.multi_node_nvlink or not _CHART_VERSION.match(value):
@@ -502,7 +500,7 @@ def _kuberay_charts() -> tuple[str, ...]:
 
 
 def _check_chart_version(
-    s: StackSettings,
+    s: StackValues,
     field_name: str,
     published: tuple[str, ...],
     usable: tuple[str, ...] | None = None,
@@ -523,7 +521,7 @@ def _check_chart_version(
 # --- classes of bad input (config/input_rules.py): one rule for every member of a class ------
 
 
-def _check_project(s: StackSettings) -> str | None:
+def _check_project(s: StackValues) -> str | None:
     if _PROJECT_ID.match(s.project):
         return None
     key = config_key("project")
@@ -540,7 +538,7 @@ def _check_project(s: StackSettings) -> str | None:
     )
 
 
-def _bucket_suggestion(s: StackSettings) -> str:
+def _bucket_suggestion(s: StackValues) -> str:
     """A bucket name that passes _check_bucket: the user's own name as meant (`gs://b/folder` ->
     `b`, `My_Bucket` -> `my_bucket`) when that passes, else one from the project, even where
     gcp:project is itself invalid."""
@@ -555,7 +553,7 @@ def _bucket_suggestion(s: StackSettings) -> str:
     return f"verl-{s.profile_name}-checkpoints"
 
 
-def _model_revision_problems(s: StackSettings) -> list[str | None]:
+def _model_revision_problems(s: StackValues) -> list[str | None]:
     """`model@REV` (the revision is its own setting) and a modelRevision that is no commit."""
     typed_id, at, revision = s.model.partition("@")
     # The id part, corrected as model_problem corrects a bare id (`Qwen3-8B` -> `Qwen/Qwen3-8B`).
@@ -593,7 +591,7 @@ def _model_revision_problems(s: StackSettings) -> list[str | None]:
     return problems
 
 
-def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list[str | None]:
+def _input_class_problems(s: StackValues, profile: AcceleratorProfile) -> list[str | None]:
     problems: list[str | None] = [
         _check_image(s, name, getattr(profile, name)) for name in image_fields()
     ]
@@ -628,7 +626,7 @@ def _input_class_problems(s: StackSettings, profile: AcceleratorProfile) -> list
     return problems
 
 
-def _check_installer_arch(s: StackSettings, profile: AcceleratorProfile) -> str | None:
+def _check_installer_arch(s: StackValues, profile: AcceleratorProfile) -> str | None:
     why = known_values.image_arch_problem(s.nccl_installer_image, profile.arch)
     if why is None:
         return None
@@ -639,7 +637,7 @@ def _check_installer_arch(s: StackSettings, profile: AcceleratorProfile) -> str 
 
 
 def _reason(
-    s: StackSettings, field_name: str, rule: Any, fix_value: object, value: object = None
+    s: StackValues, field_name: str, rule: Any, fix_value: object, value: object = None
 ) -> str | None:
     value = getattr(s, field_name) if value is None else value
     why = rule(value)
@@ -648,7 +646,7 @@ def _reason(
     return f"{config_key(field_name)} = {value!r}: {why}. Fix: {s.fix(field_name, fix_value)}"
 
 
-def _check_image_streaming(s: StackSettings) -> str | None:
+def _check_image_streaming(s: StackValues) -> str | None:
     why = streaming_refusal(s.profile, s.verl_image)
     if not s.image_streaming or why is None:
         return None
@@ -660,7 +658,7 @@ def _check_image_streaming(s: StackSettings) -> str | None:
     )
 
 
-def _check_dranet_channel(s: StackSettings) -> str | None:
+def _check_dranet_channel(s: StackValues) -> str | None:
     if s.profile.networking.get(s.mode) is not GpuNetworking.DRANET_COMPUTE_CLASS:
         return None
     why = AUTOPILOT_DRANET_REFUSED_CHANNELS.get(s.release_channel)
@@ -672,4 +670,3 @@ def _check_dranet_channel(s: StackSettings) -> str | None:
         f"{floor} or later, which this channel does not give a new cluster ({why}). "
         f"Fix: {s.fix('release_channel', 'RAPID')}"
     )
-

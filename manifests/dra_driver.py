@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import StackSettings, version_tuple
+from config.settings import StackSettings
+from config.stack_values import version_tuple
 from manifests.common import ACCELERATOR_LABEL, Manifest, metadata
 
 NAMESPACE = "nvidia-dra-driver-gpu"

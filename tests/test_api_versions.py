@@ -20,7 +20,8 @@ import yaml
 
 from config import known_values
 from config.profiles import PROFILES
-from config.settings import SettingsError, load_settings, version_tuple
+from config.settings import SettingsError, load_settings
+from config.stack_values import version_tuple
 from planning.offline_engine import PlanResult
 from tests.chart_objects import chart_facts, installed_objects, read_versions
 from tests.program import COMBINATIONS, plan

@@ -13,13 +13,8 @@ import re
 import pytest
 
 from config.profiles import PROFILES
-from config.settings import (
-    SettingsError,
-    StackSettings,
-    image_fields,
-    load_settings,
-    plain_secret_notices,
-)
+from config.settings import SettingsError, StackSettings, load_settings, plain_secret_notices
+from config.stack_values import image_fields
 from training.assembly import TrainingJob, training_job
 from training.grpo_spec import GrpoPreflightError
 

@@ -34,13 +34,9 @@ from config.cluster_security import (
     node_account_id,
 )
 from config.profiles import PROFILES, Mode
-from config.settings import (
-    SettingsError,
-    StackSettings,
-    load_settings,
-    version_tuple,
-)
+from config.settings import SettingsError, StackSettings, load_settings
 from config.stack_rules import MAX_CLUSTER_NAME
+from config.stack_values import version_tuple
 from planning.offline_engine import PlanResult
 from tests.program import COMBINATIONS, REAL, plan
 from tools.plan import plan_report

@@ -55,7 +55,7 @@ from config.bucket_layout import (
 )
 from config.input_rules import nearest_choice, number_candidates, whole_number
 from config.profiles import AcceleratorProfile, Mode
-from config.settings import DEFAULT_MODEL
+from config.stack_values import DEFAULT_MODEL
 from jobs.secret_scan import redact
 from training.model_config import best_rollout_tp, rollout_tp_fits
 from training.model_facts import ModelFacts, table_facts

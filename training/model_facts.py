@@ -21,7 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from config.settings import DEFAULT_MODEL, StackSettings, config_key
+from config.settings import StackSettings, config_key
+from config.stack_values import DEFAULT_MODEL
 from training.hub_client import HubAnswer, HubNotAnsweringError, hub_endpoint, hub_get
 from training.memory_fit import ModelArch
 from training.model_config import ModelFactsError, arch_from_config
