@@ -71,8 +71,9 @@ def data_prep_argv(settings: Any, spec: Any, data_root: Path | None = None) -> l
     the volume's paths (DATA_MOUNT) lie under that folder instead."""
     from config.bucket_layout import DATA_MOUNT
     from manifests.data_prep import command
+    from training.grpo_preflight import dataset_limits
 
-    argv = command(settings, spec)[2:]
+    argv = command(settings, dataset_limits(spec))[2:]
     if "--reward-file" in argv:
         argv[argv.index("--reward-file") + 1] = str(REPO / support.REWARD.partition(":")[0])
     if data_root is None:

@@ -13,6 +13,7 @@ from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.settings import StackSettings
 from manifests import data_prep as manifests
+from training.grpo_preflight import dataset_limits
 from training.grpo_spec import GrpoSpec
 
 # Pulumi waits for the Job to complete: a 66 GB model download through GCS FUSE, plus image pull
@@ -63,7 +64,9 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
-        job_body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name)
+        job_body = manifests.data_prep_job(
+            s, dataset_limits(args.spec), scripts, args.cluster.cpu_pool_name
+        )
         # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
         # first. The fixed name means a changed Job is deleted before its replacement starts.
         self.job = k8s.batch.v1.Job(

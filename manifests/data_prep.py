@@ -10,6 +10,7 @@ step that is already complete.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,6 @@ from manifests.common import (
     metadata,
     no_privileges,
 )
-from training.grpo_preflight import train_batch_step
-from training.grpo_spec import GrpoSpec
 
 JOB_NAME = "data-prep-job"
 # The payload's folder: every module in it is one key of the ConfigMap, mounted flat at
@@ -131,7 +130,7 @@ def script_configmap(settings: StackSettings, scripts: dict[str, str]) -> Manife
     }
 
 
-def command(settings: StackSettings, spec: GrpoSpec) -> list[str]:
+def command(settings: StackSettings, limits: DatasetLimits) -> list[str]:
     verl = ["--verl-repo", VERL_REPO, "--verl-ref", settings.verl_ref]
     verl += ["--verl-dir", verl_checkout_folder(settings.stack)]
     if settings.verl_source == "image":
@@ -149,25 +148,34 @@ def command(settings: StackSettings, spec: GrpoSpec) -> list[str]:
         model_folder_name(settings.model, settings.model_revision),
         *(["--model-revision", settings.model_revision] if settings.model_revision else []),
         *run_input_args(settings),
-        *length_args(spec),
+        *length_args(limits),
     ]
 
 
-def length_args(spec: GrpoSpec) -> list[str]:
-    """The job's prompt limit and train batch: the script counts the prompts verl's filter will
-    drop (data.filter_overlong_prompts, training/grpo_spec.FIXED_OVERRIDES) and refuses a dataset
-    left smaller than one batch; a smaller batch it offers passes the batch rules' step and
-    minimum (training/grpo_preflight.py)."""
-    step = train_batch_step(spec, spec.nnodes * spec.n_gpus_per_node)
+@dataclass(frozen=True)
+class DatasetLimits:
+    """The job's prompt limit and train batch that the script checks the dataset against
+    (training/grpo_preflight.py dataset_limits takes them from the spec): it counts the prompts
+    verl's filter will drop (data.filter_overlong_prompts, training/grpo_spec.FIXED_OVERRIDES) and
+    refuses a dataset left smaller than one batch; a smaller batch it offers is a multiple of
+    train_batch_step and at least min_train_batch, so it passes the batch rules."""
+
+    max_prompt_length: int
+    train_batch_size: int
+    train_batch_step: int
+    min_train_batch: int
+
+
+def length_args(limits: DatasetLimits) -> list[str]:
     return [
         "--max-prompt-length",
-        str(spec.max_prompt_length),
+        str(limits.max_prompt_length),
         "--train-batch-size",
-        str(spec.train_batch_size),
+        str(limits.train_batch_size),
         "--train-batch-step",
-        str(step),
+        str(limits.train_batch_step),
         "--min-train-batch",
-        str(spec.ppo_mini_batch_size),
+        str(limits.min_train_batch),
     ]
 
 
@@ -193,7 +201,10 @@ def run_input_args(settings: StackSettings) -> list[str]:
 
 
 def data_prep_job(
-    settings: StackSettings, spec: GrpoSpec, scripts: dict[str, str], cpu_pool_name: str | None
+    settings: StackSettings,
+    limits: DatasetLimits,
+    scripts: dict[str, str],
+    cpu_pool_name: str | None,
 ) -> Manifest:
     """The data-prep Job's body.
 
@@ -208,7 +219,7 @@ def data_prep_job(
     container = {
         "name": "prep-data",
         "image": settings.data_prep_image,
-        "command": command(settings, spec),
+        "command": command(settings, limits),
         "env": [
             {
                 "name": "HF_TOKEN",

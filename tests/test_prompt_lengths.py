@@ -15,7 +15,7 @@ from manifests import data_prep
 from payloads.data_prep import prep_checks
 from tests.program import REAL
 from training.assembly import training_job
-from training.grpo_preflight import preflight
+from training.grpo_preflight import dataset_limits, preflight
 from training.grpo_spec import GrpoPreflightError, apply_overrides
 
 
@@ -67,7 +67,7 @@ def test_the_offered_smaller_batch_passes_the_jobs_batch_rules(stack: str) -> No
     --min-train-batch) is accepted by the program's own batch rules."""
     settings = load_settings(stack, dict(REAL), offline=False).settings
     job = training_job(settings)
-    command = data_prep.command(settings, job.spec)
+    command = data_prep.command(settings, dataset_limits(job.spec))
     flag = dict(zip(command, [*command[1:], ""], strict=True))
     step, smallest = int(flag["--train-batch-step"]), int(flag["--min-train-batch"])
     assert flag["--max-prompt-length"] == str(job.spec.max_prompt_length)

@@ -22,6 +22,7 @@ from manifests import rehearsal as manifests
 from planning.offline_engine import PlanResult, RecordedResource
 from tests.program import COMBINATIONS, REAL, plan
 from training.assembly import REHEARSAL_RECORD_ENV, training_job
+from training.grpo_preflight import dataset_limits
 
 JOB = "kubernetes:batch/v1:Job"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
@@ -210,7 +211,7 @@ def test_the_reward_is_loaded_by_the_rehearsal_in_the_training_image(stack: str)
     reward = run_inputs.reward_of(settings)
     assert reward is not None
     assert any(a.endswith(f".path={reward.mounted_path}") for a in container["command"])
-    assert "--reward-import" not in data_prep.command(settings, job.spec)
+    assert "--reward-import" not in data_prep.command(settings, dataset_limits(job.spec))
 
 
 def test_in_pulumi_up_the_rehearsals_problems_name_the_stack_settings() -> None:

@@ -24,6 +24,7 @@ from tests.data.run_inputs import rewards
 from tests.program import REAL, plan
 from training import dataset_access
 from training.assembly import training_job
+from training.grpo_preflight import dataset_limits
 from training.grpo_spec import GrpoPreflightError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -308,7 +309,7 @@ def test_image_verl_and_a_verl_ref_are_refused_together() -> None:
 
 
 def _data_prep_command(s: StackSettings) -> list[str]:
-    return data_prep.command(s, training_job(s).spec)
+    return data_prep.command(s, dataset_limits(training_job(s).spec))
 
 
 def _argv(s: StackSettings) -> dict[str, str]:
@@ -335,7 +336,7 @@ def test_an_own_run_reaches_the_job_and_the_data_prep_job(stack: str) -> None:
     configmap = data_prep.script_configmap(s, {"prepare_data.py": "script"})
     assert configmap["data"][data_prep.REWARD_KEY] == (ROOT / REWARDS).read_text()
     job = data_prep.data_prep_job(
-        s, training_job(s).spec, {"prepare_data.py": "script"}, "cpu-pool"
+        s, dataset_limits(training_job(s).spec), {"prepare_data.py": "script"}, "cpu-pool"
     )
     volumes = job["spec"]["template"]["spec"]["volumes"]
     assert {"name": configmap["metadata"]["name"]} in [v.get("configMap") for v in volumes]
@@ -512,7 +513,7 @@ def test_the_reward_file_reaches_the_path_the_command_names(tmp_path: Path) -> N
 
     s = settings(**HUB)
     job = data_prep.data_prep_job(
-        s, training_job(s).spec, {"prepare_data.py": "script"}, "cpu-pool"
+        s, dataset_limits(training_job(s).spec), {"prepare_data.py": "script"}, "cpu-pool"
     )
     container = job["spec"]["template"]["spec"]["containers"][0]
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "script"]

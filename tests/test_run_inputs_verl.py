@@ -31,6 +31,7 @@ from tests.program import REAL
 from tests.support.require import missing
 from tests.support.verl_check import start_check
 from training.assembly import reward_overrides, training_job
+from training.grpo_preflight import dataset_limits
 
 # Runs payloads and verl's code in subprocesses (the verl virtualenvs).
 pytestmark = pytest.mark.integration
@@ -244,7 +245,7 @@ def _bucket_scored_flags() -> tuple[list[str], list[str]]:
     s = load_settings("a3u", dict(REAL), offline=False).settings
     dataset = {"verl-gke:dataset": f"gs://{s.bucket_name}/mine"}
     own = load_settings("a3u", {**REAL, **dataset}, offline=False).settings
-    command = data_prep.command(own, training_job(own).spec)
+    command = data_prep.command(own, dataset_limits(training_job(own).spec))
     sources = command[command.index("--scored-sources") + 1].split(",")
     return sources, command[command.index("--scored-prefixes") + 1].split(",")
 

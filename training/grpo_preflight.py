@@ -7,6 +7,7 @@ import math
 import posixpath
 
 from config.bucket_layout import DATA_MOUNT, GSM8K_TEST, GSM8K_TRAIN, checkpoint_dir, is_shared
+from manifests.data_prep import DatasetLimits
 from training.grpo_spec import (
     MODEL_KEY,
     GrpoPreflightError,
@@ -112,6 +113,17 @@ def _batch_rules(spec: GrpoSpec, n_gpus: int, gpus: str) -> list[str | None]:
 def train_batch_step(spec: GrpoSpec, n_gpus: int) -> int:
     """trainBatchSize must be a multiple of this for trainBatchSize x rolloutN to split evenly."""
     return n_gpus // math.gcd(spec.rollout_n, n_gpus)
+
+
+def dataset_limits(spec: GrpoSpec) -> DatasetLimits:
+    """What the data-prep Job checks the dataset against: the prompt limit, the train batch, and
+    the step and minimum a smaller batch it offers must keep to pass the batch rules above."""
+    return DatasetLimits(
+        max_prompt_length=spec.max_prompt_length,
+        train_batch_size=spec.train_batch_size,
+        train_batch_step=train_batch_step(spec, spec.nnodes * spec.n_gpus_per_node),
+        min_train_batch=spec.ppo_mini_batch_size,
+    )
 
 
 def _train_batch_rule(spec: GrpoSpec, n_gpus: int, gpus: str) -> str | None:
