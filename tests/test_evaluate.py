@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from config import bucket_layout
-from payloads.export import evaluate, export_model
+from payloads.export import eval_report, evaluate, export_model
 from tests.support.require import verl_python
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ T975 = {
 
 @pytest.mark.parametrize(("df", "quantile"), sorted(T975.items()))
 def test_the_t_quantile_is_students(df: int, quantile: float) -> None:
-    assert evaluate.student_t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-9)
+    assert eval_report.student_t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-9)
 
 
 def test_the_t_quantile_for_many_prompts_is_the_asymptotic_expansions() -> None:
@@ -71,19 +71,19 @@ def test_the_t_quantile_for_many_prompts_is_the_asymptotic_expansions() -> None:
         (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
     ]
     expansion = z + sum(term / df ** (i + 1) for i, term in enumerate(terms))
-    assert evaluate.student_t_quantile(0.975, df) == pytest.approx(expansion, abs=1e-9)
+    assert eval_report.student_t_quantile(0.975, df) == pytest.approx(expansion, abs=1e-9)
 
 
 def test_the_interval_is_students_t_interval_over_prompts() -> None:
     # Per-prompt scores 1, 0, 0, 0: mean 0.25; sample variance (3 x 0.0625 + 0.5625) / 3 = 0.25,
     # s = 0.5; half width t(0.975, 3) x 0.5 / sqrt(4) = t / 4 (the normal's 1.96 / 4 would claim
     # a third less spread than 4 prompts can show).
-    interval = evaluate.t_interval([1.0, 0.0, 0.0, 0.0])
+    interval = eval_report.t_interval([1.0, 0.0, 0.0, 0.0])
     assert interval.mean == 0.25
     assert interval.low == pytest.approx(0.25 - T975[3] / 4, abs=1e-12)
     assert interval.high == pytest.approx(0.25 + T975[3] / 4, abs=1e-12)
-    assert evaluate.t_interval([0.5]).low is None  # one prompt has no spread
-    assert "t(0.975, n - 1)" in evaluate.INTERVAL_TEXT
+    assert eval_report.t_interval([0.5]).low is None  # one prompt has no spread
+    assert "t(0.975, n - 1)" in eval_report.INTERVAL_TEXT
 
 
 def part(greedy: list[float], samples: list[list[float]]) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def test_the_difference_is_paired_per_prompt_and_flags_only_beyond_the_interval(
     # 0, -.5 (twice): mean -0.375, s^2 = (6 x 0.125^2 + 2 x 0.375^2) / 7 = 0.375 / 7, half width
     # t(0.975, 7) x s / sqrt(8).
     trained = part([1, 0, 0, 0] * 2, [[1, 0], [0, 0], [0, 0], [0, 0]] * 2)
-    summary = evaluate.summarize({"base": base, "trained": trained}, samples=2)
+    summary = eval_report.summarize({"base": base, "trained": trained}, samples=2)
     diff = summary["difference"]["mean_at_k"]
     assert summary["primary"] == "mean_at_k" and summary["prompts"] == 8
     assert diff["mean"] == -0.375
@@ -117,7 +117,7 @@ def test_the_difference_is_paired_per_prompt_and_flags_only_beyond_the_interval(
 def test_a_lower_score_within_the_interval_is_not_flagged() -> None:
     base = part([1, 0, 1, 0], [[1], [0], [1], [1]])
     trained = part([1, 0, 1, 0], [[1], [1], [0], [0]])  # differences 0, 1, -1, -1
-    summary = evaluate.summarize({"base": base, "trained": trained}, samples=1)
+    summary = eval_report.summarize({"base": base, "trained": trained}, samples=1)
     diff = summary["difference"]["mean_at_k"]
     assert diff["mean"] == -0.25 and diff["low"] < 0 < diff["high"]
     assert summary["regressed"] is False
@@ -126,16 +126,16 @@ def test_a_lower_score_within_the_interval_is_not_flagged() -> None:
 def test_greedy_only_makes_greedy_the_flagged_metric() -> None:
     base = part([1, 1, 1], [[], [], []])
     trained = part([0, 0, 0], [[], [], []])
-    summary = evaluate.summarize({"base": base, "trained": trained}, samples=0)
+    summary = eval_report.summarize({"base": base, "trained": trained}, samples=0)
     assert summary["primary"] == "greedy" and "mean_at_k" not in summary["base"]
     assert summary["difference"]["greedy"] == {"mean": -1.0, "low": -1.0, "high": -1.0}
     assert summary["regressed"] is True
 
 
 def test_the_names_agree_with_the_export_and_the_bucket_layout() -> None:
-    assert evaluate.EXPORT_MARKER == export_model.MARKER
-    assert evaluate.REPORT_NAME == bucket_layout.EVAL_REPORT_NAME
-    assert bucket_layout.eval_report_path("e") == f"/data/models/e/{evaluate.REPORT_NAME}"
+    assert eval_report.EXPORT_MARKER == export_model.MARKER
+    assert eval_report.REPORT_NAME == bucket_layout.EVAL_REPORT_NAME
+    assert bucket_layout.eval_report_path("e") == f"/data/models/e/{eval_report.REPORT_NAME}"
 
 
 def test_a_lora_export_is_refused_not_scored_as_its_base_weights(tmp_path: Path) -> None:
@@ -172,14 +172,14 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, scal
 LOAD_AND_SCORE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import evaluate
+import eval_scoring
 row = {"data_source": "own", "reward_model": {"ground_truth": "7"}, "extra_info": {"index": 3}}
-custom = evaluate.load_reward(sys.argv[2], "compute_score", {"scale": 2.0})
-builtin = evaluate.load_reward(None, "compute_score", {})
+custom = eval_scoring.load_reward(sys.argv[2], "compute_score", {"scale": 2.0})
+builtin = eval_scoring.load_reward(None, "compute_score", {})
 gsm8k = {**row, "data_source": "openai/gsm8k"}
 print(json.dumps([
-    evaluate.score(custom, row, "so 7"), evaluate.score(custom, row, "8"),
-    evaluate.score(builtin, gsm8k, "#### 7"), evaluate.score(builtin, gsm8k, "7"),
+    eval_scoring.score(custom, row, "so 7"), eval_scoring.score(custom, row, "8"),
+    eval_scoring.score(builtin, gsm8k, "#### 7"), eval_scoring.score(builtin, gsm8k, "7"),
 ]))
 """
 
@@ -211,7 +211,7 @@ def test_the_reward_is_the_function_verls_loader_returns(tmp_path: Path) -> None
 
 # --- reuse ----------------------------------------------------------------------------------------
 
-SETTINGS = evaluate.EvalSettings(
+SETTINGS = eval_report.EvalSettings(
     data="/data/t.parquet",
     prompts=None,
     samples=4,
@@ -227,7 +227,7 @@ MARKER = {"step": 5, "source": "/ckpt/global_step_5/actor", "finished_at": "t5",
 def write_report(path: Path, **changes: Any) -> None:
     report = {
         "status": "ok",
-        "export": evaluate.marker_key(MARKER),
+        "export": eval_report.marker_key(MARKER),
         "settings": dataclasses.asdict(SETTINGS),
         "models": {"base": "/data/M", "trained": "/data/models/e"},
         **changes,
@@ -264,12 +264,12 @@ def test_a_report_is_reused_only_for_the_same_export_and_settings(
     tmp_path: Path,
     changes: dict[str, Any],
     marker: dict[str, Any] | None,
-    settings: evaluate.EvalSettings,
+    settings: eval_report.EvalSettings,
     reused: bool,
 ) -> None:
     out = tmp_path / "report.json"
     write_report(out, **changes)
-    found = evaluate.reusable(out, marker, settings, "/data/M", "/data/models/e")
+    found = eval_report.reusable(out, marker, settings, "/data/M", "/data/models/e")
     assert (found is not None) is reused
 
 
@@ -311,7 +311,8 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/payloads/export")
 import torch
-import evaluate
+import eval_backends
+import eval_scoring
 from tests.support import tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 folder = tiny_model.build(Path(sys.argv[2]), seed=8)
@@ -324,9 +325,9 @@ config.update(do_sample=True, temperature=50.0, top_p=0.3, top_k=3, repetition_p
 tokenizer = AutoTokenizer.from_pretrained(folder)
 rows = [{"prompt": [{"role": "user", "content": text}]}
         for text in ("what is 1 plus 2 ?", "what", "the answer is 7 plus 8 plus 9 ?")]
-ids = evaluate.render_prompts(tokenizer, rows)
-request = evaluate.GenerationRequest(ids, 3, 0.9, 12, 0, 1)
-generator = evaluate.HfGenerator(str(folder), tokenizer, request)
+ids = eval_scoring.render_prompts(tokenizer, rows)
+request = eval_backends.GenerationRequest(ids, 3, 0.9, 12, 0, 1)
+generator = eval_backends.HfGenerator(str(folder), tokenizer, request)
 first, again = generator.generate(request), generator.generate(request)
 
 # Greedy by hand, one prompt at a time, no padding: argmax until EOS or the token budget.
@@ -396,15 +397,16 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/payloads/export")
-import evaluate
+import eval_backends
+import eval_scoring
 from tests.support import tiny_model
 from transformers import AutoTokenizer
 folder = tiny_model.build(Path(sys.argv[2]), seed=8)
 tokenizer = AutoTokenizer.from_pretrained(folder)
 rows = [{"prompt": [{"role": "user", "content": text}]} for text in ("what is 1 plus 2 ?", "what")]
-ids = evaluate.render_prompts(tokenizer, rows)
-request = evaluate.GenerationRequest(ids, 4, 50.0, 12, 0, 1, top_p=1.0, top_k=__TOP_K__)
-answers = evaluate.HfGenerator(str(folder), tokenizer, request).generate(request)
+ids = eval_scoring.render_prompts(tokenizer, rows)
+request = eval_backends.GenerationRequest(ids, 4, 50.0, 12, 0, 1, top_p=1.0, top_k=__TOP_K__)
+answers = eval_backends.HfGenerator(str(folder), tokenizer, request).generate(request)
 print(json.dumps([[a.greedy, a.samples] for a in answers]))
 """
 
@@ -414,13 +416,14 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/payloads/export")
 sys.path.insert(0, sys.argv[1] + "/tests/support/stand_in_vllm")
-import evaluate
+import eval_backends
+import eval_scoring
 from tests.support import tiny_model
 tokenizer = tiny_model.build_tokenizer(Path(sys.argv[2]))
 rows = [{"prompt": [{"role": "user", "content": "what is 1 plus 2 ?"}]}]
-ids = evaluate.render_prompts(tokenizer, rows)
-request = evaluate.GenerationRequest(ids, 2, 0.8, 12, 5, 1, top_p=0.9, top_k=20)
-answers = evaluate.VllmGenerator(sys.argv[2], tokenizer, request).generate(request)
+ids = eval_scoring.render_prompts(tokenizer, rows)
+request = eval_backends.GenerationRequest(ids, 2, 0.8, 12, 5, 1, top_p=0.9, top_k=20)
+answers = eval_backends.VllmGenerator(sys.argv[2], tokenizer, request).generate(request)
 expected = tokenizer.decode(list(reversed(ids[0])), skip_special_tokens=True)
 print(json.dumps({"answers": [[a.greedy, a.samples] for a in answers], "expected": expected}))
 """
@@ -461,7 +464,8 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/payloads/export")
 import pyarrow as pa, pyarrow.parquet as pq
-import evaluate
+import eval_report
+import eval_scoring
 from tests.support import tiny_model
 root = Path(sys.argv[2])
 tokenizer = tiny_model.build_tokenizer(root / "model")
@@ -482,13 +486,13 @@ pq.write_table(pa.Table.from_pylist(rows), root / "test.parquet")
 found = {}
 no_thinking = ["+data.apply_chat_template_kwargs.enable_thinking=False"]
 for name, overrides in (("plain", []), ("no_thinking", no_thinking)):
-    settings = evaluate.EvalSettings(
+    settings = eval_report.EvalSettings(
         data=str(root / "test.parquet"), prompts=3, samples=0, temperature=1.0,
         max_new_tokens=8, max_prompt_length=11, reward_file=None, reward_name="compute_score",
         chat_template_overrides=overrides,
     )
-    held = evaluate.held_out_rows(settings, tokenizer, evaluate.verl_data_config(settings))
-    ids = evaluate.render_prompts(tokenizer, held.rows, held.chat_template_kwargs)
+    held = eval_scoring.held_out_rows(settings, tokenizer, eval_scoring.verl_data_config(settings))
+    ids = eval_scoring.render_prompts(tokenizer, held.rows, held.chat_template_kwargs)
     found[name] = {
         "indices": held.indices, "total": held.total, "dropped": held.dropped,
         "kwargs": held.chat_template_kwargs, "lengths": [len(x) for x in ids],

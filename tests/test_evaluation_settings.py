@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from config.settings import SettingsError, StackSettings, load_settings
-from payloads.export import evaluate, run_grpo
+from payloads.export import eval_report, evaluate, run_grpo
 from planning import offline_engine
 from planning.offline_engine import UNKNOWN_OUTPUT, run_stack
 from tests.program import REAL, plan
@@ -110,7 +110,7 @@ def test_the_runner_evaluates_the_export_with_the_jobs_own_values() -> None:
         "max_new_tokens": spec.max_response_length,
         "max_prompt_length": spec.max_prompt_length,
         "tensor_parallel": spec.rollout_tensor_parallel_size,
-        "out": f"/data/models/{spec.experiment_name}/{evaluate.REPORT_NAME}",
+        "out": f"/data/models/{spec.experiment_name}/{eval_report.REPORT_NAME}",
     }
     assert flags["data"] == spec.val_files
     # evaluate.py's own parser takes what the runner passes on (run_grpo.evaluation_argv).
@@ -213,7 +213,7 @@ def test_the_plan_says_what_the_evaluation_generates_and_costs() -> None:
 def test_the_job_result_is_the_evaluation_summary() -> None:
     result = plan("a4", "standard")
     grpo = result.one(RAY_JOB, "grpo-job")
-    assert grpo.inputs["result_tag"] == evaluate.RESULT_TAG
+    assert grpo.inputs["result_tag"] == eval_report.RESULT_TAG
     assert result.outputs["evaluationReport"] == (
         "gs://acme-ml-prod-verl-a4/models/grpo-qwen2.5-32b-instruct-a4/.verl-gke-eval.json"
     )
@@ -223,11 +223,11 @@ def test_the_job_result_is_the_evaluation_summary() -> None:
 
 def summary(regressed: bool) -> dict[str, Any]:
     return {
-        "check": evaluate.RESULT_TAG,
+        "check": eval_report.RESULT_TAG,
         "status": "ok",
         "prompts": 1319,
         "primary": "mean_at_k",
-        "interval": evaluate.INTERVAL_TEXT,
+        "interval": eval_report.INTERVAL_TEXT,
         "base": {"mean_at_k": {"mean": 0.61, "low": 0.59, "high": 0.63}},
         "trained": {"mean_at_k": {"mean": 0.52, "low": 0.5, "high": 0.54}},
         "difference": {"mean_at_k": {"mean": -0.09, "low": -0.11, "high": -0.07}},
@@ -271,7 +271,11 @@ def test_an_export_within_the_interval_is_not_flagged(monkeypatch: pytest.Monkey
 
 
 def test_a_failed_evaluation_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
-    failed = {"check": evaluate.RESULT_TAG, "status": "failed", "reason": "vLLM ran out of memory"}
+    failed = {
+        "check": eval_report.RESULT_TAG,
+        "status": "failed",
+        "reason": "vLLM ran out of memory",
+    }
     result = with_result(monkeypatch, failed)
     assert result.outputs["evaluationStatus"] == "failed"
     assert result.outputs["evaluationFailure"] == "vLLM ran out of memory"

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from payloads.export import evaluate, export_model
+from payloads.export import eval_backends, eval_report, evaluate, export_model
 from tests.support import scripted_backend
 from tests.support.ray_head import RayHead
 from tests.support.require import verl_python
@@ -123,7 +123,7 @@ def run(
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
-        evaluate.BACKEND_ENV: "tests.support.scripted_backend:ScriptedGenerator",
+        eval_backends.BACKEND_ENV: "tests.support.scripted_backend:ScriptedGenerator",
     }
     python = str(verl_python("0.9.0"))
     command = [
@@ -159,7 +159,7 @@ def test_the_export_is_evaluated_after_it_and_a_retried_job_reuses_the_report(
     assert summary["trained"]["greedy"]["mean"] == 1.0
     assert summary["difference"]["mean_at_k"] == {"mean": 0.5, "low": 0.5, "high": 0.5}
     assert summary["regressed"] is False
-    report = json.loads((target / evaluate.REPORT_NAME).read_text())
+    report = json.loads((target / eval_report.REPORT_NAME).read_text())
     assert report["export"]["step"] == 2 and len(report["per_prompt"]) == 3
     # Row 1 is over max_prompt_length: prompts 0..2 are the file's rows 0, 2 and 3.
     assert [row["index"] for row in report["per_prompt"]] == [0, 2, 3]
@@ -202,7 +202,7 @@ def test_a_failed_evaluation_keeps_the_export_and_says_why(inputs: Path, tmp_pat
     summary = evaluate.find_summary(result.stdout)
     assert summary is not None and summary["status"] == "failed"
     assert str(missing) in summary["reason"]
-    report = json.loads((target / evaluate.REPORT_NAME).read_text())
+    report = json.loads((target / eval_report.REPORT_NAME).read_text())
     assert report["status"] == "failed" and str(missing) in report["reason"]
     assert (target / export_model.MARKER).read_text() == marker
 
@@ -238,7 +238,7 @@ def test_on_a_ray_node_the_task_evaluates_and_the_driver_prints_its_summary(
     ]  # fmt: skip
     env = {
         "PYTHONPATH": str(REPO),
-        evaluate.BACKEND_ENV: "tests.support.scripted_backend:ScriptedGenerator",
+        eval_backends.BACKEND_ENV: "tests.support.scripted_backend:ScriptedGenerator",
         evaluate.WORKER_PYTHON_ENV: str(verl_python("0.9.0")),
         "VERL_GKE_EVAL_WAIT_REPORT_S": "1",
     }
@@ -253,5 +253,5 @@ def test_on_a_ray_node_the_task_evaluates_and_the_driver_prints_its_summary(
     assert summary is not None and summary["status"] == "ok", log[-5000:]
     assert summary["prompts"] == 2 and summary["trained"]["greedy"]["mean"] == 1.0
     assert "(_run_on_worker pid=" in log
-    report = json.loads((target / evaluate.REPORT_NAME).read_text())
+    report = json.loads((target / eval_report.REPORT_NAME).read_text())
     assert report["status"] == "ok" and len(report["per_prompt"]) == 2

@@ -19,7 +19,7 @@ from config import run_inputs
 from config.bucket_layout import GSM8K_TEST, bucket_url, eval_report_path
 from config.evaluation import KEY as EVALUATION_KEY
 from config.settings import StackSettings
-from payloads.export import evaluate
+from payloads.export import eval_report
 from training.grpo_spec import GrpoSpec
 from training.run_life import extra_override_value, lora_alpha
 
@@ -190,7 +190,7 @@ def plan_line(plan: EvaluationPlan | None, spec: GrpoSpec) -> str:
 
 # The GRPO job's result tag: evaluate.py prints its summary as one JSON line {"check": RESULT_TAG}
 # and the job provider (jobs/ray_job.py find_tagged_result) keeps the last one as `result`.
-RESULT_TAG = evaluate.RESULT_TAG
+RESULT_TAG = eval_report.RESULT_TAG
 
 
 def _primary(result: Mapping[str, Any], part: str) -> Mapping[str, Any]:

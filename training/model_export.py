@@ -18,7 +18,7 @@ from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
 from config.recovery import RecoveryPlan
-from payloads.export import evaluate, export_model, provreq, run_grpo, supervise
+from payloads.export import run_grpo, supervise
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
@@ -59,9 +59,10 @@ def export_url(bucket: str, experiment: str) -> str:
 
 
 def _payload_sha256() -> str:
+    """Every module of the working_dir, by name and content: what the job ships."""
     digest = hashlib.sha256()
-    for module in (run_grpo, supervise, provreq, export_model, evaluate):
-        digest.update(Path(module.__file__).read_bytes())
+    for path in sorted(Path(run_grpo.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

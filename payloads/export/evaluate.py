@@ -67,623 +67,41 @@ installed; VERL_GKE_EVAL_HF_BATCH prompts per batch, default 16, each with its k
 scripted one). --seed seeds the sampling (vLLM's per-request seed; torch's for hf). Stdlib at
 module level: vllm, transformers, torch, hydra, datasets and verl are imported only in the child
 that generates.
+
+This file is the CLI and the parent; its parts, beside it in the job's working_dir: the report and
+its statistics (eval_report.py), the backends (eval_backends.py), one model's rows, prompts and
+scores (eval_scoring.py, the child).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
-import functools
-import importlib
-import inspect
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-REPORT_NAME = ".verl-gke-eval.json"
-# export_model.MARKER (tests/test_evaluate.py checks they agree).
-EXPORT_MARKER = ".verl-gke-export.json"
-RESULT_TAG = "verl-gke-eval"
+try:  # imported as payloads.export.evaluate (the program, tests)
+    from . import eval_backends, eval_report, eval_scoring
+except ImportError:  # run as a script: this folder is sys.path[0]
+    import eval_backends
+    import eval_report
+    import eval_scoring
+
+
 # export_model.LORA_DIR: where a LoRA export keeps the trained adapter.
 LORA_DIR = "lora_adapter"
-BACKEND_ENV = "VERL_GKE_EVAL_BACKEND"
 # Tests only: the python a Ray worker runs the evaluation with (default: the worker's own).
 WORKER_PYTHON_ENV = "VERL_GKE_EVAL_WORKER_PYTHON"
-DEFAULT_BACKEND = "vllm"
 ROLES = ("base", "trained")
-# 95 % two-sided interval: the 0.975 quantile of Student's t with n - 1 degrees of freedom.
-CONFIDENCE = 0.95
-# verl's data config (verl/trainer/config/data/legacy_data.yaml, v0.6.1): prompt_key,
-# reward_fn_key.
-PROMPT_KEY = "prompt"
-REWARD_FN_KEY = "data_source"
 TAIL_LINES = 40
 WAIT_REPORT_S = float(os.environ.get("VERL_GKE_EVAL_WAIT_REPORT_S", "60"))
-HF_BATCH = int(os.environ.get("VERL_GKE_EVAL_HF_BATCH", "16"))
-
-
-class EvaluationError(RuntimeError):
-    """The evaluation cannot run or failed; the message says what and where."""
-
-
-# --- settings and the report ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """What decides the result: a report with other settings is not reused."""
-
-    data: str
-    prompts: int | None
-    samples: int
-    temperature: float
-    max_new_tokens: int
-    max_prompt_length: int
-    reward_file: str | None
-    reward_name: str
-    reward_kwargs: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    top_p: float = 1.0
-    top_k: int = -1
-    # The job's Hydra overrides of data.apply_chat_template_kwargs (from extraOverrides).
-    chat_template_overrides: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Interval:
-    mean: float
-    low: float | None
-    high: float | None
-    n: int
-
-
-def student_t_central(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with `df` degrees of freedom (t >= 0): the finite series of
-    Abramowitz & Stegun, Handbook of Mathematical Functions, 26.7.3 (df odd) and 26.7.4 (df
-    even), with theta = arctan(t / sqrt(df))."""
-    theta = math.atan(t / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    if df % 2 == 1:
-        # 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ... up to cos^(df-3)))
-        total, term = 0.0, 1.0
-        for k in range(1, (df - 1) // 2 + 1):
-            total += term
-            term *= 2 * k / (2 * k + 1) * c2
-        series = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
-        return 2 / math.pi * (theta + series)
-    # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))
-    total, term = 0.0, 1.0
-    for k in range(1, df // 2 + 1):
-        total += term
-        term *= (2 * k - 1) / (2 * k) * c2
-    return math.sin(theta) * total
-
-
-@functools.cache
-def student_t_quantile(p: float, df: int) -> float:
-    """The p quantile (p > 0.5) of Student's t with `df` degrees of freedom: bisection on
-    student_t_central, to double precision."""
-    if df < 1 or not 0.5 < p < 1:
-        raise ValueError(f"student_t_quantile({p}, {df}): needs df >= 1 and 0.5 < p < 1")
-    central = 2 * p - 1
-    low, high = 0.0, 1.0
-    while student_t_central(high, df) < central:
-        low, high = high, high * 2
-    for _ in range(200):
-        middle = (low + high) / 2
-        if middle in (low, high):
-            break
-        if student_t_central(middle, df) < central:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
-def t_interval(values: Sequence[float]) -> Interval:
-    """mean +- t(0.975, n - 1) * s / sqrt(n), s the sample standard deviation; no bounds for
-    n < 2."""
-    n = len(values)
-    if n == 0:
-        raise EvaluationError("no prompts were scored")
-    mean = statistics.fmean(values)
-    if n < 2:
-        return Interval(mean, None, None, n)
-    quantile = student_t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
-    half = quantile * statistics.stdev(values) / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
-
-
-def _rounded(interval: Interval) -> dict[str, Any]:
-    def r(x: float | None) -> float | None:
-        return None if x is None else round(x, 6)
-
-    return {"mean": r(interval.mean), "low": r(interval.low), "high": r(interval.high)}
-
-
-def summarize(parts: dict[str, dict[str, Any]], samples: int) -> dict[str, Any]:
-    """Per-model metrics and the paired difference from the two models' per-prompt scores."""
-    base, trained = parts["base"]["prompts"], parts["trained"]["prompts"]
-    if len(base) != len(trained):
-        raise EvaluationError(f"base answered {len(base)} prompts, trained {len(trained)}")
-    metrics = ["greedy"] + (["mean_at_k"] if samples > 0 else [])
-
-    def value(row: dict[str, Any], metric: str) -> float:
-        if metric == "greedy":
-            return float(row["greedy_score"])
-        return statistics.fmean(row["sample_scores"])
-
-    out: dict[str, Any] = {"prompts": len(base), "primary": metrics[-1]}
-    for role, rows in (("base", base), ("trained", trained)):
-        out[role] = {m: _rounded(t_interval([value(r, m) for r in rows])) for m in metrics}
-    out["difference"] = {
-        m: _rounded(
-            t_interval([value(t, m) - value(b, m) for b, t in zip(base, trained, strict=True)])
-        )
-        for m in metrics
-    }
-    high = out["difference"][out["primary"]]["high"]
-    out["regressed"] = high is not None and high < 0
-    return out
-
-
-INTERVAL_TEXT = (
-    "95 % Student's t interval over prompts: mean +- t(0.975, n - 1) s / sqrt(n) of the "
-    "per-prompt scores "
-    "(greedy: the greedy answer's score; mean_at_k: the mean of the k samples' scores); for the "
-    "difference, of the paired per-prompt differences trained - base"
-)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def marker_key(marker: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What names one export: the step and checkpoint it was merged from, and when."""
-    if marker is None:
-        return None
-    return {k: marker.get(k) for k in ("step", "source", "finished_at")}
-
-
-def reusable(
-    out: Path, marker: dict[str, Any] | None, settings: EvalSettings, base: str, trained: str
-) -> dict[str, Any] | None:
-    """The report at `out` when it was computed for this export, these models and settings."""
-    report = read_json(out)
-    if report is None or report.get("status") != "ok" or marker is None:
-        return None
-    same = (
-        report.get("export") == marker_key(marker)
-        and report.get("settings") == asdict(settings)
-        and report.get("models") == {"base": base, "trained": trained}
-    )
-    return report if same else None
-
-
-def summary_of(report: dict[str, Any]) -> dict[str, Any]:
-    """The report without its per-prompt rows: the printed result line."""
-    return {"check": RESULT_TAG, **{k: v for k, v in report.items() if k != "per_prompt"}}
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.tmp")
-    temporary.write_text(json.dumps(value, indent=1) + "\n")
-    temporary.replace(path)
-
-
-# --- generation backends -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answers:
-    """One prompt's answers: the greedy one and the k sampled ones (decoded text)."""
-
-    greedy: str
-    samples: list[str]
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt_ids: list[list[int]]
-    samples: int
-    temperature: float
-    max_new_tokens: int
-    seed: int
-    tensor_parallel: int
-    # verl's rollout.top_p / top_k (rollout.yaml, v0.6.1 and 0.9.0: 1 and -1, both off).
-    top_p: float = 1.0
-    top_k: int = -1
-
-
-class Generator(Protocol):
-    def generate(self, request: GenerationRequest) -> list[Answers]: ...
-
-
-# A backend: (model folder, tokenizer, request) -> a Generator for that model.
-BackendFactory = Callable[[str, Any, GenerationRequest], Generator]
-
-
-class VllmGenerator:
-    """vllm.LLM over the model folder; prompts as token ids (TokensPrompt), as verl's vLLM
-    rollout passes them (no second BOS from vLLM's own tokenization)."""
-
-    def __init__(self, model_dir: str, tokenizer: Any, request: GenerationRequest) -> None:
-        from vllm import LLM
-
-        self.tokenizer = tokenizer
-        longest = max(len(ids) for ids in request.prompt_ids)
-        self.llm = LLM(
-            model=model_dir,
-            tensor_parallel_size=request.tensor_parallel,
-            max_model_len=longest + request.max_new_tokens,
-            seed=request.seed,
-            dtype="bfloat16",
-        )
-
-    def generate(self, request: GenerationRequest) -> list[Answers]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request.prompt_ids]
-        greedy = self.llm.generate(
-            prompts,
-            SamplingParams(n=1, temperature=0.0, max_tokens=request.max_new_tokens),
-            use_tqdm=False,
-        )
-        sampled: list[Any] = [None] * len(prompts)
-        if request.samples > 0:
-            # The rollout's top_p and top_k as verl's vLLM rollout passes them to SamplingParams
-            # (verl's -1 top_k is vLLM's "off" too).
-            params = SamplingParams(
-                n=request.samples,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                top_k=request.top_k,
-                max_tokens=request.max_new_tokens,
-                seed=request.seed,
-            )
-            sampled = self.llm.generate(prompts, params, use_tqdm=False)
-        return [
-            Answers(
-                self._text(g.outputs[0]),
-                [self._text(o) for o in s.outputs] if s is not None else [],
-            )
-            for g, s in zip(greedy, sampled, strict=True)
-        ]
-
-    def _text(self, output: Any) -> str:
-        """The answer's token ids decoded as verl's reward manager decodes the response
-        (verl/workers/reward_manager/naive.py __call__: tokenizer.decode(valid_response_ids,
-        skip_special_tokens=True)), not vLLM's own detokenized text."""
-        return self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)
-
-
-class HfGenerator:
-    """transformers generate, batched with left padding; answers cut at the first EOS."""
-
-    def __init__(self, model_dir: str, tokenizer: Any, request: GenerationRequest) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, GenerationConfig
-
-        self.torch = torch
-        self.GenerationConfig = GenerationConfig
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=dtype, attn_implementation="sdpa"
-        ).to(self.device)
-        self.model.eval()
-        self.tokenizer = tokenizer
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos = set(eos if isinstance(eos, list) else [eos])
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos)
-        takes = inspect.signature(self.model.generate).parameters
-        self.own_config_only = (
-            {"use_model_defaults": False} if "use_model_defaults" in takes else {}
-        )
-
-    def _batch(self, ids: list[list[int]], n: int, sample: bool, request: GenerationRequest):
-        torch = self.torch
-        width = max(len(x) for x in ids)
-        input_ids = torch.tensor([[self.pad] * (width - len(x)) + x for x in ids])
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-        # A config of its own: the model's generation_config.json (an instruct model's do_sample,
-        # temperature, top_k, top_p, repetition_penalty) must not change the answers; sampled
-        # with the rollout's top_p and top_k (verl's top_k -1, off, is transformers' 0), greedy
-        # for the greedy answer. transformers 4.50-4.x replace every field left at
-        # GenerationConfig()'s default by the model's unless use_model_defaults=False
-        # (generation/utils.py _prepare_generation_config, 4.57.1); 5.x keeps explicit values
-        # and has no such flag.
-        config = self.GenerationConfig(
-            max_new_tokens=request.max_new_tokens,
-            num_return_sequences=n,
-            do_sample=sample,
-            temperature=request.temperature if sample else 1.0,
-            top_p=request.top_p if sample else 1.0,
-            top_k=max(request.top_k, 0) if sample else 0,
-            num_beams=1,
-            repetition_penalty=1.0,
-            pad_token_id=self.pad,
-            eos_token_id=sorted(self.eos),
-        )
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                generation_config=config,
-                **self.own_config_only,
-            )
-        texts = []
-        for row in out[:, width:].tolist():
-            end = next((i for i, t in enumerate(row) if t in self.eos), len(row))
-            texts.append(self.tokenizer.decode(row[:end], skip_special_tokens=True))
-        return [texts[i * n : (i + 1) * n] for i in range(len(ids))]
-
-    def generate(self, request: GenerationRequest) -> list[Answers]:
-        self.torch.manual_seed(request.seed)
-        answers: list[Answers] = []
-        ids = request.prompt_ids
-        for start in range(0, len(ids), HF_BATCH):
-            chunk = ids[start : start + HF_BATCH]
-            greedy = self._batch(chunk, 1, False, request)
-            sampled = (
-                self._batch(chunk, request.samples, True, request)
-                if request.samples > 0
-                else [[] for _ in chunk]
-            )
-            answers += [Answers(g[0], s) for g, s in zip(greedy, sampled, strict=True)]
-            print(f"evaluate: hf: {start + len(chunk)}/{len(ids)} prompts", flush=True)
-        return answers
-
-
-BACKENDS: dict[str, BackendFactory] = {"vllm": VllmGenerator, "hf": HfGenerator}
-
-
-def backend_factory(name: str) -> BackendFactory:
-    """A built-in backend by name, or "<module>:<attribute>" (imported)."""
-    if name in BACKENDS:
-        return BACKENDS[name]
-    module, _, attribute = name.partition(":")
-    if not attribute:
-        raise EvaluationError(
-            f"{BACKEND_ENV}={name!r}: not one of {sorted(BACKENDS)} and not <module>:<factory>"
-        )
-    return getattr(importlib.import_module(module), attribute)
-
-
-# --- one model: rows, prompts, reward (a child process; imports verl and the backend) -----------
-
-
-def verl_data_config(settings: EvalSettings) -> Any:
-    """verl's `data` config as the job's main_ppo composes it (Hydra, verl's ppo_trainer,
-    as main_ppo's @hydra.main) for what decides the held-out prompts: data.max_prompt_length
-    and the job's data.apply_chat_template_kwargs overrides. filter_overlong_prompts is off
-    here: held_out_rows runs verl's filter itself, keeping each row's index."""
-    import importlib.util
-
-    from hydra import compose, initialize_config_dir
-
-    spec = importlib.util.find_spec("verl.trainer.main_ppo")
-    if spec is None or spec.origin is None:
-        raise EvaluationError("verl.trainer.main_ppo is not importable in this interpreter")
-    overrides = [
-        f"data.max_prompt_length={settings.max_prompt_length}",
-        "data.filter_overlong_prompts=False",
-        *settings.chat_template_overrides,
-    ]
-    config_dir = str(Path(spec.origin).parent / "config")
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides).data
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """The rows verl's validation dataset keeps, in file order, and what it dropped."""
-
-    rows: list[dict[str, Any]]
-    indices: list[int]  # each kept row's index in the file
-    total: int  # rows in the file
-    dropped: int  # rows over max_prompt_length, among the first `indices[-1] + 1`
-    chat_template_kwargs: dict[str, Any]
-
-
-INDEX_COLUMN = "__verl_gke_row_index"
-
-
-def held_out_rows(settings: EvalSettings, tokenizer: Any, data_config: Any) -> HeldOut:
-    """The first settings.prompts rows that verl's RLHFDataset keeps for validation: it drops
-    every prompt longer than data.max_prompt_length, rendered with the chat template and
-    data.apply_chat_template_kwargs (rl_dataset.py maybe_filter_out_long_prompts, run by every
-    job: training/grpo_spec.py FIXED_OVERRIDES data.filter_overlong_prompts=True)."""
-    from omegaconf import OmegaConf
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    dataset = RLHFDataset(data_files=settings.data, tokenizer=tokenizer, config=data_config)
-    frame = dataset.dataframe
-    indexed = frame.add_column(INDEX_COLUMN, list(range(len(frame))))
-    dataset.filter_overlong_prompts = True  # the job's data.filter_overlong_prompts=True
-    kept = list(dataset.maybe_filter_out_long_prompts(indexed)[INDEX_COLUMN])
-    chosen = kept[: settings.prompts] if settings.prompts is not None else kept
-    scanned = chosen[-1] + 1 if chosen else len(frame)
-    kwargs = OmegaConf.to_container(
-        data_config.get("apply_chat_template_kwargs") or OmegaConf.create({}), resolve=True
-    )
-    return HeldOut(
-        rows=frame.select(chosen).to_list(),
-        indices=chosen,
-        total=len(frame),
-        dropped=scanned - len(chosen),
-        chat_template_kwargs=dict(kwargs or {}),
-    )
-
-
-def render_prompts(
-    tokenizer: Any, rows: list[dict[str, Any]], chat_template_kwargs: dict[str, Any] | None = None
-) -> list[list[int]]:
-    """verl's RLHFDataset.__getitem__ (rl_dataset.py, v0.6.1), text-only rows: the chat
-    template with data.apply_chat_template_kwargs (e.g. Qwen3's enable_thinking), passed as
-    **kwargs as __getitem__ and 0.9.0's agent loop (agent_loop.py) pass them."""
-    kwargs = chat_template_kwargs or {}
-    ids = []
-    for row in rows:
-        raw = tokenizer.apply_chat_template(
-            list(row[PROMPT_KEY]), add_generation_prompt=True, tokenize=False, **kwargs
-        )
-        ids.append(tokenizer(raw, add_special_tokens=False)["input_ids"])
-    return ids
-
-
-def load_reward(
-    reward_file: str | None, reward_name: str, reward_kwargs: dict[str, Any]
-) -> Callable[..., Any]:
-    """The compute_score verl's load_reward_manager would use (verl/trainer/ppo/reward.py)."""
-    if reward_file:
-        from omegaconf import OmegaConf
-        from verl.trainer.ppo.reward import get_custom_reward_fn
-
-        section = {"path": reward_file, "name": reward_name, "reward_kwargs": reward_kwargs}
-        # v0.6.1 reads config.custom_reward_function, v0.9.0 config.reward.custom_reward_function
-        # (get_custom_reward_fn in each release's verl/trainer/ppo/reward.py).
-        config = OmegaConf.create(
-            {"custom_reward_function": section, "reward": {"custom_reward_function": section}}
-        )
-        function = get_custom_reward_fn(config)
-        if function is None:
-            raise EvaluationError(f"verl loaded no reward function from {reward_file}")
-        return function
-    from verl.utils.reward_score import default_compute_score
-
-    return default_compute_score
-
-
-def score(compute_score: Callable[..., Any], row: dict[str, Any], text: str) -> float:
-    """As NaiveRewardManager.__call__ (verl/workers/reward_manager/naive.py, v0.6.1) calls it."""
-    extra_info = dict(row.get("extra_info") or {})
-    extra_info["num_turns"] = None
-    extra_info["rollout_reward_scores"] = {}
-    value = compute_score(
-        data_source=row[REWARD_FN_KEY],
-        solution_str=text,
-        ground_truth=row["reward_model"]["ground_truth"],
-        extra_info=extra_info,
-    )
-    if inspect.isawaitable(value):
-        value = asyncio.run(_awaited(value))
-    if isinstance(value, dict):
-        value = value["score"]
-    return float(value)
-
-
-async def _awaited(value: Any) -> Any:
-    return await value
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except TypeError:
-        return str(value)
-    return value
-
-
-def generate_and_score(
-    models: dict[str, str], settings: EvalSettings, tensor_parallel: int, parts_dir: Path
-) -> None:
-    """Each model (role -> folder) answers the rows; one scored part per role in parts_dir."""
-    import gc
-
-    compute_score = load_reward(settings.reward_file, settings.reward_name, settings.reward_kwargs)
-    data_config = verl_data_config(settings)
-    from transformers import AutoTokenizer
-
-    backend = os.environ.get(BACKEND_ENV, DEFAULT_BACKEND)
-    for role, model_dir in models.items():
-        started = time.monotonic()
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        held_out = held_out_rows(settings, tokenizer, data_config)
-        rows = held_out.rows
-        if not rows:
-            raise EvaluationError(
-                f"{settings.data}: none of its {held_out.total} rows has a prompt of at most "
-                f"max_prompt_length {settings.max_prompt_length} tokens (verl drops longer ones)"
-            )
-        request = GenerationRequest(
-            prompt_ids=render_prompts(tokenizer, rows, held_out.chat_template_kwargs),
-            samples=settings.samples,
-            temperature=settings.temperature,
-            max_new_tokens=settings.max_new_tokens,
-            seed=settings.seed,
-            tensor_parallel=tensor_parallel,
-            top_p=settings.top_p,
-            top_k=settings.top_k,
-        )
-        print(f"evaluate: {role}: {len(rows)} prompts, {backend} on {model_dir}", flush=True)
-        generator = backend_factory(backend)(model_dir, tokenizer, request)
-        answers = generator.generate(request)
-        del generator
-        gc.collect()
-        _release_gpu_cache()
-        if len(answers) != len(rows):
-            raise EvaluationError(f"{backend} answered {len(answers)} of {len(rows)} prompts")
-        prompts = scored_prompts(compute_score, held_out.indices, rows, answers)
-        part = {
-            "role": role,
-            "model": model_dir,
-            "backend": backend,
-            "held_out": {
-                "rows": held_out.total,
-                "dropped_over_max_prompt_length": held_out.dropped,
-                "max_prompt_length": settings.max_prompt_length,
-                "chat_template_kwargs": held_out.chat_template_kwargs,
-            },
-            "seconds": round(time.monotonic() - started, 1),
-            "prompts": prompts,
-        }
-        write_json(parts_dir / f"{role}.json", part)
-
-
-def scored_prompts(
-    compute_score: Callable[..., Any], indices: Sequence[int], rows: Sequence[Any], answers: Any
-) -> list[dict[str, Any]]:
-    """Each held-out row's greedy and sampled answers scored by the run's reward."""
-    return [
-        {
-            "index": index,
-            "data_source": row[REWARD_FN_KEY],
-            "ground_truth": _jsonable(row["reward_model"]["ground_truth"]),
-            "greedy_score": score(compute_score, row, answer.greedy),
-            "sample_scores": [score(compute_score, row, text) for text in answer.samples],
-            "greedy_answer": answer.greedy,
-        }
-        for index, row, answer in zip(indices, rows, answers, strict=True)
-    ]
-
-
-def _release_gpu_cache() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-# --- the evaluation (standard library only) -------------------------------------------------------
 
 
 def child_groups(backend: str) -> list[tuple[str, ...]]:
@@ -717,8 +135,8 @@ def settings_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def settings_of(args: argparse.Namespace) -> EvalSettings:
-    return EvalSettings(
+def settings_of(args: argparse.Namespace) -> eval_report.EvalSettings:
+    return eval_report.EvalSettings(
         data=args.data,
         prompts=args.prompts,
         samples=args.samples,
@@ -755,7 +173,7 @@ def run_child(roles: tuple[str, ...], argv: list[str]) -> None:
     returncode, tail, _ = run_streaming(argv)
     if returncode != 0:
         lines = "\n".join(tail)
-        raise EvaluationError(
+        raise eval_report.EvaluationError(
             f"the generation of {' and '.join(roles)} exited {returncode}; its last lines:\n{lines}"
         )
 
@@ -767,22 +185,26 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     parts_dir = out.with_name(f"{out.name}.parts")
     for role in ROLES:
         (parts_dir / f"{role}.json").unlink(missing_ok=True)
-    for roles in child_groups(os.environ.get(BACKEND_ENV, DEFAULT_BACKEND)):
+    for roles in child_groups(
+        os.environ.get(eval_backends.BACKEND_ENV, eval_backends.DEFAULT_BACKEND)
+    ):
         run_child(roles, child_argv(args, roles, parts_dir))
     parts: dict[str, dict[str, Any]] = {}
     for role in ROLES:
-        loaded = read_json(parts_dir / f"{role}.json")
+        loaded = eval_report.read_json(parts_dir / f"{role}.json")
         if loaded is None:
-            raise EvaluationError(f"the {role} model's generation wrote no results to {parts_dir}")
+            raise eval_report.EvaluationError(
+                f"the {role} model's generation wrote no results to {parts_dir}"
+            )
         parts[role] = loaded
     indices = {role: [row["index"] for row in parts[role]["prompts"]] for role in ROLES}
     if indices["base"] != indices["trained"]:
-        raise EvaluationError(
+        raise eval_report.EvaluationError(
             "the two models' tokenizers kept different rows under max_prompt_length "
             f"{args.max_prompt_length} (base: {len(indices['base'])}, trained: "
             f"{len(indices['trained'])}); the trained model's tokenizer is not its base model's"
         )
-    summary = summarize(parts, args.samples)
+    summary = eval_report.summarize(parts, args.samples)
     per_prompt = [
         {
             "index": b["index"],
@@ -797,11 +219,13 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     ]
     report = {
         "status": "ok",
-        "export": marker_key(read_json(Path(args.trained) / EXPORT_MARKER)),
+        "export": eval_report.marker_key(
+            eval_report.read_json(Path(args.trained) / eval_report.EXPORT_MARKER)
+        ),
         "models": {"base": args.base, "trained": args.trained},
         "settings": asdict(settings),
         "backend": parts["trained"]["backend"],
-        "interval": INTERVAL_TEXT,
+        "interval": eval_report.INTERVAL_TEXT,
         "held_out": parts["base"]["held_out"],
         **summary,
         "seconds": {
@@ -813,7 +237,7 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "per_prompt": per_prompt,
     }
-    write_json(out, report)
+    eval_report.write_json(out, report)
     for role in ROLES:
         (parts_dir / f"{role}.json").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
@@ -852,7 +276,7 @@ def find_summary(output: str) -> dict[str, Any] | None:
                 value = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(value, dict) and value.get("check") == RESULT_TAG:
+            if isinstance(value, dict) and value.get("check") == eval_report.RESULT_TAG:
                 return value
     return None
 
@@ -879,7 +303,9 @@ def failed_report(args: argparse.Namespace, out: Path, reason: str) -> dict[str,
     return {
         "status": "failed",
         "reason": reason,
-        "export": marker_key(read_json(Path(args.trained) / EXPORT_MARKER)),
+        "export": eval_report.marker_key(
+            eval_report.read_json(Path(args.trained) / eval_report.EXPORT_MARKER)
+        ),
         "models": {"base": args.base, "trained": args.trained},
         "settings": asdict(settings_of(args)),
         "report": str(out),
@@ -890,8 +316,8 @@ def failed_report(args: argparse.Namespace, out: Path, reason: str) -> dict[str,
 def evaluate(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """The report: reused when it matches this export and settings, else computed (here or on a
     Ray node). A failure is a report with status "failed" and its reason."""
-    out = Path(args.out) if args.out else Path(args.trained) / REPORT_NAME
-    marker = read_json(Path(args.trained) / EXPORT_MARKER)
+    out = Path(args.out) if args.out else Path(args.trained) / eval_report.REPORT_NAME
+    marker = eval_report.read_json(Path(args.trained) / eval_report.EXPORT_MARKER)
     adapter = Path(args.trained) / LORA_DIR
     if adapter.is_dir():
         return failed_report(
@@ -900,7 +326,7 @@ def evaluate(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             f"{args.trained} is a LoRA export: its weights are the untrained base model and the "
             f"training is in {adapter}, which this evaluation does not load",
         )
-    reused = reusable(out, marker, settings_of(args), args.base, args.trained)
+    reused = eval_report.reusable(out, marker, settings_of(args), args.base, args.trained)
     if reused is not None:
         print(f"evaluate: {out} already holds this export's evaluation; reused", flush=True)
         return {**reused, "reused": True}
@@ -913,13 +339,15 @@ def evaluate(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             summary = result["summary"]
             if result["returncode"] != 0 or summary is None or summary.get("status") != "ok":
                 reason = (summary or {}).get("reason") or "\n".join(result["tail"])
-                raise EvaluationError(f"the evaluation on {result['node']} failed: {reason}")
+                raise eval_report.EvaluationError(
+                    f"the evaluation on {result['node']} failed: {reason}"
+                )
             return {k: v for k, v in summary.items() if k != "check"}
         return evaluate_here(args, out)
     except Exception as error:  # the export stays; the report says why
         report = failed_report(args, out, f"{type(error).__name__}: {error}")
         try:
-            write_json(out, report)
+            eval_report.write_json(out, report)
         except OSError as write_error:
             report["reason"] += f" (and the report could not be written: {write_error})"
         return report
@@ -968,7 +396,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-kwargs", type=json.loads, default={})
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tensor-parallel", type=int, default=1)
-    p.add_argument("--out", help=f"the report (default: <trained>/{REPORT_NAME})")
+    p.add_argument("--out", help=f"the report (default: <trained>/{eval_report.REPORT_NAME})")
     p.add_argument("--on-node", help="run as a Ray task on a node with this resource (GPU)")
     # A child's part: ROLE=FOLDER of each model it generates, and where their results go.
     p.add_argument("--generate", action="append", default=[], help=argparse.SUPPRESS)
@@ -1007,10 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(p, args)
     if args.generate:
         models = dict(item.split("=", 1) for item in args.generate)
-        generate_and_score(models, settings_of(args), args.tensor_parallel, Path(args.parts_dir))
+        eval_scoring.generate_and_score(
+            models, settings_of(args), args.tensor_parallel, Path(args.parts_dir)
+        )
         return 0
     report = evaluate(args, argv)
-    summary = summary_of(report)
+    summary = eval_report.summary_of(report)
     if report["status"] != "ok":
         print(f"evaluate: failed: {report['reason']}", file=sys.stderr, flush=True)
     else:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from payloads.export.evaluate import Answers, GenerationRequest
+from payloads.export.eval_backends import Answers, GenerationRequest
 
 ANSWERS = "scripted_answers.json"
 PROMPTS = "scripted_prompts.jsonl"
