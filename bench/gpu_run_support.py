@@ -150,9 +150,9 @@ def stack_config(job: Mapping[str, Any], own_dataset: bool = False) -> dict[str,
 
 @contextmanager
 def one_gpu_profile() -> Iterator[None]:
-    """The stack's profile with one GPU per node: the machine has one H200 (config/settings.py
+    """The stack's profile with one GPU per node: the machine has one H200 (config/stack_values.py
     reads PROFILES when a StackSettings asks for its profile)."""
-    import config.settings as settings_module
+    import config.stack_values as settings_module
 
     saved = settings_module.PROFILES
     profile = saved[STACK]
