@@ -13,7 +13,7 @@ benchmarks and __main__.py (the composition root) are not.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,12 +55,27 @@ FORBIDDEN = {
     # Run by another interpreter (a verl virtualenv): they import nothing of the project but
     # each other.
     "verl_scripts": (
-        "components", "config", "manifests", "training", "jobs", "payloads",
+        "components",
+        "config",
+        "manifests",
+        "training",
+        "jobs",
+        "payloads",
         *(folder for folder in OFFLINE if folder != "verl_scripts"),
     ),
 }
-# An import inside a function whose line says "# deferred: <why>" runs after both modules are
-# loaded, so it cannot close an import-time cycle; the layer rules still count it.
+# The folders from the bottom up (docs/architecture.md): each imports only folders below it.
+# The pods' and verl's scripts import nothing of the project; the provider (jobs/) only the pods'
+# scripts; manifest bodies are built from values (the spec's reach them as arguments, e.g.
+# training/grpo_preflight.dataset_limits); training/ checks the spec and assembles the job from
+# settings, the spec and the manifests' names; the components create all of it.
+LAYERS = (
+    "payloads", "verl_scripts", "config", "jobs", "manifests", "training", "components",
+    "planning", "maintenance", "tools", BENCH,
+)  # fmt: skip
+# An import inside a benchmark's function whose line says "# deferred: <why>" runs after both
+# modules are loaded, so it cannot close an import-time cycle; the layer rules still count it.
+# The program's modules have no such exception: their imports flow one way.
 DEFERRED = "# deferred:"
 
 
@@ -233,9 +248,39 @@ def test_no_import_cycles() -> None:
     known = checked_modules()
     graph = {}
     for module, path in known.items():
+        counted = imports_of(path, known, deferred=module.split(".")[0] != BENCH)
         # A package's __init__ importing its own modules is not a cycle of concern.
-        graph[module] = {m for m in imports_of(path, known, deferred=False) if m != module}
+        graph[module] = {m for m in counted if m != module}
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def upward_imports(edges: Iterable[tuple[str, str]]) -> list[str]:
+    """`importer -> imported` for each import of a folder's module from its own layer's folder
+    or one above it (LAYERS), between different folders."""
+    layer = {folder: rank for rank, folder in enumerate(LAYERS)}
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, imported in edges
+        if (low := importer.split(".")[0]) != (high := imported.split(".")[0])
+        and layer[high] >= layer[low]
+    )
+
+
+def test_every_code_folder_has_a_layer() -> None:
+    assert sorted(LAYERS) == sorted({*CODE_FOLDERS, BENCH})
+
+
+def test_the_layer_check_finds_an_arrow_back_up() -> None:
+    edges = {("manifests.a", "training.b"), ("training.c", "manifests.d"), ("config.e", "config.f")}
+    assert upward_imports(edges) == ["manifests.a -> training.b"]
+
+
+def test_folders_import_only_the_layers_below_them() -> None:
+    known = checked_modules()
+    edges = {
+        (module, imported) for module, path in known.items() for imported in imports_of(path, known)
+    }
+    assert not upward_imports(edges)
 
 
 def long_functions() -> Iterator[str]:

@@ -166,6 +166,11 @@ def marker_key(marker: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: marker.get(k) for k in ("step", "source", "finished_at")}
 
 
+def export_key(trained: str) -> dict[str, Any] | None:
+    """marker_key of the export marker in the exported model's folder."""
+    return marker_key(read_json(Path(trained) / EXPORT_MARKER))
+
+
 def reusable(
     out: Path, marker: dict[str, Any] | None, settings: EvalSettings, base: str, trained: str
 ) -> dict[str, Any] | None:

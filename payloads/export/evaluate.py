@@ -178,6 +178,19 @@ def run_child(roles: tuple[str, ...], argv: list[str]) -> None:
         )
 
 
+def read_parts(parts_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each model's scored part, as its child wrote it."""
+    parts: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        loaded = eval_report.read_json(parts_dir / f"{role}.json")
+        if loaded is None:
+            raise eval_report.EvaluationError(
+                f"the {role} model's generation wrote no results to {parts_dir}"
+            )
+        parts[role] = loaded
+    return parts
+
+
 def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Both models, one child process each, then the report at `out`."""
     started = time.monotonic()
@@ -189,14 +202,7 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         os.environ.get(eval_backends.BACKEND_ENV, eval_backends.DEFAULT_BACKEND)
     ):
         run_child(roles, child_argv(args, roles, parts_dir))
-    parts: dict[str, dict[str, Any]] = {}
-    for role in ROLES:
-        loaded = eval_report.read_json(parts_dir / f"{role}.json")
-        if loaded is None:
-            raise eval_report.EvaluationError(
-                f"the {role} model's generation wrote no results to {parts_dir}"
-            )
-        parts[role] = loaded
+    parts = read_parts(parts_dir)
     indices = {role: [row["index"] for row in parts[role]["prompts"]] for role in ROLES}
     if indices["base"] != indices["trained"]:
         raise eval_report.EvaluationError(
@@ -219,9 +225,7 @@ def evaluate_here(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     ]
     report = {
         "status": "ok",
-        "export": eval_report.marker_key(
-            eval_report.read_json(Path(args.trained) / eval_report.EXPORT_MARKER)
-        ),
+        "export": eval_report.export_key(args.trained),
         "models": {"base": args.base, "trained": args.trained},
         "settings": asdict(settings),
         "backend": parts["trained"]["backend"],
@@ -303,9 +307,7 @@ def failed_report(args: argparse.Namespace, out: Path, reason: str) -> dict[str,
     return {
         "status": "failed",
         "reason": reason,
-        "export": eval_report.marker_key(
-            eval_report.read_json(Path(args.trained) / eval_report.EXPORT_MARKER)
-        ),
+        "export": eval_report.export_key(args.trained),
         "models": {"base": args.base, "trained": args.trained},
         "settings": asdict(settings_of(args)),
         "report": str(out),
