@@ -55,12 +55,7 @@ FORBIDDEN = {
     # Run by another interpreter (a verl virtualenv): they import nothing of the project but
     # each other.
     "verl_scripts": (
-        "components",
-        "config",
-        "manifests",
-        "training",
-        "jobs",
-        "payloads",
+        "components", "config", "manifests", "training", "jobs", "payloads",
         *(folder for folder in OFFLINE if folder != "verl_scripts"),
     ),
 }
