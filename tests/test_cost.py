@@ -9,16 +9,16 @@ from datetime import date
 
 import pytest
 
-from config import price_table
+from pricing import table as price_table
 from config.capacity import capacity_plan
-from config.price_table import Price
+from pricing.table import Price
 from config.profiles import PROFILES, Capacity, Mode
 from config.settings import SettingsError, StackSettings, load_settings
 from planning.cost_facts import checkpoints_kept, money_lines, wait_line, what_you_pay_for
 from tests.program import REAL, plan
 from tools.run import RunView, cost_text
 from tools.run_target import RunPrice
-from training.run_cost import ESTIMATED, PriceBook, price_book, stack_outputs
+from pricing.billing import ESTIMATED, PriceBook, price_book, stack_outputs
 
 # The rendered GRPO job's Hydra overrides that decide the checkpoints (the a3u/a4 default job).
 DEFAULT_JOB = {

@@ -31,7 +31,7 @@ from tests.program import REAL, plan
 from tools import run as tools_run
 from training import model_evaluation
 from training.assembly import training_job
-from training.run_cost import evaluation_line, price_book
+from pricing.billing import evaluation_line, price_book
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 KEY = "verl-gke:evaluation"

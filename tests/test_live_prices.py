@@ -1,4 +1,4 @@
-"""The Cloud Billing catalog read of `pulumi up` (training/live_prices.py), through Google's client
+"""The Cloud Billing catalog read of `pulumi up` (pricing/catalog.py), through Google's client
 library (google-cloud-billing, REST transport) against a stand-in on 127.0.0.1 that answers as
 the API documents (Cloud Billing "Get Google Cloud pricing information": GET
 /v1/services/{service}/skus -> {"skus": [...], "nextPageToken": ...}; a SKU's description,
@@ -20,11 +20,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from config.price_table import A3U_ON_DEMAND
+from pricing.table import A3U_ON_DEMAND
 from config.profiles import Capacity, Mode
 from tests.test_cost import settings_for
-from training import live_prices
-from training.run_cost import price_book, up_block
+from pricing import catalog as live_prices
+from pricing.billing import price_book, up_block
 
 SKUS_PATH = f"/v1/{live_prices.COMPUTE_SERVICE}/skus"
 
@@ -229,7 +229,7 @@ def test_a4x_has_no_sku_of_its_own_and_keeps_the_tables_answer(stand_in: str) ->
 def test_a_part_matched_by_skus_of_different_prices_is_not_priced() -> None:
     """Two OnDemand H200 SKUs of us-central1 whose descriptions both name the GPU leave no way to
     tell which one the node bills: no catalog figure (the table's stays), never the first listed.
-    SkyPilot's catalog shows such pairs exist (training/live_prices.py node_price)."""
+    SkyPilot's catalog shows such pairs exist (pricing/catalog.py node_price)."""
     from google.cloud.billing_v1 import Sku
 
     def protos(rows: list[dict[str, Any]]) -> list[Any]:

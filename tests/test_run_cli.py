@@ -254,7 +254,7 @@ def stack_outputs_for(sid: str) -> dict[str, object]:
         "rayHeadService": "verl-head-svc",
         "jobSubmissionId": sid,
         "jobStatus": "RUNNING",
-        # training/run_cost.py stack_outputs: a3u on Spot at the table's rates.
+        # pricing/billing.py stack_outputs: a3u on Spot at the table's rates.
         "gpuNodeHourlyUsd": 32.61871,
         "gpuNodes": 2,
         "stackHourlyUsd": 66.33252,

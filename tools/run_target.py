@@ -34,7 +34,7 @@ OUT_CLUSTER_ENDPOINT = "clusterEndpoint"
 OUT_CLUSTER_CA = "clusterCaCertificate"
 OUT_CLUSTER_NAME = "clusterName"
 OUT_CLUSTER_LOCATION = "clusterLocation"
-# What the stack costs per hour (__main__.py exports training/run_cost.py stack_outputs).
+# What the stack costs per hour (__main__.py exports pricing/billing.py stack_outputs).
 OUT_GPU_NODE_HOURLY = "gpuNodeHourlyUsd"
 OUT_GPU_NODES = "gpuNodes"
 OUT_STACK_HOURLY = "stackHourlyUsd"
