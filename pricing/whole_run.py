@@ -343,18 +343,22 @@ def stack_outputs(settings: StackSettings, book: PriceBook) -> dict[str, object]
     of the stack per hour, and the whole stack per hour while it trains, each named for what it
     is: an exact list price (stackHourlyUsd), a lower bound (stackHourlyUsdAtLeast, Autopilot:
     the premium not priced) or an upper bound (stackHourlyUsdAtMost, flex-start's discount not
-    read); None where unpriced."""
+    read); all None where unpriced, or where neither bound holds (Autopilot flex-start)."""
     gpu = book.stack_gpu(settings)
     total = hourly(settings, book)
     priced = not total.missing
+    bounded = {
+        key: round(total.usd, 5) if priced and total.bound == said else None
+        for key, said in (
+            ("stackHourlyUsdAtLeast", "at least "),
+            ("stackHourlyUsdAtMost", "at most "),
+        )
+    }
     return {
         "gpuNodeHourlyUsd": gpu.usd,
         "gpuNodes": settings.gpu_nodes,
         "fixedHourlyUsd": round(total.fixed_usd, 5),
         "stackHourlyUsd": round(total.usd, 5) if priced and not total.bound else None,
-        "stackHourlyUsdAtLeast": round(total.usd, 5) if priced and total.at_least else None,
-        "stackHourlyUsdAtMost": (
-            round(total.usd, 5) if priced and total.at_most and not total.at_least else None
-        ),
+        **bounded,
         "priceSource": source_name(gpu) if gpu.usd is not None else rate(gpu),
     }
