@@ -121,8 +121,9 @@ def job_spend(elapsed_s: float, stack_usd: float | None) -> Spend:
     hours = elapsed_s / 3600
     usd = None if stack_usd is None else hours * stack_usd
     how = (
-        "from the Ray job's running time only (the cluster's nodes could not be read): the GPU "
-        "nodes' start-up, earlier attempts and the idle minutes after the run are left out"
+        f"from the Ray job's running time only, {hours:.2f} h x the stack's rate (the cluster's "
+        "nodes could not be read): the GPU nodes' start-up, earlier attempts and the idle "
+        "minutes after the run are left out"
     )
     return Spend(usd, hours, how)
 
