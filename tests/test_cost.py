@@ -576,3 +576,10 @@ def test_the_plan_says_what_a_failed_rehearsal_costs(capacity: Capacity, said: s
     lines = what_you_pay_for(result, settings_for("a4", Mode.STANDARD, capacity))
     (line,) = [x for x in lines if "a failed rehearsal" in x]
     assert said in line
+
+
+def test_the_program_refuses_a_plan_above_the_cap_before_anything_is_created() -> None:
+    """The real program under the offline engine (a preview's path): __main__.py checks the cap
+    right after pricing, before any resource is registered."""
+    with pytest.raises(SettingsError, match=r"maxHourlyUsd = 100: this plan costs \$174\.61/h"):
+        plan("a3u", "standard", **{"verl-gke__maxHourlyUsd": "100"})
