@@ -1,7 +1,6 @@
-"""How Google bills a run, for the plan and `pulumi up`'s log: $/h of the GPU nodes and the whole
-stack per capacity mode and GKE mode, the cost to the first step as each mode bills the GPU
-nodes, and the whole run from `pulumi up` to the GPUs' release (start-up, training, export,
-evaluation, the idle minutes before scale-to-zero).
+"""How Google bills a stack, for the plan and `pulumi up`'s log: $/h of the GPU nodes and the
+whole stack per capacity mode and GKE mode, the CPU side, the other regions' rates and the
+table's age (pricing/whole_run.py adds the run's phases to them).
 
 Which price a figure uses (PriceBook): the user's own rate (verl-gke:gpuNodeHourlyUsd) for the
 stack's capacity mode, else the Cloud Billing catalog read during `pulumi up`
@@ -13,7 +12,7 @@ Standard mode). GKE Autopilot bills the GPU workers node-based (GKE "Deploy GPU 
 Autopilot": the Compute Engine hardware plus an Autopilot premium), the Ray head on the
 Performance class node-based too (its own node, c2 family here), other Pods Pod-based at the
 general-purpose rates; the premium has no figure in the table, so an Autopilot total is a lower
-bound, and it is above Standard's for the same GPU nodes by that premium.
+bound; its GPU nodes cost more than Standard's by that premium.
 """
 
 from __future__ import annotations
@@ -49,26 +48,6 @@ OWN_RATE_KEY = "verl-gke:gpuNodeHourlyUsd"
 # is the smallest c2 shape whose 16 vCPUs hold the head's 12 (c2-standard-8 has 8). GKE picks
 # the size, so this is an estimate, and a lower bound (a larger node costs more).
 AUTOPILOT_HEAD_MACHINE = "c2-standard-16"
-
-# Step time: an ESTIMATE scaled from NeMo-RL's performance summary (docs/about/
-# performance-summary.md, v0.4, DGX-H100, GRPO on OpenMathInstruct-2, Megatron-core, on policy):
-# Qwen3-32B on 32 GPUs, 2,048 sequences per step (G-GBS) of 3,206 tokens on average, 540
-# tokens/sec/GPU ("total number of tokens used in training in a batch, divided by the step time,
-# divided by the total number of GPUs"), 393 s per step. Scaled here by this job's tokens per
-# step (prompts x rollouts x (prompt + response) at their maxima: more tokens than verl will
-# see) and its model's parameters against Qwen3-32B's, on this stack's GPU count; H200, B200
-# and GB200 are faster per GPU than the H100 it was measured on. `python -m tools.run` shows
-# the measured one.
-ANCHOR_TOKENS_PER_S_PER_GPU = 540.0
-ANCHOR_PARAMS = 32_762_123_264  # Qwen3-32B (config.json: 64 layers, hidden 5120, 151936 vocab)
-STEP_SOURCE = (
-    "estimate: NeMo-RL v0.4's 540 tokens/s/GPU for Qwen3-32B GRPO on H100, scaled by this "
-    "job's tokens per step at the maximum lengths and its parameters; not measured here"
-)
-# The export (payloads/export): verl's model merger reads the actor checkpoint's fp32 weights
-# (4 B per parameter) and writes bf16 safetensors (2 B); at the checkpoint write rate that
-# training/run_life.py chose low for one node: an ESTIMATE.
-EXPORT_BYTES_PER_PARAM = 4 + 2
 
 
 @dataclass(frozen=True)
@@ -345,15 +324,13 @@ def autopilot_cpu_line(settings: StackSettings, book: PriceBook) -> str:
     pods = (
         f"other Pods (KubeRay operator, data prep and the rehearsal while they run) Pod-based at "
         f"{rate(AUTOPILOT_POD_VCPU)} + {rate(AUTOPILOT_POD_GIB)} of their requests "
-        f"({GKE_PRICING}, read {AUTOPILOT_POD_READ}; system Pods are not charged there), not summed"
+        f"({GKE_PRICING}, read {AUTOPILOT_POD_VCPU.read_on}; system Pods are not charged "
+        "there), not summed"
     )
     head = book.autopilot_head
     if head is None:
         return f"no CPU node pool: the Ray head shares a GPU node; {pods}"
     return f"no CPU node pool; the Ray head: {rate(head)} ({head.basis}); {pods}"
-
-
-AUTOPILOT_POD_READ = AUTOPILOT_POD_VCPU.read_on
 
 
 def regions_line(settings: StackSettings) -> str | None:

@@ -17,11 +17,7 @@ from config.capacity import IDLE_TIMEOUT_SECONDS
 from config.run_inputs import GSM8K_ROWS
 from config.settings import StackSettings
 from pricing.billing import (
-    ANCHOR_PARAMS,
-    ANCHOR_TOKENS_PER_S_PER_GPU,
-    EXPORT_BYTES_PER_PARAM,
     OWN_RATE_KEY,
-    STEP_SOURCE,
     PriceBook,
     config_key,
     cpu_line,
@@ -40,6 +36,25 @@ from training.grpo_spec import GrpoSpec
 from training.model_evaluation import THROUGHPUT_SOURCE, EvaluationPlan, generation_hours
 from training.run_life import CHECKPOINT_WRITE_MIB_PER_S_PER_NODE
 
+# Step time: an ESTIMATE scaled from NeMo-RL's performance summary (docs/about/
+# performance-summary.md, v0.4, DGX-H100, GRPO on OpenMathInstruct-2, Megatron-core, on policy):
+# Qwen3-32B on 32 GPUs, 2,048 sequences per step (G-GBS) of 3,206 tokens on average, 540
+# tokens/sec/GPU ("total number of tokens used in training in a batch, divided by the step time,
+# divided by the total number of GPUs"), 393 s per step. Scaled here by this job's tokens per
+# step (prompts x rollouts x (prompt + response) at their maxima: more tokens than verl will
+# see) and its model's parameters against Qwen3-32B's, on this stack's GPU count; H200, B200
+# and GB200 are faster per GPU than the H100 it was measured on. `python -m tools.run` shows
+# the measured one.
+ANCHOR_TOKENS_PER_S_PER_GPU = 540.0
+ANCHOR_PARAMS = 32_762_123_264  # Qwen3-32B (config.json: 64 layers, hidden 5120, 151936 vocab)
+STEP_SOURCE = (
+    "estimate: NeMo-RL v0.4's 540 tokens/s/GPU for Qwen3-32B GRPO on H100, scaled by this "
+    "job's tokens per step at the maximum lengths and its parameters; not measured here"
+)
+# The export (payloads/export): verl's model merger reads the actor checkpoint's fp32 weights
+# (4 B per parameter) and writes bf16 safetensors (2 B); at the checkpoint write rate that
+# training/run_life.py chose low for one node: an ESTIMATE.
+EXPORT_BYTES_PER_PARAM = 4 + 2
 # How the plan's step count was found, said next to it.
 ESTIMATED = "the program's estimate; verl's own count comes with the rehearsal's record"
 EXPORT_SOURCE = (
