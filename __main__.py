@@ -32,20 +32,23 @@ from config.pulumi_cli import require_cli_features
 from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
 from jobs.rehearsal_verdict import existing_record
 from jobs.secret_scan import redact
-from training.assembly import training_job
-from training.dataset_access import check_stack_access
-from training.live_prices import read_catalog
-from training.model_evaluation import OUTPUT_KEYS as EVALUATION_OUTPUTS
-from training.model_evaluation import evaluation_outputs, evaluation_report_url, warn_evaluation
-from training.run_cost import (
+from pricing.billing import price_book
+from pricing.catalog import read_catalog
+from pricing.guard import check_cap
+from pricing.whole_run import (
     ESTIMATED,
-    evaluation_line,
-    price_book,
+    RunFacts,
     record_steps,
+    spec_job,
     spec_steps,
     stack_outputs,
+    tokens_per_step,
     up_block,
 )
+from training.assembly import training_job
+from training.dataset_access import check_stack_access
+from training.model_evaluation import OUTPUT_KEYS as EVALUATION_OUTPUTS
+from training.model_evaluation import evaluation_outputs, evaluation_report_url, warn_evaluation
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
@@ -71,16 +74,21 @@ if not pulumi.runtime.is_dry_run():
 grpo = job_for(settings)  # verl's rules and the memory fit, before any GPU is paid for
 pulumi.log.info(run_block(grpo, settings))
 # Prices: the user's own rate, else the Cloud Billing catalog (read by `pulumi up` only, never by a
-# preview; any failure leaves the table's figures), else config/price_table.py. A preview (and so
-# the offline plan, which prints its own block) logs none.
+# preview, and not at all when the user's own rate is set; a read is kept a day; any failure
+# leaves the table's figures), else pricing/table.py. verl-gke:maxHourlyUsd refuses a plan above
+# it in a preview and the offline plan too (pricing/guard.py). A preview (and so the offline
+# plan, which prints its own block) logs none.
 prices = price_book(settings)
 if not pulumi.runtime.is_dry_run():
     prices = price_book(settings, read_catalog(settings))
+check_cap(settings, prices)
+if not pulumi.runtime.is_dry_run():
     # verl's own count from an earlier rehearsal of this very command, else the estimate.
     counted = record_steps(existing_record(bucket_url(settings.bucket_name, grpo.rehearsal_record)))
     steps, counted_by = counted if counted is not None else (spec_steps(grpo.spec), ESTIMATED)
-    evaluation_cost = evaluation_line(settings, prices, grpo.evaluation, grpo.model.arch.num_params)
-    pulumi.log.info(up_block(settings, prices, steps, counted_by, evaluation_cost))
+    tokens = tokens_per_step(spec_job(grpo.spec))
+    facts = RunFacts(steps, counted_by, tokens, grpo.model.arch.num_params, grpo.evaluation)
+    pulumi.log.info(up_block(settings, prices, facts))
 if grpo.memory_warning:
     pulumi.log.warn(grpo.memory_warning)
 for note in grpo.notes:

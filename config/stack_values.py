@@ -219,12 +219,20 @@ class StackValues(BaseModel):
         default=None, gt=0, description="Fabric check pass mark, GB/s bus bandwidth"
     )
     # The user's own price of one GPU node-hour in USD (a committed-use or negotiated discount, a
-    # reservation's price): wins over Google's catalog and the price table (training/run_cost.py).
+    # reservation's price): wins over Google's catalog and the price table (pricing/billing.py).
     gpu_node_hourly_usd: float | None = Field(
         default=None,
         gt=0,
         le=10000,
         description="Your price of one GPU node-hour in USD (committed, negotiated or reserved)",
+    )
+    # A cap on the whole stack's $/h while it trains: a plan above it is refused before anything
+    # is created (pricing/guard.py), like SkyPilot's and dstack's price caps.
+    max_hourly_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=100000,
+        description="Refuse a plan whose stack costs more than this many USD per hour",
     )
     # GKE Image streaming of the worker image through an Artifact Registry remote repository
     # (config/image_streaming.py); default: on where GKE documents it for the profile's nodes.

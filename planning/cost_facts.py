@@ -13,7 +13,14 @@ from typing import Any
 
 from config.capacity import IDLE_TIMEOUT_SECONDS, ready_timeout_minutes
 from config.image_streaming import docker_hub_path, streaming_refusal
-from config.price_table import (
+from config.profiles import Capacity, Mode
+from config.settings import StackSettings, reservation_owner
+from manifests.prepull import PREPULL_NAME
+from planning.offline_engine import PlanResult
+from planning.startup_links import job_facts, levers_in_graph
+from planning.startup_schedule import Schedule, schedule
+from pricing.billing import PriceBook, price_book, rate, usd
+from pricing.table import (
     CLUSTER_FEE,
     GCS_STANDARD,
     GKE_PRICING,
@@ -21,25 +28,18 @@ from config.price_table import (
     LOGGING_INGEST,
     REGION,
 )
-from config.profiles import Capacity, Mode
-from config.settings import StackSettings, reservation_owner
-from manifests.prepull import PREPULL_NAME
-from planning.offline_engine import PlanResult
-from planning.startup_links import job_facts, levers_in_graph
-from planning.startup_schedule import Schedule, schedule
-from training.assembly import training_job
-from training.model_facts import ModelFactsError, model_facts
-from training.run_cost import (
+from pricing.whole_run import (
     ESTIMATED,
-    PriceBook,
+    RunFacts,
     cost_lines,
     evaluation_line,
-    price_book,
-    rate,
     record_steps,
+    tokens_per_step,
     training_steps,
-    usd,
 )
+from training.assembly import training_job
+from training.model_evaluation import EvaluationPlan
+from training.model_facts import ModelFactsError, model_facts
 from training.run_life import CHECKPOINT_BYTES_PER_PARAM
 
 
@@ -158,7 +158,9 @@ def what_you_pay_for(
         f"(bench/critical_path.py's model)",
         f"  a failed rehearsal (verl's checks in the training image, before training) costs: "
         f"{settings.capacity_plan.rehearsal_failure_cost()}",
-        *money_lines(settings, minutes, job_overrides(result), record=record),
+        *money_lines(
+            settings, minutes, job_overrides(result), record=record, gpu_from=timed.gpu_nodes_from
+        ),
         f"  the export's evaluation: {_evaluation_line(settings)}",
     ]
 
@@ -200,24 +202,29 @@ def money_lines(
     job: Mapping[str, str],
     book: PriceBook | None = None,
     record: Mapping[str, Any] | None = None,
+    gpu_from: float = 0.0,
 ) -> list[str]:
-    """Dollars (training/run_cost.py, the prices of config/price_table.py unless a book is given):
-    the hourly rate of what runs, the modelled cost up to the first step, one more hour, the
-    whole run (its steps from the rehearsal's `record` of this run where there is one, else the
-    program's estimate, said so), and the kept checkpoints' storage (verl's save steps from the
-    same record)."""
+    """Dollars (pricing/: the prices of pricing/table.py unless a book is given): the hourly rate
+    of what runs, by capacity mode and GKE mode, the whole run from `pulumi up` to the GPUs'
+    release (the cost to the first step as the mode bills it, with the GPU nodes billed from
+    minute `gpu_from`; the training's steps from the rehearsal's `record` of this run where there
+    is one, else the program's estimate, said so), and the kept checkpoints' storage (verl's
+    save steps from the same record)."""
     book = book or price_book(settings)
     counted = record_steps(record)
     steps, counted_by = counted if counted is not None else (training_steps(job), ESTIMATED)
+    facts = RunFacts(
+        steps, counted_by, tokens_per_step(job), _num_params(settings), _evaluation(settings)
+    )
     region_note = (
         ""
         if settings.region == REGION
         else f"; this stack is in {settings.region}: its prices differ, `pulumi up` reads them"
     )
     return [
-        f"  prices: list prices for {REGION} (config/price_table.py: sources and dates below); "
+        f"  prices: list prices for {REGION} (pricing/table.py: sources and dates below); "
         f"prices vary by region{region_note}",
-        *cost_lines(settings, book, steps, minutes, counted_by),
+        *cost_lines(settings, book, facts, minutes, gpu_from),
         f"  control plane ($/h): {usd(CLUSTER_FEE.usd or 0)} per cluster-hour, the GKE cluster "
         f"management fee in both modes ({GKE_PRICING}); "
         + (
@@ -226,18 +233,21 @@ def money_lines(
             else "the free tier's monthly credit may cover one Autopilot cluster per billing "
             "account"
         ),
-        *([] if settings.mode is Mode.STANDARD else [f"  CPU: {AUTOPILOT_CPU}"]),
         f"  logging: Cloud Logging {rate(LOGGING_INGEST)} after the first "
         f"{LOGGING_FREE_GIB_PER_MONTH} GiB per project per month; the run's logs are not modelled",
         f"  checkpoints in the kept bucket: {_checkpoint_line(settings, job, record)}",
     ]
 
 
-# Autopilot has no CPU node pool; its Pod rates are not in the table.
-AUTOPILOT_CPU = (
-    "Autopilot has no CPU node pool: it bills the CPU pods' resource requests (Ray head, "
-    f"operators, data prep) at its Pod rates while they run; not modelled (see {GKE_PRICING})"
-)
+def _num_params(settings: StackSettings) -> int | None:
+    try:
+        return model_facts(settings).arch.num_params  # verl-gke:modelConfig or the table
+    except ModelFactsError:
+        return None
+
+
+def _evaluation(settings: StackSettings) -> EvaluationPlan | None:
+    return training_job(settings).evaluation
 
 
 def checkpoints_kept(

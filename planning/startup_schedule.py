@@ -77,6 +77,10 @@ class Schedule:
     # With image streaming: the earliest CPU-side streamed pull of the worker image (None: no
     # streaming, or none before the GPU nodes).
     first_pull: FirstPull | None
+    # The minute the first GPU node is created: Standard, when the GPU pool's creation starts;
+    # Autopilot, when the RayCluster's workers are pending and GKE creates nodes for them. The
+    # GPU nodes bill from then (Compute Engine bills an instance from its start), not minute 0.
+    gpu_nodes_from: float = 0.0
 
     @property
     def estimated_minutes(self) -> float:
@@ -171,6 +175,7 @@ class _Walk:
         self.cpu_node = table.autopilot_cpu_node.minutes if self.autopilot else 0.0
         self.first_pull: FirstPull | None = None
         self.worker_start: tuple[Link, ...] = table.worker_start
+        self.gpu_nodes_from = 0.0
 
     def _first_pull(self, head_created: float, gpu_pull_starts: float) -> FirstPull | None:
         table = self.table
@@ -196,9 +201,12 @@ class _Walk:
         if self.autopilot:
             own = (*own, table.gpu_nodes)
             gpu_ready = end + table.gpu_nodes.minutes
+            self.gpu_nodes_from = end
         else:
             assert self.gpu_pool is not None
             gpu_ready = self.visit(self.gpu_pool.urn)
+            pool_links = resource_links(self.by_urn[self.gpu_pool.urn], table)
+            self.gpu_nodes_from = gpu_ready - _minutes(pool_links)
             if gpu_ready > end:
                 before = self.gpu_pool.urn
                 own = ()
@@ -279,4 +287,5 @@ def schedule(result: Graph, job: JobFacts, levers: Iterable[Lever] = NO_LEVERS) 
         links=table,
         worker_start=workers,
         first_pull=walk.first_pull,
+        gpu_nodes_from=walk.gpu_nodes_from,
     )

@@ -27,11 +27,12 @@ from config.settings import SettingsError, StackSettings, load_settings
 from payloads.export import eval_report, evaluate, run_grpo
 from planning import offline_engine
 from planning.offline_engine import UNKNOWN_OUTPUT, run_stack
+from pricing.billing import price_book
+from pricing.whole_run import evaluation_line
 from tests.program import REAL, plan
 from tools import run as tools_run
 from training import model_evaluation
 from training.assembly import training_job
-from training.run_cost import evaluation_line, price_book
 
 RAY_JOB = "pulumi-python:dynamic/jobs:RayJob"
 KEY = "verl-gke:evaluation"

@@ -25,6 +25,7 @@ CODE_FOLDERS = {
     "config": "the Pulumi program: settings, the profile table, the bucket layout (pure)",
     "manifests": "the Pulumi program: Kubernetes object bodies (pure functions)",
     "training": "the Pulumi program: the GRPO spec, its rules, the memory fit (pure)",
+    "pricing": "the Pulumi program and the offline plan: prices, their sources, how GKE bills",
     "jobs": "the dynamic-provider process: the Ray job provider",
     "payloads": "the pods: scripts shipped into the cluster",
     "tools": "a user's machine: the commands a user runs (the offline plan, the run monitor)",
@@ -44,18 +45,21 @@ LONG_REASON = "Long because"
 FORBIDDEN = {
     "components": OFFLINE,
     "manifests": ("components", *OFFLINE),
-    "config": ("components", "manifests", "training", "jobs", "payloads", *OFFLINE),
-    "training": ("components", *OFFLINE),
+    "config": ("components", "manifests", "training", "pricing", "jobs", "payloads", *OFFLINE),
+    "training": ("components", "pricing", *OFFLINE),
+    # Prices and billing, one owner: read by the program, the plan and tools.run, never the
+    # other way round.
+    "pricing": ("components", "manifests", "jobs", "payloads", *OFFLINE),
     "jobs": OFFLINE,
     # Shipped alone into pods: nothing of the program is there.
-    "payloads": ("components", "config", "manifests", "training", "jobs", *OFFLINE),
+    "payloads": ("components", "config", "manifests", "training", "pricing", "jobs", *OFFLINE),
     "tools": (BENCH, "maintenance", "verl_scripts"),
     "planning": (BENCH, "tools", "maintenance", "verl_scripts"),
     "maintenance": (BENCH, "tools", "verl_scripts"),
     # Run by another interpreter (a verl virtualenv): they import nothing of the project but
     # each other.
     "verl_scripts": (
-        "components", "config", "manifests", "training", "jobs", "payloads",
+        "components", "config", "manifests", "training", "pricing", "jobs", "payloads",
         *(folder for folder in OFFLINE if folder != "verl_scripts"),
     ),
 }
@@ -65,8 +69,8 @@ FORBIDDEN = {
 # training/grpo_preflight.dataset_limits); training/ checks the spec and assembles the job from
 # settings, the spec and the manifests' names; the components create all of it.
 LAYERS = (
-    "payloads", "verl_scripts", "config", "jobs", "manifests", "training", "components",
-    "planning", "maintenance", "tools", BENCH,
+    "payloads", "verl_scripts", "config", "jobs", "manifests", "training", "pricing",
+    "components", "planning", "maintenance", "tools", BENCH,
 )  # fmt: skip
 # An import inside a benchmark's function whose line says "# deferred: <why>" runs after both
 # modules are loaded, so it cannot close an import-time cycle; the layer rules still count it.

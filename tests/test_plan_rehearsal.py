@@ -45,7 +45,7 @@ def test_the_whole_run_is_priced_at_verls_count_from_the_rehearsal(
     code, out, err = planned(capsys, "--set", zero)
     assert code == 0, err
     assert "Rehearsal (offline): not run (--rehearse" in out
-    assert "the whole run: 0 steps (the program's estimate" in out
+    assert "training: 0 min x " in out and "(0 steps (the program's estimate" in out
     code, out, err = rehearsed(capsys, "--set", zero)
     assert code == 0, err
     assert line_of(out, "Rehearsal (offline").endswith(": ok")
@@ -53,8 +53,8 @@ def test_the_whole_run_is_priced_at_verls_count_from_the_rehearsal(
     assert rows in line_of(out, "  rows: ")
     assert "fit() ends at step 1 (saves at 1)" in line_of(out, "  rows: ")
     assert "not checked here: the model's own tokenizer and chat template" in out
-    run = line_of(out, "the whole run:")
-    assert "1 steps (verl's own count, from the rehearsal's record:" in run
+    run = line_of(out, "    training:")
+    assert "(1 steps (verl's own count, from the rehearsal's record:" in run
     assert "verl saves at 1 (the rehearsal's record)" in line_of(out, "checkpoints in the kept")
 
 
@@ -66,7 +66,7 @@ def test_without_a_local_verl_virtualenv_the_plan_says_it_could_not_rehearse(
     assert code == 0, err
     said = line_of(out, "Rehearsal (offline")
     assert f"could not rehearse: no verl 0.6.1 virtualenv ({tmp_path}/0.6.1/bin/python" in said
-    assert "the program's estimate" in line_of(out, "the whole run:")
+    assert "the program's estimate" in line_of(out, "    training:")
 
 
 def test_a_job_verl_refuses_exits_2_with_verls_message_and_an_accepted_fix(
@@ -103,7 +103,7 @@ def test_a_length_the_example_rows_cannot_decide_is_not_a_refusal(
     unchecked = line_of(out, "not checked here: the run's length")
     assert "before total_training_steps = 100 is reached" in unchecked
     assert "only the data-prep Job sees" in unchecked
-    assert "the whole run: 100 steps (the program's estimate" in out
+    assert "(100 steps (the program's estimate" in out
 
 
 def test_an_item_past_the_end_of_a_list_field_names_the_next_index(

@@ -254,11 +254,13 @@ def stack_outputs_for(sid: str) -> dict[str, object]:
         "rayHeadService": "verl-head-svc",
         "jobSubmissionId": sid,
         "jobStatus": "RUNNING",
-        # training/run_cost.py stack_outputs: a3u on Spot at the table's rates.
-        "gpuNodeHourlyUsd": 32.61871,
+        # pricing/whole_run.py stack_outputs: a3u on Spot at the table's rates.
+        "gpuNodeHourlyUsd": 40.99433,
         "gpuNodes": 2,
-        "stackHourlyUsd": 66.33252,
-        "priceSource": "price table: SkyPilot's GCP catalog of Cloud Billing SKUs, read 2026-12-04",
+        "fixedHourlyUsd": 1.0951,
+        "stackHourlyUsd": 83.08376,
+        "priceSource": "price table: SkyPilot's GCP catalog v8 of Cloud Billing SKUs, read "
+        "2026-12-07",
     }
 
 
@@ -269,14 +271,19 @@ def test_stack_outputs_give_the_submission_id(runs: Runs, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert rows(result.stdout)["run"] == runs.finished
     assert rows(result.stdout)["step"] == "5 of 435"
-    # The finished run's total: its elapsed hours x the stack's $/h.
-    cost = re.fullmatch(
-        r"\$66\.33/h for the stack \(2 GPU nodes x \$32\.62; price table: .*\); "
-        r"total: (\d+\.\d\d) h x \$66\.33/h = \$(\d+\.\d\d)",
+    # The stack's $/h; with a plain dashboard URL the cluster's nodes cannot be read, so the
+    # spend is the run's elapsed hours x that rate, said to be the job's time only.
+    assert re.fullmatch(
+        r"\$83\.08/h for the stack \(2 GPU nodes x \$40\.99; price table: .*\)",
         rows(result.stdout)["cost"],
+    ), rows(result.stdout)["cost"]
+    spent = re.match(
+        r"\$(\d+\.\d\d) so far \(from the Ray job's running time only, (\d+\.\d\d) h x "
+        r"the stack's rate .*a plain dashboard URL gives no access to the cluster's nodes\)$",
+        rows(result.stdout)["spent"],
     )
-    assert cost, rows(result.stdout)["cost"]
-    assert float(cost.group(2)) == pytest.approx(float(cost.group(1)) * 66.33252, abs=0.34)
+    assert spent, rows(result.stdout)["spent"]
+    assert float(spent.group(1)) == pytest.approx(float(spent.group(2)) * 83.08376, abs=0.42)
     # One call, secrets hidden, from the project folder (where Pulumi.yaml is).
     assert calls(bin_dir) == [
         {

@@ -8,7 +8,9 @@
     python -m tools.run --dashboard-url http://127.0.0.1:8265 --submission-id ID [--json]
 
 Status prints the Ray job's status, its cost (the stack's $/h from the stack outputs `pulumi up`
-priced, the spend so far as the job's elapsed hours x that rate, a finished run's total), the
+priced; the spend so far from the GPU nodes' own lifetimes, read from the Kubernetes API, or from
+the job's running time where the cluster cannot be read, said so; the measured cost per step and
+the projected cost of the steps left: pricing/spend.py), the
 current step, the latest score, response length, throughput and step time from verl's console
 metric lines (parsed by jobs/verl_log.py, the parser the job provider uses), the start-up phase
 while no step has been logged yet, the export's evaluation against its base model once it ran
@@ -51,7 +53,9 @@ from jobs.dashboard_client import Dashboard, DashboardAuthError
 from jobs.provider_errors import ProviderRuntimeError
 from jobs.verl_log import StepMetrics
 from payloads.export import evaluate
+from pricing.spend import NodeLife, job_spend, node_spend, step_cost
 from tools import run_control
+from tools.run_nodes import read_node_lives
 from tools.run_target import (
     Rehearsal,
     RunPrice,
@@ -296,7 +300,10 @@ def rehearsal_rows(rehearsal: Rehearsal) -> list[tuple[str, str]]:
 
 
 def render_text(
-    view: RunView, price: RunPrice | None = None, rehearsal: Rehearsal | None = None
+    view: RunView,
+    price: RunPrice | None = None,
+    rehearsal: Rehearsal | None = None,
+    nodes: tuple[list[NodeLife] | None, str] | None = None,
 ) -> str:
     rows: list[tuple[str, str]] = [("run", view.submission_id)]
     status = view.status
@@ -304,8 +311,7 @@ def render_text(
         verb = "after" if view.end_time_ms else "for"
         status += f" {verb} {format_duration(view.elapsed_s)}"
     rows.append(("status", status))
-    if (cost := cost_text(view, price)) is not None:
-        rows.append(("cost", cost))
+    rows.extend(cost_rows(view, price, *(nodes or (None, ""))))
     latest = view.latest
     total = view.total_steps or (rehearsal.steps if rehearsal is not None else None)
     if latest is None:
@@ -338,25 +344,55 @@ def render_text(
     return text
 
 
-def cost_text(view: RunView, price: RunPrice | None) -> str | None:
-    """The stack's rate and the run's spend: elapsed hours of the job x the stack's $/h while it
-    trains (the GPU nodes' time before the job starts and the idle minutes after it are not
-    counted); a finished run's total."""
+def cost_rows(
+    view: RunView,
+    price: RunPrice | None,
+    lives: list[NodeLife] | None = None,
+    why_no_nodes: str = "",
+) -> list[tuple[str, str]]:
+    """The stack's rate; the spend so far from the GPU nodes' lifetimes (pricing/spend.py), or
+    from the Ray job's running time where the cluster's nodes could not be read, said so; the
+    measured cost per step and the projected cost of the remaining steps."""
     if price is None:
-        return None
+        return []
     if price.stack_hourly_usd is None:
-        return f"no price for the GPU nodes ({price.source})"
-    head = f"${price.stack_hourly_usd:,.2f}/h for the stack"
+        return [("cost", f"no price for the GPU nodes ({price.source})")]
+    bound, stack = price.bound, price.stack_hourly_usd
+    head = f"{bound}${stack:,.2f}/h for the stack"
     if price.gpu_node_hourly_usd is not None:
         head += (
             f" ({price.gpu_nodes} GPU nodes x ${price.gpu_node_hourly_usd:,.2f}; {price.source})"
         )
-    if view.elapsed_s is None:
-        return head
-    hours = view.elapsed_s / 3600
-    spent = hours * price.stack_hourly_usd
-    what = "total" if view.end_time_ms else "so far"
-    return f"{head}; {what}: {hours:.2f} h x ${price.stack_hourly_usd:,.2f}/h = ${spent:,.2f}"
+    rows = [("cost", head)]
+    if lives is not None:
+        spent = node_spend(lives, view.now_s, price.gpu_node_hourly_usd, price.fixed_hourly_usd)
+    elif view.elapsed_s is not None:
+        spent = job_spend(view.elapsed_s, stack)
+        spent = dataclasses.replace(spent, how=f"{spent.how}; {why_no_nodes}".rstrip("; "))
+    else:
+        spent = None
+    if spent is not None and spent.usd is not None:
+        rows.append(("spent", f"{bound}${spent.usd:,.2f} so far ({spent.how})"))
+    per_step = step_cost((m.get(verl_log.STEP_TIME_KEY) or 0.0 for m in view.steps), stack)
+    if per_step is not None:
+        rows.append(
+            (
+                "cost per step",
+                f"{bound}${per_step:,.2f} (measured: the mean {verl_log.STEP_TIME_KEY} of "
+                f"{len(view.steps)} steps x the stack's rate)",
+            )
+        )
+        latest, total = view.latest, view.total_steps
+        if latest is not None and total and view.status in ("RUNNING", "PENDING"):
+            left = max(0, total - latest.step)
+            rows.append(
+                (
+                    "to finish",
+                    f"{bound}${left * per_step:,.2f} for the {left} steps left (training only: "
+                    "the export, evaluation and idle tail come on top, see python -m tools.plan)",
+                )
+            )
+    return rows
 
 
 def _finite(value: float) -> float | None:
@@ -525,7 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(to_json(view, target.rehearsal), indent=2))
     else:
-        print(render_text(view, target.price, target.rehearsal))
+        nodes = read_node_lives(target.dashboard) if target.price is not None else None
+        print(render_text(view, target.price, target.rehearsal, nodes))
     if args.plot:
         if not view.steps:
             print(

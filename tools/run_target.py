@@ -34,10 +34,13 @@ OUT_CLUSTER_ENDPOINT = "clusterEndpoint"
 OUT_CLUSTER_CA = "clusterCaCertificate"
 OUT_CLUSTER_NAME = "clusterName"
 OUT_CLUSTER_LOCATION = "clusterLocation"
-# What the stack costs per hour (__main__.py exports training/run_cost.py stack_outputs).
+# What the stack costs per hour (__main__.py exports pricing/whole_run.py stack_outputs): exact, a
+# lower bound (Autopilot's premium not read) or an upper bound (flex-start's discount not read).
 OUT_GPU_NODE_HOURLY = "gpuNodeHourlyUsd"
 OUT_GPU_NODES = "gpuNodes"
+OUT_FIXED_HOURLY = "fixedHourlyUsd"
 OUT_STACK_HOURLY = "stackHourlyUsd"
+OUT_STACK_HOURLY_BOUNDS = {"stackHourlyUsdAtLeast": "at least ", "stackHourlyUsdAtMost": "at most "}
 OUT_PRICE_SOURCE = "priceSource"
 # The rehearsal's answers (__main__.py exports jobs/rehearsal_verdict.py's outputs).
 OUT_REHEARSAL_RECORD = "rehearsalRecord"
@@ -62,17 +65,24 @@ class RunPrice:
     gpu_nodes: int
     stack_hourly_usd: float | None
     source: str
+    fixed_hourly_usd: float = 0.0  # control plane and CPU side
+    bound: str = ""  # "at least ", "at most " or "" (an exact list price)
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, Any]) -> RunPrice | None:
         if OUT_PRICE_SOURCE not in outputs:
             return None  # a stack from before the cost outputs
-        gpu, total = outputs.get(OUT_GPU_NODE_HOURLY), outputs.get(OUT_STACK_HOURLY)
+        gpu, total, bound = outputs.get(OUT_GPU_NODE_HOURLY), outputs.get(OUT_STACK_HOURLY), ""
+        for key, said in OUT_STACK_HOURLY_BOUNDS.items():
+            if total is None and outputs.get(key) is not None:
+                total, bound = outputs[key], said
         return cls(
             gpu_node_hourly_usd=None if gpu is None else float(gpu),
             gpu_nodes=int(outputs.get(OUT_GPU_NODES) or 0),
             stack_hourly_usd=None if total is None else float(total),
             source=str(outputs[OUT_PRICE_SOURCE]),
+            fixed_hourly_usd=float(outputs.get(OUT_FIXED_HOURLY) or 0.0),
+            bound=bound,
         )
 
 
