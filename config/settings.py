@@ -481,6 +481,7 @@ _OFFLINE_EXAMPLES = {
     f"{NAMESPACE}:zone": lambda cfg: f"{cfg.get('gcp:region', 'us-central1')}-b",
     f"{NAMESPACE}:reservation": lambda cfg: "example-reservation",
     f"{NAMESPACE}:hfToken": lambda cfg: "hf_offline_plan_placeholder",
+    f"{NAMESPACE}:wandbApiKey": lambda cfg: "offline-plan-wandb-key",
 }
 
 
@@ -760,7 +761,9 @@ def _type_error_fix(
 ) -> str | None:
     """The first value, most likely meant first, that the field accepts with the rest of `raw`:
     the nearest allowed choice, the violated bound, the number meant, then the default."""
-    candidates = input_rules.type_error_candidates(item["type"], item["input"], item.get("ctx"))
+    candidates = input_rules.type_error_candidates(
+        item["type"], item["input"], item.get("ctx"), minutes=alias.endswith("Minutes")
+    )
     # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
     candidates += _default_candidates(alias, raw)
     stack = raw.get("stack", "STACK")
