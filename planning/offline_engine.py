@@ -290,7 +290,7 @@ def stack_config(
         raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
     declarations = _declarations(project_dir)
     config = _project_values(declarations)
-    stack_values = dict((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    stack_values = dict((pulumi_config.load_yaml(stack_file.read_text()) or {}).get("config") or {})
     for change in sets:
         try:
             pulumi_config.apply(stack_values, change)

@@ -19,8 +19,29 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 # A path segment: a name, `[N]` or `["quoted.name"]` (resource.ParsePropertyPath's forms).
 _SEGMENT = re.compile(r'\.?(?:(?P<name>[^.\[\]"]+)|\[(?P<index>[0-9]+)\]|\["(?P<quoted>[^"]*)"\])')
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """Booleans as YAML 1.2's core schema has them, as Pulumi reads a stack file
+    (gopkg.in/yaml.v3): only true/false; YAML 1.1's yes/no/on/off are text."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_yaml(text: str) -> Any:
+    """A stack file read with YAML 1.2's booleans (_Yaml12Loader)."""
+    return yaml.load(text, Loader=_Yaml12Loader)
 
 
 class ConfigSetError(ValueError):

@@ -266,8 +266,8 @@ def offline_fixes(message: str, stack: str, typed: set[str]) -> str:
     def set_form(match: re.Match[str]) -> str:
         flag = "--set-secret" if match["secret"] else "--set"
         key, value = match["key"].strip("'"), match["value"]
-        if value.startswith("'") or "[" in key:
-            # One shell word, quoted as the command was: brackets and <...> stay literal.
+        if "[" in key:
+            # One shell word: the brackets stay literal (zsh refuses an unmatched glob).
             return f"{flag} '{key}={value.strip(chr(39))}'"
         return f"{flag} {key}={value}"
 
