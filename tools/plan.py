@@ -17,7 +17,7 @@ import argparse
 import copy
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,9 +169,16 @@ def write_manifests(
     return written
 
 
-def planned_settings(stack: str, sets: Sequence[ConfigSet], strict: bool) -> StackSettings:
-    """The settings the planned run used (the same config run_stack read)."""
-    return load_settings(stack, stack_config(stack, PROJECT_DIR, sets), offline=not strict).settings
+def planned_settings(
+    stack: str, given: Sequence[ConfigSet] | Mapping[str, str], strict: bool
+) -> StackSettings:
+    """The settings the planned run used (the same config run_stack read): the stack file after
+    the plan's --set, or with config values laid over it (run_stack's `overrides`)."""
+    if isinstance(given, Mapping):
+        config = {**stack_config(stack, PROJECT_DIR), **given}
+    else:
+        config = stack_config(stack, PROJECT_DIR, given)
+    return load_settings(stack, config, offline=not strict).settings
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -324,7 +331,7 @@ NOT_REHEARSED = (
 
 def plan_report(
     result: PlanResult,
-    sets: Sequence[ConfigSet],
+    sets: Sequence[ConfigSet] | Mapping[str, str],
     strict: bool,
     rehearsal: dict[str, Any] | str | None = None,
 ) -> Iterator[str]:
