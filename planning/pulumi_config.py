@@ -118,8 +118,8 @@ def apply(values: dict[str, Any], change: ConfigSet) -> None:
     holder: dict[str, Any] = {"root": container}
     parent: Any = holder
     parent_key: str | int = "root"
-    for segment in segments:
-        node = parent[parent_key]
+    for depth, segment in enumerate(segments):
+        node = parent.get(parent_key) if isinstance(parent, dict) else parent[parent_key]
         if node is None:
             node = [] if isinstance(segment, int) else {}
             parent[parent_key] = node
@@ -127,9 +127,10 @@ def apply(values: dict[str, Any], change: ConfigSet) -> None:
             if not isinstance(node, list):
                 raise ConfigSetError(f"{change.key}: an array was expected for index {segment}")
             if segment > len(node):
+                following = _key_text(root_key, [*segments[:depth], len(node)])
                 raise ConfigSetError(
                     f"{change.key}: array index out of range (the list has {len(node)} "
-                    f"item(s); the next is [{len(node)}])"
+                    f"item(s); the next is {following})"
                 )
             if segment == len(node):
                 node.append(None)
@@ -138,6 +139,12 @@ def apply(values: dict[str, Any], change: ConfigSet) -> None:
         parent, parent_key = node, segment
     parent[parent_key] = path_value(change.text)
     values[root_key] = holder["root"]
+
+
+def _key_text(root_key: str, segments: list[str | int]) -> str:
+    return root_key + "".join(
+        f"[{segment}]" if isinstance(segment, int) else f".{segment}" for segment in segments
+    )
 
 
 def full_type_name(declaration: Mapping[str, Any]) -> str:
