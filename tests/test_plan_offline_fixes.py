@@ -103,7 +103,9 @@ def test_job_fields_given_as_paths_merge_and_a_whole_value_replaces_as_pulumi_do
 
 
 def test_a_list_item_past_the_end_is_refused_as_pulumi_refuses_it() -> None:
-    with pytest.raises(StackConfigError, match=r"out of range.*the next is verl-gke:authorizedNetworks\[0\]"):
+    with pytest.raises(
+        StackConfigError, match=r"out of range.*the next is verl-gke:authorizedNetworks\[0\]"
+    ):
         _overrides("--set", "verl-gke:authorizedNetworks[1]=203.0.113.7/32")
     listed = _overrides(
         "--set", "verl-gke:authorizedNetworks[0]=203.0.113.7/32",
