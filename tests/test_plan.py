@@ -195,3 +195,30 @@ def test_the_stack_file_reader_marks_encrypted_values(tmp_path: Path) -> None:
     config = stack_config("a3u", project)
     assert config["verl-gke:hfToken"] == ENCRYPTED_VALUE
     assert config["gcp:project"] == REAL["gcp:project"]
+
+
+def test_the_plan_starts_with_the_job_and_ends_with_what_to_run_next(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["a3u", "--set", "verl-gke:job.rolloutN=4", "--set", "gcp:project=acme-ml-prod"]
+    assert plan_cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Job: 256 prompts per step x 4 rollouts, prompt 512 + response")
+    assert "lr 1e-05" in lines[1]
+    nxt = lines[lines.index("Next:") :]
+    # Each placeholder the plan filled in, set without a value (the CLI asks for it), then up.
+    asked = [line.split("#")[0].split()[-3] for line in nxt if "asks for the value" in line]
+    assert asked == ["verl-gke:zone", "verl-gke:reservation", "verl-gke:hfToken"]
+    assert "pulumi config set --secret verl-gke:hfToken -s a3u" in nxt[3]
+    assert nxt[-2].split("#")[0].strip() == "pulumi up -s a3u"
+    assert nxt[-1].split("#")[0].strip() == "python -m tools.run a3u --follow"
+
+
+@pytest.mark.integration  # runs `python __main__.py` as a subprocess
+def test_running_the_program_directly_says_how_it_is_run() -> None:
+    done = subprocess.run(
+        [sys.executable, "__main__.py"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "pulumi up -s a4x" in done.stderr and "python -m tools.plan a4x" in done.stderr

@@ -43,7 +43,8 @@ from planning.rehearsal import (
 )
 from tools.plan_redaction import redacted, secret_markers
 from training.assembly import training_job
-from training.grpo_spec import RUN_CONTINUITY
+from training.grpo_spec import RUN_CONTINUITY, GrpoSpec
+from training.run_cost import spec_steps
 
 # The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
 PROJECT_DIR = REPO_ROOT
@@ -339,7 +340,9 @@ def plan_report(
     messages, the offline rehearsal (planning/rehearsal.py; None: not run), what you pay for (the
     whole run at verl's step count where the rehearsal counted the run's rows), the outputs."""
     count = len(result.resources)
+    settings = planned_settings(result.stack, sets, strict)
     yield f"Plan for stack {result.stack!r}: {count} resources (offline, mocked engine)"
+    yield job_summary(training_job(settings).spec)
     for notice in result.notices:
         yield f"  note: {notice}"
     yield render_tree(result)
@@ -347,7 +350,6 @@ def plan_report(
     root = result.outputs.get("checkpointRoot")
     if isinstance(root, str):
         yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
-    settings = planned_settings(result.stack, sets, strict)
     recovery = settings.recovery_plan
     stacks = f"{root}/{recovery.stacks_subdir}/" if isinstance(root, str) else "the run folder"
     yield (
@@ -363,6 +365,41 @@ def plan_report(
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
         yield f"  {key}: {shown}"
+    yield from next_steps(result.stack, result.notices)
+
+
+def job_summary(spec: GrpoSpec) -> str:
+    """The GRPO job's hyperparameters in one line (verl-gke:job keys, training/grpo_spec.py)."""
+    steps = spec_steps(spec)
+    return (
+        f"Job: {spec.train_batch_size} prompts per step x {spec.rollout_n} rollouts, prompt "
+        f"{spec.max_prompt_length} + response {spec.max_response_length} tokens, lr {spec.lr:g}, "
+        f"mini-batch {spec.ppo_mini_batch_size}, {spec.total_epochs} epoch(s) = "
+        f"{steps if steps is not None else 'the dataset decides the'} steps "
+        f"(verl-gke:job.trainBatchSize, rolloutN, maxPromptLength, maxResponseLength, lr, "
+        f"ppoMiniBatchSize, totalEpochs)"
+    )
+
+
+# What the plan says about a key it planned with an example value (config/settings.py notices).
+_PLANNED_WITH = re.compile(r"^(?P<key>[\w-]+:\w+) is (?:still the placeholder|not set)")
+
+
+def next_steps(stack: str, notices: Sequence[str]) -> Iterator[str]:
+    """What to run next: set the placeholders the plan filled in, then `pulumi up`, then follow
+    the run (README, Quick start)."""
+    yield "Next:"
+    for notice in notices:
+        match = _PLANNED_WITH.match(notice)
+        if match is None:
+            continue
+        # Without a value `pulumi config set` asks for it (--secret: without echoing it),
+        # pulumi/pulumi pkg/cmd/pulumi/config/config_set.go.
+        key = match["key"]
+        flag = "--secret " if key.endswith(":hfToken") else ""
+        yield f"  pulumi config set {flag}{key} -s {stack}   # asks for the value"
+    yield f"  pulumi up -s {stack}                      # returns at verl's first training step"
+    yield f"  python -m tools.run {stack} --follow      # follow the run until it ends"
 
 
 def teardown_notes(settings: StackSettings) -> Iterator[str]:
