@@ -24,6 +24,7 @@ from pip._internal.commands import create_command
 from pip._internal.network.session import PipSession
 from pip._internal.req.req_file import parse_requirements
 
+from maintenance import settings_examples
 from planning import pulumi_config
 from planning.offline_engine import REPO_ROOT, _declarations
 from planning.pulumi_config import ConfigSet
@@ -195,3 +196,9 @@ def test_every_documented_config_set_stores_a_value_of_the_declared_type(path: P
         secret = {change.root} if change.secret else set()
         problems = pulumi_config.type_problems(stack, declarations, values, secret)
         assert not problems, (path.name, line, problems)
+
+
+def test_the_real_output_of_docs_settings_md_is_the_plan_s_own() -> None:
+    # maintenance/settings_examples.py runs each example through the plan; a drifted block fails.
+    text = settings_examples.SETTINGS_MD.read_text()
+    assert settings_examples.render(text) == text, "run python -m maintenance.settings_examples"
