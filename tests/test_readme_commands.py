@@ -59,13 +59,13 @@ def _commands(block: str) -> list[str]:
     return lines
 
 
-def _config_set(words: list[str]) -> tuple[str, ConfigSet]:
-    """(stack, the set) of `pulumi config set [--secret] [--path] KEY VALUE -s STACK`."""
+def _config_set(words: list[str], require_stack: bool = True) -> tuple[str, ConfigSet]:
+    """(stack, the set) of `pulumi config set [--secret] [--path] KEY VALUE [-s STACK]`."""
     flags = {w for w in words if w in ("--secret", "--path")}
     rest = [w for w in words[3:] if w not in flags]
-    assert "-s" in rest, f"{words}: name the stack with -s"
-    index = rest.index("-s")
-    stack = rest[index + 1]
+    assert "-s" in rest or not require_stack, f"{words}: name the stack with -s"
+    index = rest.index("-s") if "-s" in rest else len(rest)
+    stack = rest[index + 1] if "-s" in rest else "STACK"
     key, value = [w for i, w in enumerate(rest) if i not in (index, index + 1)]
     change = ConfigSet(
         key, USER_VALUES.get(value, value), path="--path" in flags, secret="--secret" in flags
@@ -178,7 +178,7 @@ def _doc_config_sets(path: Path) -> list[str]:
     found = []
     for block in [*_blocks(text), *re.findall(r"`(pulumi config set [^`]+)`", text)]:
         for line in _commands(block):
-            if line.startswith("pulumi config set ") and " -s " in line:
+            if line.startswith("pulumi config set ") and not line.endswith("\\"):
                 found.append(line)
     return found
 
@@ -187,10 +187,13 @@ def _doc_config_sets(path: Path) -> list[str]:
 def test_every_documented_config_set_stores_a_value_of_the_declared_type(path: Path) -> None:
     declarations = _declarations(REPO_ROOT)
     for line in _doc_config_sets(path):
+        unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "''", line)
+        assert not re.search(r"<\w", unquoted), f"{path.name}: {line}: <...> unquoted"
         words = shlex.split(line, comments=True)
-        if any(w in ("KEY", "VALUE") for w in words):
+        positional = [w for w in words[3:] if not w.startswith("-")]
+        if any(w in ("KEY", "VALUE") for w in words) or len(positional) < 2:
             continue  # the command's form, not a value
-        stack, change = _config_set(words)
+        stack, change = _config_set(words, require_stack=False)
         values: dict[str, object] = {}
         pulumi_config.apply(values, change)
         secret = {change.root} if change.secret else set()
