@@ -14,6 +14,8 @@ The same `pulumi config set` check runs over every doc page.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 import subprocess
@@ -203,5 +205,13 @@ def test_every_documented_config_set_stores_a_value_of_the_declared_type(path: P
 
 def test_the_real_output_of_docs_settings_md_is_the_plan_s_own() -> None:
     # maintenance/settings_examples.py runs each example through the plan; a drifted block fails.
+    # The plan run in this process (the generator runs `python -m tools.plan`: the same main).
+    def plan_here(argv: tuple[str, ...]) -> tuple[int, str]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = plan_cli.main(list(argv))
+        return code, err.getvalue()
+
     text = settings_examples.SETTINGS_MD.read_text()
-    assert settings_examples.render(text) == text, "run python -m maintenance.settings_examples"
+    rendered = settings_examples.render(text, plan_here)
+    assert rendered == text, "run python -m maintenance.settings_examples"
