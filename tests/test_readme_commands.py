@@ -215,3 +215,11 @@ def test_the_real_output_of_docs_settings_md_is_the_plan_s_own() -> None:
     text = settings_examples.SETTINGS_MD.read_text()
     rendered = settings_examples.render(text, plan_here)
     assert rendered == text, "run python -m maintenance.settings_examples"
+
+
+def test_the_readme_is_the_one_read_a_newcomer_needs() -> None:
+    # Issue 38: at most 350 lines, the rest one link away in docs/; every link resolves.
+    text = README.read_text()
+    assert len(text.splitlines()) <= 350
+    for target in re.findall(r"\]\(((?:docs|config)/[^)#]+)", text):
+        assert (REPO_ROOT / target).exists(), target

@@ -41,7 +41,7 @@ from planning.rehearsal import (
     rehearsal_lines,
     run_length_record,
 )
-from tools.plan_redaction import redacted, secret_markers
+from tools.plan_redaction import marker, redacted, secret_markers
 from training.assembly import training_job
 from training.grpo_spec import RUN_CONTINUITY, GrpoSpec
 from training.run_cost import spec_steps
@@ -294,9 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = config_sets(parser, args)
     typed = {change.key for change in sets} | {change.root for change in sets}
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
-    markers = secret_markers({change.key: change.text for change in sets if change.secret})
+    given = {change.text: marker(change.key) for change in sets if change.secret and change.text}
+    markers = {**secret_markers({change.key: change.text for change in sets}), **given}
     try:
-        markers = secret_markers(stack_config(args.stack, PROJECT_DIR, sets))
+        markers = {**secret_markers(stack_config(args.stack, PROJECT_DIR, sets)), **given}
         result = run_stack(args.stack, strict=args.strict, project_dir=PROJECT_DIR, sets=sets)
     except (pulumi.RunError, FileNotFoundError, StackConfigError) as error:
         # RunError: settings or job preflight problems, each with its fix; StackConfigError: a
