@@ -155,7 +155,7 @@ def test_the_readme_s_try_it_installs_the_locked_set_ci_tests() -> None:
 
 
 def test_the_readme_shows_set_secret_and_the_path_form_the_plan_accepts() -> None:
-    assert "`--set-secret` is `pulumi config set --secret`" in README
+    assert "(`--set-secret` is `pulumi config set --secret`, never printed)" in README
     # The README's path-form example, as a user would copy it, plans (every rule passes).
     example = re.search(r"tools\.plan (\w+) (--set [^\n]+\\\n\s+--set \S+)", README)
     assert example, "the README's path-form --set example is gone"
