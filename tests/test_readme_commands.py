@@ -35,8 +35,9 @@ from tools import run as run_cli
 
 README = REPO_ROOT / "README.md"
 DOCS = sorted((REPO_ROOT / "docs").glob("*.md"))
-# The user's own token where the README writes its placeholder (a token the rules accept).
-USER_VALUES = {"hf_...": "hf_" + "a" * 34}
+# What the user types where the CLI asks for a value (`pulumi config set KEY` without one reads
+# it from the console, pkg/cmd/pulumi/config/config_set.go): a token the rules accept.
+ASKED = {"verl-gke:hfToken": "hf_" + "a" * 34}
 # First words of commands that need the cloud or a tool outside this project.
 CLOUD_ONLY = {"gcloud", "hf", "vllm", "P=my-project;", "HASH=$(gcloud", "MODEL=$(pulumi", "for"}
 # `pulumi` subcommands that need the CLI and a backend, and no equivalent offline.
@@ -68,10 +69,9 @@ def _config_set(words: list[str], require_stack: bool = True) -> tuple[str, Conf
     assert "-s" in rest or not require_stack, f"{words}: name the stack with -s"
     index = rest.index("-s") if "-s" in rest else len(rest)
     stack = rest[index + 1] if "-s" in rest else "STACK"
-    key, value = [w for i, w in enumerate(rest) if i not in (index, index + 1)]
-    change = ConfigSet(
-        key, USER_VALUES.get(value, value), path="--path" in flags, secret="--secret" in flags
-    )
+    given = [w for i, w in enumerate(rest) if i not in (index, index + 1)]
+    key, value = given if len(given) == 2 else (given[0], ASKED[given[0]])
+    change = ConfigSet(key, value, path="--path" in flags, secret="--secret" in flags)
     return stack, change
 
 
