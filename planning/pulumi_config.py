@@ -155,25 +155,30 @@ def full_type_name(declaration: Mapping[str, Any]) -> str:
     return str(declaration.get("type"))
 
 
-def type_accepts(declaration: Mapping[str, Any], value: Any) -> bool:
-    """ValidateConfigValue: a scalar is checked as its text (a YAML number or bool is kept as
-    text), a map or list as the structure."""
-    if not isinstance(value, dict | list):
+def type_accepts(declaration: Mapping[str, Any], value: Any, top: bool = True) -> bool:
+    """ValidateConfigValue: a top-level scalar is checked as its text (a stack value that is no
+    object is a string, a YAML number or bool kept as text); the items of a list keep their JSON
+    types (`--path 'KEY[0]' 10` stores the integer 10, which `array<string>` refuses)."""
+    if top and not isinstance(value, dict | list):
         value = scalar_text(value)
     type_name = declaration.get("type")
     if type_name == "string":
         return isinstance(value, str)
     if type_name == "integer":
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return True
         # strconv.Atoi: an optional sign, then digits.
         return isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
     if type_name == "boolean":
-        return value in ("true", "false")
+        return isinstance(value, bool) or value in ("true", "false")
     if type_name == "object":
         return isinstance(value, dict)
     items = declaration.get("items")
     if not (type_name == "array" and isinstance(value, list) and isinstance(items, Mapping)):
         return False
-    return all(type_accepts(items, item) for item in value)
+    return all(type_accepts(items, item, top=False) for item in value)
 
 
 def scalar_text(value: Any) -> str:
