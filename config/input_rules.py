@@ -244,6 +244,8 @@ def number_candidates(value: object, whole: bool = True, minutes: bool = False) 
     text = str(value).strip()
     if _LEADING_ZERO.fullmatch(text):
         return [str(int(text, 10))]
+    if text.lower() in NUMBER_WORDS:
+        return [str(NUMBER_WORDS[text.lower()])]
     found = [str(duration)] if minutes and (duration := duration_minutes(text)) else []
     number = number_in(text)
     if number is not None:
@@ -251,6 +253,14 @@ def number_candidates(value: object, whole: bool = True, minutes: bool = False) 
     return found
 
 
+# Whole numbers written as words (`four` GPU nodes, `eight` rollouts).
+NUMBER_WORDS = {
+    word: number
+    for number, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
 # A price or amount as people write it: `$41.50`, `41.50 USD`, `1,200`, `41.5/h`.
 _AMOUNT = re.compile(
     r"^(?:US)?\$?\s*(?P<number>[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]*)(?:\.[0-9]+)?)\s*"
@@ -360,12 +370,14 @@ def flat_object_key(key: str, value: str, stack: str, known: list[str]) -> str |
     )
 
 
-def unknown_key_hint(key: str, stack: str, known: list[str]) -> str:
+def unknown_key_hint(key: str, stack: str, known: list[str], value: str | None = None) -> str:
     """What a key that is no setting was meant to be, and the fix (removing it)."""
     typed = key.split(":", 1)[1]
     remove = f"pulumi config rm {key} -s {stack}"
     if typed in OTHER_NAMESPACE_KEYS:
-        return f"{OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}"
+        meant = f"gcp:{typed}"
+        then = f", then pulumi config set {meant} {value} -s {stack}" if value else ""
+        return f"{OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}{then}"
     # Compare without the shared "verl-gke:" prefix, which would make everything look close, and
     # ignoring case; 0.8 keeps a typo's match and drops unrelated keys (region -> rayVersion).
     short = {k.split(":", 1)[1].lower(): k for k in known}

@@ -728,7 +728,8 @@ def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
         if flat:
             problems.append(flat)
             continue
-        hint = input_rules.unknown_key_hint(key, stack, known)
+        value = str(config[key]) if " " not in str(config[key]) else None
+        hint = input_rules.unknown_key_hint(key, stack, known, value)
         problems.append(f"{key} is not a setting of this program: {hint}")
     return problems
 
