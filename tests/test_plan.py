@@ -222,3 +222,13 @@ def test_running_the_program_directly_says_how_it_is_run() -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "pulumi up -s a4x" in done.stderr and "python -m tools.plan a4x" in done.stderr
+
+
+def test_next_leaves_out_a_placeholder_the_stack_does_not_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Spot takes no reservation: its placeholder is ignored, so setting it is no next step.
+    assert plan_cli.main(["a3u", "--set", "verl-gke:capacity=spot"]) == 0
+    out = capsys.readouterr().out
+    assert "verl-gke:reservation is still the placeholder" in out
+    assert "pulumi config set verl-gke:reservation" not in out.split("\nNext:\n", 1)[1]
