@@ -383,7 +383,9 @@ def job_summary(spec: GrpoSpec) -> str:
 
 
 # What the plan says about a key it planned with an example value (config/settings.py notices).
-_PLANNED_WITH = re.compile(r"^(?P<key>[\w-]+:\w+) is (?:still the placeholder .*|not set); planning with ")
+_PLANNED_WITH = re.compile(
+    r"^(?P<key>[\w-]+:\w+) is (?:still the placeholder .*|not set); planning with "
+)
 
 
 def next_steps(stack: str, notices: Sequence[str]) -> Iterator[str]:
