@@ -28,7 +28,7 @@ from components.workload_namespace import WorkloadNamespace, WorkloadNamespaceAr
 from config.bucket_layout import bucket_url
 from config.image_tags import moving_images_notice
 from config.profiles import Mode
-from config.pulumi_cli import require_cli_features
+from config.pulumi_cli import require_cli_features, require_engine
 from config.settings import OFFLINE_PLAN_ENV, settings_from_pulumi
 from jobs.rehearsal_verdict import existing_record
 from jobs.secret_scan import redact
@@ -52,6 +52,7 @@ from training.model_evaluation import evaluation_outputs, evaluation_report_url,
 from training.run_summary import run_block
 
 # Validate everything before the first resource is registered.
+require_engine()
 require_cli_features()
 # A real `pulumi up` reads verl-gke:model's config.json from the Hub (a gated or missing model is
 # refused here); the offline plan (planning/offline_engine.py sets OFFLINE_PLAN_ENV) reads no

@@ -112,7 +112,8 @@ def open_endpoint_warning(key: str, cidrs: list[str]) -> str | None:
         f"WARNING: {key} {why}: the cluster's control-plane endpoint accepts connections from "
         f"any address on the internet (Kubernetes authentication still applies). Set it to the "
         f"IPv4 ranges of the machines that run `pulumi up` and tools.run, e.g. "
-        f"pulumi config set {key} 203.0.113.7/32 (your address)"
+        f"pulumi config set --path '{key}[0]' 203.0.113.7/32 (your address; Pulumi.yaml declares "
+        f"the key an array, so each range is one item: [1] for a second)"
     )
 
 

@@ -236,24 +236,111 @@ def whole_number(value: object) -> object:
     return value
 
 
-def number_candidates(value: object) -> list[str]:
-    """What a refused whole number most likely meant (`010` -> 10, `true` -> 1, `4.0` -> 4)."""
+def number_candidates(value: object, whole: bool = True, minutes: bool = False) -> list[str]:
+    """What a refused number most likely meant (`010` -> 10, `true` -> 1, `4.0` -> 4, `$41.50` ->
+    41.5 for a decimal setting, `2h` -> 120 for a minutes setting)."""
     if isinstance(value, bool):
         return [str(int(value))]
     text = str(value).strip()
     if _LEADING_ZERO.fullmatch(text):
         return [str(int(text, 10))]
-    try:
-        number = float(text)
-    except ValueError:
-        return []
-    return [str(round(number))] if math.isfinite(number) else []
+    if text.lower() in NUMBER_WORDS:
+        return [str(NUMBER_WORDS[text.lower()])]
+    found = [str(duration)] if minutes and (duration := duration_minutes(text)) else []
+    number = number_in(text)
+    if number is not None:
+        found.append(str(round(number)) if whole else repr(number))
+    return found
+
+
+# Whole numbers written as words (`four` GPU nodes, `eight` rollouts).
+NUMBER_WORDS = {
+    word: number
+    for number, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+# A price or amount as people write it: `$41.50`, `41.50 USD`, `1,200`, `41.5/h`.
+_AMOUNT = re.compile(
+    r"^(?:US)?\$?\s*(?P<number>[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]*)(?:\.[0-9]+)?)\s*"
+    r"(?:usd|dollars?)?\s*(?:/\s*(?:h|hr|hour))?$",
+    re.IGNORECASE,
+)
+# A duration: `2h`, `90m`, `1h30m`, `1.5 hours`, `2 hrs`, `1d`.
+_DURATION = re.compile(
+    r"^(?:(?P<days>[0-9]+(?:\.[0-9]+)?)\s*d(?:ays?)?)?\s*"
+    r"(?:(?P<hours>[0-9]+(?:\.[0-9]+)?)\s*h(?:ours?|rs?)?)?\s*"
+    r"(?:(?P<minutes>[0-9]+)\s*m(?:in(?:ute)?s?)?)?$",
+    re.IGNORECASE,
+)
+
+
+def number_in(text: str) -> float | None:
+    """The number of an amount written with a currency sign, unit or thousands separators."""
+    match = _AMOUNT.fullmatch(text.strip())
+    if match is None or match["number"] in ("", "+", "-"):
+        return None
+    number = float(match["number"].replace(",", ""))
+    return number if math.isfinite(number) else None
+
+
+def duration_minutes(text: str) -> int | None:
+    """Whole minutes of a duration with units (`2h` -> 120); None for a bare number or no
+    duration."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.groupdict().values()):
+        return None
+    days, hours, minutes = (float(match[name] or 0) for name in ("days", "hours", "minutes"))
+    return round(days * 1440 + hours * 60 + minutes)
+
+
+# Words for a switch (YAML 1.1's boolean words and the usual abbreviations): what a refused
+# boolean text meant.
+_TRUE_WORDS = frozenset({"true", "yes", "y", "on", "enable", "enabled"})
+_FALSE_WORDS = frozenset({"false", "no", "n", "off", "disable", "disabled"})
+
+
+def boolean_meant(value: object) -> str | None:
+    """`true`/`false` for a word that says yes or no (`yes`, `On`, `0`), else None."""
+    text = str(value).strip().lower()
+    if text in _TRUE_WORDS:
+        return "true"
+    if text in _FALSE_WORDS:
+        return "false"
+    return None
+
+
+def declared_type_candidates(type_name: str, text: str, minutes: bool = False) -> list[str]:
+    """Values of a Pulumi.yaml type (`boolean`, `integer`) that `text` most likely meant."""
+    if type_name == "boolean":
+        meant = boolean_meant(text)
+        return [meant] if meant else []
+    if type_name == "integer":
+        return number_candidates(text, minutes=minutes)
+    return []
+
+
+# Other names of a choice (`preemptible` -> `spot`): Compute Engine, "Spot VMs": Spot VMs are the
+# latest version of preemptible VMs; "on-demand" is the capacity without a reservation.
+CHOICE_SYNONYMS = {
+    "preemptible": "spot",
+    "preemptive": "spot",
+    "spotvm": "spot",
+    "dws": "flexStart",
+    "flex": "flexStart",
+    "dynamicworkloadscheduler": "flexStart",
+    "reserved": "reservation",
+}
 
 
 def nearest_choice(value: object, choices: list[str]) -> str | None:
     """The choice `value` most likely meant: equal ignoring case and separators
     (first_step -> firstStep), else the closest spelling."""
     squashed = re.sub(r"[-_ ]", "", str(value)).lower()
+    synonym = CHOICE_SYNONYMS.get(squashed)
+    if synonym in choices:
+        return synonym
     for choice in choices:
         if re.sub(r"[-_ ]", "", choice).lower() == squashed:
             return choice
@@ -283,12 +370,14 @@ def flat_object_key(key: str, value: str, stack: str, known: list[str]) -> str |
     )
 
 
-def unknown_key_hint(key: str, stack: str, known: list[str]) -> str:
+def unknown_key_hint(key: str, stack: str, known: list[str], value: str | None = None) -> str:
     """What a key that is no setting was meant to be, and the fix (removing it)."""
     typed = key.split(":", 1)[1]
     remove = f"pulumi config rm {key} -s {stack}"
     if typed in OTHER_NAMESPACE_KEYS:
-        return f"{OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}"
+        meant = f"gcp:{typed}"
+        then = f", then pulumi config set {meant} {value} -s {stack}" if value else ""
+        return f"{OTHER_NAMESPACE_KEYS[typed]}. Fix: {remove}{then}"
     # Compare without the shared "verl-gke:" prefix, which would make everything look close, and
     # ignoring case; 0.8 keeps a typo's match and drops unrelated keys (region -> rayVersion).
     short = {k.split(":", 1)[1].lower(): k for k in known}
@@ -298,16 +387,33 @@ def unknown_key_hint(key: str, stack: str, known: list[str]) -> str:
     return f"valid keys: {', '.join(known)}. Fix: {remove}"
 
 
-def type_error_candidates(kind: str, value: object, ctx: dict | None) -> list[str]:
+def type_error_candidates(
+    kind: str, value: object, ctx: dict | None, minutes: bool = False
+) -> list[str]:
     """Values a pydantic type, range or choice error most likely meant, likeliest first: the
-    nearest allowed choice, the violated bound, the number meant. Booleans get none: a refused
-    switch gets its default, never a guess."""
+    nearest allowed choice, the number meant (a duration in minutes for a minutes setting, a
+    decimal for a float), the violated bound. Booleans get a word's meaning (`yes` -> true),
+    else none: a refused switch gets its default, never a guess."""
     ctx = ctx or {}
     candidates: list[str] = []
     if "expected" in ctx:
         nearest = nearest_choice(value, re.findall(r"'([^']*)'", str(ctx["expected"])))
         candidates += [nearest] if nearest else []
+    if kind.startswith("bool_"):
+        meant = boolean_meant(value)
+        candidates += [meant] if meant else []
+    if kind.startswith(("int_", "float_", "value_error")) and not _is_number(value):
+        whole = not kind.startswith("float_")
+        candidates += number_candidates(value, whole=whole, minutes=minutes)
     candidates += [str(ctx[bound]) for bound in ("ge", "le", "gt", "lt") if bound in ctx]
-    if kind.startswith(("int_", "float_", "value_error")):
+    if kind.startswith(("int_", "float_", "value_error")) and _is_number(value):
         candidates += number_candidates(value)
     return candidates
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True

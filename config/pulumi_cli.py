@@ -21,6 +21,19 @@ class PulumiCliTooOld(pulumi.RunError):
     """The CLI running the program lacks an engine feature the program uses."""
 
 
+def require_engine() -> None:
+    """Exit with how the program is run when no Pulumi engine runs it (`python __main__.py`):
+    the language host connects the resource monitor before it runs the program
+    (pulumi.runtime.settings.get_monitor), and the offline plan's mocks do the same."""
+    if runtime_settings.get_monitor() is not None:
+        return
+    raise SystemExit(
+        "This is a Pulumi program: the Pulumi CLI runs it, with a stack's configuration. Run "
+        "`pulumi up -s a4x` (or a4, a3u; README, Quick start), or see what it would create "
+        "without a cloud account: `.venv/bin/python -m tools.plan a4x`."
+    )
+
+
 def require_cli_features() -> None:
     """Fail with the minimum version and the fix unless the engine supports `replace_with`."""
     if runtime_settings.monitor_supports_feature(

@@ -462,6 +462,9 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
     fix = _fix(REWARD_KEY, REWARD_EXAMPLE, stack)
     match = _REWARD.fullmatch(reward)
     if match is None:
+        found = _reward_in_file(reward.rstrip(":"), project_dir)
+        if found is not None:
+            fix = f"pulumi config set {REWARD_KEY} '{found}' -s {stack}"
         return [f"{REWARD_KEY} = {reward!r}: not FILE.py:FUNCTION. Fix: {fix}"]
     path = (project_dir / match["file"]).resolve()
     where = f"{REWARD_KEY} = {reward!r}"
@@ -496,6 +499,29 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
         f"`def {node.name}(data_source, solution_str, ground_truth, extra_info=None, "
         "**kwargs)`"
     ]
+
+
+def _reward_in_file(file: str, project_dir: Path) -> str | None:
+    """`FILE.py:FUNCTION` for a reward given as its file alone: the file's top-level function that
+    verl can call with its reward keywords (compute_score first, as verl's default name), None
+    when the file is no project file or defines none."""
+    path = (project_dir / file).resolve()
+    if not file.endswith(".py") or not path.is_relative_to(project_dir) or not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_bytes(), filename=file)
+    except SyntaxError:
+        return None
+    callable_ = [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and signature_problem(node) is None
+    ]
+    if not callable_:
+        return None
+    name = "compute_score" if "compute_score" in callable_ else callable_[0]
+    return f"{file}:{name}"
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

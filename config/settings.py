@@ -108,6 +108,7 @@ _OFFLINE_EXAMPLES = {
     f"{NAMESPACE}:zone": lambda cfg: f"{cfg.get('gcp:region', 'us-central1')}-b",
     f"{NAMESPACE}:reservation": lambda cfg: "example-reservation",
     f"{NAMESPACE}:hfToken": lambda cfg: "hf_offline_plan_placeholder",
+    f"{NAMESPACE}:wandbApiKey": lambda cfg: "offline-plan-wandb-key",
 }
 
 
@@ -354,7 +355,8 @@ def _unknown_keys(config: Mapping[str, str], stack: str) -> list[str]:
         if flat:
             problems.append(flat)
             continue
-        hint = input_rules.unknown_key_hint(key, stack, known)
+        value = str(config[key]) if " " not in str(config[key]) else None
+        hint = input_rules.unknown_key_hint(key, stack, known, value)
         problems.append(f"{key} is not a setting of this program: {hint}")
     return problems
 
@@ -387,7 +389,9 @@ def _type_error_fix(
 ) -> str | None:
     """The first value, most likely meant first, that the field accepts with the rest of `raw`:
     the nearest allowed choice, the violated bound, the number meant, then the default."""
-    candidates = input_rules.type_error_candidates(item["type"], item["input"], item.get("ctx"))
+    candidates = input_rules.type_error_candidates(
+        item["type"], item["input"], item.get("ctx"), minutes=alias.endswith("Minutes")
+    )
     # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
     candidates += _default_candidates(alias, raw)
     stack = raw.get("stack", "STACK")

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import runpy
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,16 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from config.settings import ENCRYPTED_VALUE, NAMESPACE, OFFLINE_PLAN_ENV
+from config import input_rules
+from config.settings import (
+    ENCRYPTED_VALUE,
+    NAMESPACE,
+    OFFLINE_PLAN_ENV,
+    SettingsError,
+    load_settings,
+)
+from planning import pulumi_config
+from planning.pulumi_config import ConfigSet, TypeFix
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "verl-gke"
@@ -269,68 +278,88 @@ class OfflineMocks(mocks.Mocks):
         return {}
 
 
-def stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, str]:
-    """Config as `pulumi up` would see it: project-level values, then the stack file."""
+def stack_config(
+    stack: str, project_dir: Path = REPO_ROOT, sets: Sequence[ConfigSet] = ()
+) -> dict[str, str]:
+    """Config as `pulumi up` would see it: project-level values, then the stack file, with `sets`
+    written into the stack file first as `pulumi config set` writes them (the offline plan's
+    --set), so both are checked by Pulumi's type rules the same way."""
     stack_file = project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_files(project_dir))
         raise FileNotFoundError(f"no stack file {stack_file.name}; stacks here: {stacks}")
     declarations = _declarations(project_dir)
     config = _project_values(declarations)
-    stack_values = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
-    problems = _type_problems(stack, declarations, stack_values)
+    stack_values = dict((pulumi_config.load_yaml(stack_file.read_text()) or {}).get("config") or {})
+    for change in sets:
+        try:
+            pulumi_config.apply(stack_values, change)
+        except pulumi_config.ConfigSetError as error:
+            raise StackConfigError(f"pulumi config set --path {error}") from None
+    secret_keys = {change.root for change in sets if change.secret}
+
+    def as_config(values: Mapping[str, Any]) -> dict[str, str]:
+        return {
+            **config,
+            **{k: _config_text(v) for k, v in values.items() if v is not None},
+        }
+
+    problems = pulumi_config.type_problems(
+        stack,
+        declarations,
+        stack_values,
+        secret_keys,
+        type_fix(stack, lambda key, value: as_config({**stack_values, key: value})),
+    )
     if problems:
         raise StackConfigError("\n".join(problems))
-    config.update({k: _config_text(v) for k, v in stack_values.items() if v is not None})
-    return config
+    return as_config(stack_values)
 
 
 class StackConfigError(ValueError):
     """What Pulumi itself refuses before the program runs (a value of the wrong declared type)."""
 
 
-def _type_problems(
-    stack: str, declarations: Mapping[str, Any], stack_values: Mapping[str, Any]
-) -> list[str]:
-    """Pulumi's check of each stack value against its Pulumi.yaml declaration (pulumi/pulumi
-    pkg/workspace/config.go validateStackConfigValue): an encrypted value for a `secret: true`
-    key; a scalar checked as its text (a YAML number or bool is kept as text), a map or list as
-    the structure, with project.go ValidateConfigValue's rules."""
-    problems = []
-    for key, declaration in declarations.items():
-        value = stack_values.get(key)
-        if value is None or not isinstance(declaration, dict) or "type" not in declaration:
-            continue
-        encrypted = isinstance(value, dict) and set(value) == {"secure"}
-        where = f"Stack '{stack}' with configuration key '{key}'"
-        if declaration.get("secret") and not encrypted:
-            problems.append(f"{where} must be encrypted as it's secret")
-        elif not encrypted and not _type_accepts(
-            declaration["type"], declaration.get("items"), value
-        ):
-            problems.append(
-                f"{where} must be of type '{declaration['type']}' (Pulumi refuses it before the "
-                "program runs)"
+def type_fix(stack: str, config_with: Callable[[str, Any], dict[str, str]]) -> TypeFix:
+    """The command that stores what a refused value meant in its declared type (`yes` -> true,
+    `2h` -> 120 for a minutes key, `$41.50` -> 41.5, a list item by item), taken only when the
+    program's own rules accept it too; config_with(key, value) is the stack's config with it."""
+
+    def accepted(key: str, value: Any) -> bool:
+        try:
+            load_settings(stack, config_with(key, value), offline=True)
+        except SettingsError as error:
+            return not any(
+                line.startswith((f"  - {key} ", f"  - {key}:")) for line in str(error).splitlines()
             )
-    return problems
+        except ValueError:
+            return True  # another setting's problem: the program names it on its own
+        return True
 
+    def fix(key: str, declaration: Mapping[str, Any], value: Any) -> str | None:
+        if declaration.get("secret"):
+            name = re.sub(r"(?<!^)(?=[A-Z])", "-", key.split(":", 1)[1]).lower()
+            return f"pulumi config set --secret {key} '<your-{name}>' -s {stack}"
+        text = value if isinstance(value, str) else pulumi_config.scalar_text(value)
+        if declaration.get("type") == "array" and isinstance(value, str):
+            items = [item for item in re.split(r"[,\s]+", text) if item]
+            if items and accepted(key, items):
+                return ", then ".join(
+                    f"pulumi config set --path '{key}[{index}]' {item} -s {stack}"
+                    for index, item in enumerate(items)
+                )
+        if isinstance(value, dict | list):
+            return f"pulumi config rm {key} -s {stack}"
+        for candidate in input_rules.declared_type_candidates(
+            str(declaration.get("type")), text, minutes=key.endswith("Minutes")
+        ):
+            if accepted(key, candidate):
+                return f"pulumi config set {key} {candidate} -s {stack}"
+        if "default" in declaration:
+            return f"pulumi config rm {key} -s {stack} (the default applies)"
+        return None
 
-def _type_accepts(type_name: str, items: Mapping[str, Any] | None, value: Any) -> bool:
-    if not isinstance(value, (dict, list)):
-        value = _config_text(value)
-    if type_name == "string":
-        return isinstance(value, str)
-    if type_name == "integer":
-        # strconv.Atoi: an optional sign, then digits.
-        return isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
-    if type_name == "boolean":
-        return value in ("true", "false")
-    if type_name == "object":
-        return isinstance(value, dict)
-    item_type = (items or {}).get("type")
-    if not (isinstance(value, list) and item_type):
-        return False
-    return all(_type_accepts(item_type, (items or {}).get("items"), v) for v in value)
+    return fix
 
 
 def project_config(project_dir: Path = REPO_ROOT) -> dict[str, str]:
@@ -381,6 +410,7 @@ def run_stack(
     unknown_outputs: bool = False,
     project_dir: Path = REPO_ROOT,
     secret_keys: Iterable[str] = (),
+    sets: Sequence[ConfigSet] = (),
 ) -> PlanResult:
     """Evaluate __main__.py for `stack` under mocks (always as a preview: dry_run=True).
 
@@ -389,15 +419,17 @@ def run_stack(
     `unset` removes keys, like `pulumi config rm`. unknown_outputs=True: the preview of a first
     `pulumi up` (or of a replaced cluster), see OfflineMocks. secret_keys: the keys given as
     secrets (`pulumi config set --secret`); every other value is plain text, as in a stack file.
+    sets: `pulumi config set` commands written into the stack file first (the plan's --set).
     """
     _forget_previous_run()
-    config = {**stack_config(stack, project_dir), **(overrides or {})}
+    config = {**stack_config(stack, project_dir, sets), **(overrides or {})}
     for key in unset:
         config.pop(key, None)
     # `pulumi config rm` of a key Pulumi.yaml gives a default leaves the default.
     config = {**project_config(project_dir), **config}
     # A value encrypted in the stack file was set with --secret.
-    secret = set(secret_keys) | {key for key, value in config.items() if value == ENCRYPTED_VALUE}
+    secret = set(secret_keys) | {change.root for change in sets if change.secret}
+    secret |= {key for key, value in config.items() if value == ENCRYPTED_VALUE}
     set_all_config(config, [key for key in config if key in secret])
     engine_mocks = OfflineMocks(unknown_outputs)
     monitor = RecordingMonitor(engine_mocks)

@@ -331,8 +331,8 @@ def test_wandb_logger_without_a_key_is_refused_before_any_resource() -> None:
         run_stack("a4", {"verl-gke:job": '{"logger": ["console", "wandb"]}'}, strict=False)
     message = str(error.value)
     assert "verl-gke:job.logger = ['console', 'wandb']" in message
-    assert "pulumi config set --secret verl-gke:wandbApiKey <your key> -s a4" in message
-    assert "or set verl-gke:job.logger to ['console']" in message
+    assert "pulumi config set --secret verl-gke:wandbApiKey '<your-wandb-api-key>' -s a4" in message
+    assert """or pulumi config set --path verl-gke:job.logger '["console"]' -s a4""" in message
 
 
 # -- tools.run reads the plain outputs --------------------------------------------------------

@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import importlib.util
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -145,3 +146,21 @@ def test_the_clone_s_own_folders_are_used_when_no_variable_names_another(
     assert os.environ["VERL_GKE_CRDS_DIR"] == str(tmp_path / ".crds")
     assert os.environ["VERL_GKE_RAY_VENVS"] == "/elsewhere"
     assert "VERL_GKE_VERL_VENVS" not in os.environ
+
+
+def test_each_set_up_step_says_how_far_it_is_and_how_long_it_took() -> None:
+    # The step function of .ci/setup, run on two stand-in steps (one failing): numbered headers,
+    # each step's duration, and the failed one listed as missing.
+    script = (ROOT / ".ci" / "setup").read_text()
+    step = script[script.index("steps_total=0") : script.index("\nmain_venv()")]
+    program = (
+        "missing=()\nstarted=$SECONDS\n"
+        + step
+        + '\nsteps_total=2\nstep "first" true\nstep "second" false\necho "missing=${missing[*]}"\n'
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "== [1/2] first (started at 0 s)"
+    assert lines[1] == "   done in 0 s"
+    assert lines[2].startswith("== [2/2] second (started at ")
+    assert lines[-1] == "missing=second"

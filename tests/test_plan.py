@@ -114,21 +114,28 @@ PLAIN_WARNING = "WARNING: verl-gke:hfToken is not a Pulumi secret"
 def test_plan_never_prints_or_writes_the_token(
     stack: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert plan_cli.main([stack, flag, f"verl-gke:hfToken={TOKEN}", "--out", str(tmp_path)]) == 0
+    code = plan_cli.main([stack, flag, f"verl-gke:hfToken={TOKEN}", "--out", str(tmp_path)])
     printed = capsys.readouterr()
-    files = {p.name: p.read_text() for p in (tmp_path / stack).iterdir()}
     assert TOKEN not in printed.out + printed.err
+    if flag == "--set":
+        # Pulumi.yaml declares the token `secret: true`: Pulumi refuses it in plain text in the
+        # stack file, and `--set` writes it there as `pulumi config set` would.
+        assert code == 2
+        assert "'verl-gke:hfToken' must be encrypted as it's secret" in printed.err
+        assert "Fix: --set-secret verl-gke:hfToken=" in printed.err
+        return
+    assert code == 0
+    files = {p.name: p.read_text() for p in (tmp_path / stack).iterdir()}
     leaks = [name for name, text in files.items() if TOKEN in text]
     assert not leaks
     secret = yaml.safe_load(files["secret-storage-hf-secret.yaml"])
     assert secret["stringData"] == {"hf_token": "<redacted: verl-gke:hfToken>"}
-    # The offline engine marks the token secret only when it was given as one.
-    assert (PLAIN_WARNING in printed.out) is (flag == "--set")
+    assert PLAIN_WARNING not in printed.out
 
 
 def test_plan_error_never_echoes_the_token(capsys: pytest.CaptureFixture[str]) -> None:
     job = '{"extraOverrides": ["+x.y=' + TOKEN + '"]}'
-    argv = ["a4", "--set", f"verl-gke:hfToken={TOKEN}", "--set", f"verl-gke:job={job}"]
+    argv = ["a4", "--set-secret", f"verl-gke:hfToken={TOKEN}", "--set", f"verl-gke:job={job}"]
     assert plan_cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "verl-gke:job.extraOverrides[0] = '+x.y=<redacted: verl-gke:hfToken>'" in err
@@ -188,3 +195,40 @@ def test_the_stack_file_reader_marks_encrypted_values(tmp_path: Path) -> None:
     config = stack_config("a3u", project)
     assert config["verl-gke:hfToken"] == ENCRYPTED_VALUE
     assert config["gcp:project"] == REAL["gcp:project"]
+
+
+def test_the_plan_starts_with_the_job_and_ends_with_what_to_run_next(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["a3u", "--set", "verl-gke:job.rolloutN=4", "--set", "gcp:project=acme-ml-prod"]
+    assert plan_cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Job: 256 prompts per step x 4 rollouts, prompt 512 + response")
+    assert "lr 1e-05" in lines[1]
+    nxt = lines[lines.index("Next:") :]
+    # Each placeholder the plan filled in, set without a value (the CLI asks for it), then up.
+    asked = [line.split("#")[0].split()[-3] for line in nxt if "asks for the value" in line]
+    assert asked == ["verl-gke:zone", "verl-gke:reservation", "verl-gke:hfToken"]
+    assert "pulumi config set --secret verl-gke:hfToken -s a3u" in nxt[3]
+    assert nxt[-2].split("#")[0].strip() == "pulumi up -s a3u"
+    assert nxt[-1].split("#")[0].strip() == "python -m tools.run a3u --follow"
+
+
+@pytest.mark.integration  # runs `python __main__.py` as a subprocess
+def test_running_the_program_directly_says_how_it_is_run() -> None:
+    done = subprocess.run(
+        [sys.executable, "__main__.py"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "pulumi up -s a4x" in done.stderr and "python -m tools.plan a4x" in done.stderr
+
+
+def test_next_leaves_out_a_placeholder_the_stack_does_not_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Spot takes no reservation: its placeholder is ignored, so setting it is no next step.
+    assert plan_cli.main(["a3u", "--set", "verl-gke:capacity=spot"]) == 0
+    out = capsys.readouterr().out
+    assert "verl-gke:reservation is still the placeholder" in out
+    assert "pulumi config set verl-gke:reservation" not in out.split("\nNext:\n", 1)[1]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
-from planning.offline_engine import REPO_ROOT, run_stack, stack_config
+from planning.offline_engine import REPO_ROOT, StackConfigError, run_stack, stack_config
+from planning.pulumi_config import ConfigSet
 from tools import plan as plan_cli
 
 # A fix in the plan's form; the first of alternatives (`A, or B`) is taken.
@@ -60,42 +62,81 @@ def test_a_key_the_user_typed_is_left_out_and_one_of_the_stack_file_removed_ther
     assert secret == "Fix: --set-secret verl-gke:hfToken=hf_..."
 
 
-def _overrides(*items: str) -> dict[str, str]:
+def _sets(*items: str) -> list[ConfigSet]:
     parser = plan_cli.argument_parser()
-    return plan_cli.config_overrides(parser, parser.parse_args(["a3u", *items]))[0]
+    return plan_cli.config_sets(parser, parser.parse_args(["a3u", *items]))
 
 
-def test_job_fields_given_as_paths_and_objects_merge_typed_as_pulumi_path_does() -> None:
+def _overrides(*items: str) -> dict[str, str]:
+    """The config the plan runs with these --set items: the stack file after them."""
+    return stack_config("a3u", REPO_ROOT, _sets(*items))
+
+
+def test_job_fields_given_as_paths_merge_and_a_whole_value_replaces_as_pulumi_does() -> None:
+    # pulumi/pulumi sdk/go/common/resource/config/map.go Map.Set: a --path set walks into the
+    # object and adjustObjectValue types its text; a top-level set stores the text as a string,
+    # which a later --path set replaces by the object it builds.
     overrides = _overrides(
         "--set", "verl-gke:job.maxResponseLength=4096",
-        "--set", 'verl-gke:job={"trainBatchSize": 128}',
         "--set", "verl-gke:job.useKlLoss=true",
         "--set", "verl-gke:job.experimentName=run-7",
+        "--set", "verl-gke:job.lr=0.5",
+        "--set", "verl-gke:job.saveFreq=010",
     )  # fmt: skip
-    stack_job = json.loads(stack_config("a3u").get("verl-gke:job") or "{}")
-    # Pulumi CLI docs, `pulumi config set`: with --path, true/false are booleans, integers are
-    # numbers, anything else a string.
     assert json.loads(overrides["verl-gke:job"]) == {
-        **stack_job,
         "maxResponseLength": 4096,
-        "trainBatchSize": 128,
         "useKlLoss": True,
         "experimentName": "run-7",
+        "lr": "0.5",
+        "saveFreq": "010",
     }
-    assert plan_cli.path_value("0.5") == "0.5" and plan_cli.path_value("-3") == -3
+    whole = _overrides(
+        "--set", "verl-gke:job.maxResponseLength=4096",
+        "--set", 'verl-gke:job={"trainBatchSize": 128}',
+    )  # fmt: skip
+    assert whole["verl-gke:job"] == '{"trainBatchSize": 128}'
+    rebuilt = _overrides(
+        "--set", 'verl-gke:job={"trainBatchSize": 128}',
+        "--set", "verl-gke:job.rolloutN=8",
+    )  # fmt: skip
+    assert json.loads(rebuilt["verl-gke:job"]) == {"rolloutN": 8}
+
+
+def test_a_list_item_past_the_end_is_refused_as_pulumi_refuses_it() -> None:
+    with pytest.raises(
+        StackConfigError, match=r"out of range.*the next is verl-gke:authorizedNetworks\[0\]"
+    ):
+        _overrides("--set", "verl-gke:authorizedNetworks[1]=203.0.113.7/32")
+    listed = _overrides(
+        "--set", "verl-gke:authorizedNetworks[0]=203.0.113.7/32",
+        "--set", "verl-gke:authorizedNetworks[1]=198.51.100.0/24",
+    )  # fmt: skip
+    assert json.loads(listed["verl-gke:authorizedNetworks"]) == [
+        "203.0.113.7/32",
+        "198.51.100.0/24",
+    ]
 
 
 def test_a_path_set_job_field_reaches_the_job() -> None:
-    result = run_stack("a3u", _overrides("--set", "verl-gke:job.maxResponseLength=4096"))
+    result = run_stack("a3u", sets=_sets("--set", "verl-gke:job.maxResponseLength=4096"))
     jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
     (job,) = [r for r in jobs if r.name == "grpo-job"]
     assert "data.max_response_length=4096" in job.inputs["entrypoint"]
 
 
-def test_a_job_item_that_is_no_object_is_refused_naming_it() -> None:
-    with pytest.raises(SystemExit) as exit_:
-        _overrides("--set", "verl-gke:job=[1]", "--set", "verl-gke:job.rolloutN=8")
-    assert exit_.value.code == 2
+def test_a_set_and_the_same_value_in_the_stack_file_meet_the_same_rule(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for typed in ("verl-gke:deleteBucketOnDestroy=yes", "verl-gke:hfToken=hf_plaintext"):
+        assert plan_cli.main(["a3u", "--set", typed]) == 2
+        from_set = capsys.readouterr().err.split(" Fix:")[0]
+        key, value = typed.split("=")
+        (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+        stack_file = (REPO_ROOT / "Pulumi.a3u.yaml").read_text()
+        (tmp_path / "Pulumi.a3u.yaml").write_text(f"{stack_file}  {key}: {value}\n")
+        with pytest.raises(StackConfigError) as refused:
+            stack_config("a3u", tmp_path)
+        assert from_set == f"error: {str(refused.value).split(' Fix:')[0]}"
 
 
 README = (REPO_ROOT / "README.md").read_text()
@@ -105,18 +146,22 @@ COUNTS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 def test_the_readme_s_try_it_installs_the_locked_set_ci_tests() -> None:
     section = README.split("## Try it without a cloud account", 1)[1].split("\n## ", 1)[0]
-    installs = re.findall(r"pip install [^\n]+", section)
-    assert installs == ["pip install --require-hashes -r requirements.lock"], installs
+    installs = [line.split("#")[0].strip() for line in re.findall(r"pip install [^\n]+", section)]
+    # pip itself first: the pip `venv` brings on Python 3.11/3.12 refuses some hashed lines.
+    assert installs == [
+        "pip install --upgrade pip",
+        "pip install --require-hashes -r requirements.lock",
+    ], installs
 
 
 def test_the_readme_shows_set_secret_and_the_path_form_the_plan_accepts() -> None:
-    assert "--set-secret verl-gke:hfToken=hf_..." in README
+    assert "(`--set-secret` is `pulumi config set --secret`, never printed)" in README
     # The README's path-form example, as a user would copy it, plans (every rule passes).
     example = re.search(r"tools\.plan (\w+) (--set [^\n]+\\\n\s+--set \S+)", README)
     assert example, "the README's path-form --set example is gone"
     items = example[2].replace("\\\n", " ").split()
     assert "verl-gke:job.maxResponseLength=4096" in items
-    result = run_stack(example[1], _overrides(*items))
+    result = run_stack(example[1], sets=_sets(*items))
     jobs = result.of_type("pulumi-python:dynamic/jobs:RayJob")
     (job,) = [r for r in jobs if r.name == "grpo-job"]
     assert "data.max_response_length=4096" in job.inputs["entrypoint"]

@@ -10,7 +10,7 @@ folder; any other change must keep the folder (the run continues).
 
 from __future__ import annotations
 
-import ast
+import shlex
 from typing import Any
 
 import pytest
@@ -151,8 +151,9 @@ def test_every_logger_is_kept_on_the_bucket_or_refused_with_a_fix(name: str) -> 
     problems = tracker_problems(spec, settings)
     if name in UNSUPPORTED_LOGGERS or name == "wandb":
         assert len(problems) == 1 and "Fix: " in problems[0]
-        fixed = problems[0].rsplit("logger to ", 1)[1].split(" (")[0]
-        fixed_spec = apply_overrides(spec, {"logger": ast.literal_eval(fixed)})  # as printed
+        command = problems[0].rsplit("pulumi config set --path verl-gke:job.logger ", 1)[1]
+        fixed = shlex.split(command.split(" -s ")[0])[0]  # the shell word as printed: '["console"]'
+        fixed_spec = apply_overrides(spec, {"logger": fixed})  # stored as text, as --path does
         assert tracker_problems(fixed_spec, settings) == []
         return
     assert problems == []

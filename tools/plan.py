@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +34,17 @@ from planning.offline_engine import (
     run_stack,
     stack_config,
 )
+from planning.pulumi_config import ConfigSet, is_path_key, parse_path
 from planning.rehearsal import (
     offline_rehearsal,
     refusal_message,
     rehearsal_lines,
     run_length_record,
 )
-from tools.plan_redaction import redacted, secret_markers
+from tools.plan_redaction import marker, redacted, secret_markers
 from training.assembly import training_job
-from training.grpo_spec import CONFIG_KEY as JOB_KEY
-from training.grpo_spec import RUN_CONTINUITY
+from training.grpo_spec import RUN_CONTINUITY, GrpoSpec
+from training.run_cost import spec_steps
 
 # The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
 PROJECT_DIR = REPO_ROOT
@@ -170,9 +170,15 @@ def write_manifests(
     return written
 
 
-def planned_settings(stack: str, overrides: dict[str, str], strict: bool) -> StackSettings:
-    """The settings the planned run used (the same config run_stack read)."""
-    config = {**stack_config(stack, PROJECT_DIR), **overrides}
+def planned_settings(
+    stack: str, given: Sequence[ConfigSet] | Mapping[str, str], strict: bool
+) -> StackSettings:
+    """The settings the planned run used (the same config run_stack read): the stack file after
+    the plan's --set, or with config values laid over it (run_stack's `overrides`)."""
+    if isinstance(given, Mapping):
+        config = {**stack_config(stack, PROJECT_DIR), **given}
+    else:
+        config = stack_config(stack, PROJECT_DIR, given)
     return load_settings(stack, config, offline=not strict).settings
 
 
@@ -183,15 +189,18 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("stack", help="stack name, e.g. a4x, a4 or a3u (reads Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--set",
-        action="append",
+        action=_OrderedSet,
+        dest="sets",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config value, e.g. --set verl-gke:gpuNodes=8 (repeatable)",
+        help="set a config value as `pulumi config set KEY VALUE` writes it into the stack "
+        "file, e.g. --set verl-gke:gpuNodes=8; a KEY with .FIELD or [INDEX] as with --path "
+        "(repeatable, applied in order)",
     )
     parser.add_argument(
         "--set-secret",
-        action="append",
-        default=[],
+        action=_OrderedSet,
+        dest="sets",
         metavar="KEY=VALUE",
         help="a config value given as a secret, like `pulumi config set --secret` (repeatable)",
     )
@@ -210,89 +219,46 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def path_value(text: str) -> object:
-    """A value set for a path, as `pulumi config set --path` stores it: true/false a boolean, an
-    integer a number, anything else a string (Pulumi CLI docs, `pulumi config set`)."""
-    if text in ("true", "false"):
-        return text == "true"
-    return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+class _OrderedSet(argparse.Action):
+    """--set and --set-secret into one list, in the order typed (a later one wins, as a later
+    `pulumi config set` does)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append((option_string, values))
+        setattr(namespace, self.dest, items)
 
 
-def job_fields(stack: str, items: list[tuple[str, str]]) -> str:
-    """verl-gke:job as JSON text: the stack file's fields, then each --set in order, merged field
-    by field: `verl-gke:job={...}` sets the fields it names, `verl-gke:job.FIELD=VALUE` one field
-    (as `pulumi config set --path`), `verl-gke:job.FIELD[i]=VALUE` one item of a list field.
-    Raises ValueError naming an item that is not a JSON object."""
-    try:
-        base = json.loads(stack_config(stack, PROJECT_DIR).get(JOB_KEY) or "{}")
-    except (FileNotFoundError, StackConfigError, json.JSONDecodeError):
-        base = {}  # the plan itself reports a missing stack or a bad stack value
-    fields = dict(base) if isinstance(base, dict) else {}
-    for key, value in items:
-        if key == JOB_KEY:
-            try:
-                given = json.loads(value)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"--set {JOB_KEY}={value}: not JSON ({error})") from None
-            if not isinstance(given, dict):
-                raise ValueError(f"--set {JOB_KEY}={value}: not a JSON object of job fields")
-            fields.update(given)
-        elif (indexed := _INDEXED.fullmatch(key.removeprefix(f"{JOB_KEY}."))) is not None:
-            # FIELD[i]: item i of a list field, or a new last item at i == its length.
-            name, index = indexed["field"], int(indexed["index"])
-            current = fields.get(name)
-            entries = list(current) if isinstance(current, list) else []
-            if index > len(entries):
-                raise ValueError(
-                    f"--set {key}={value}: {name} has {len(entries)} item(s); the next is "
-                    f"{JOB_KEY}.{name}[{len(entries)}]"
-                )
-            entries[index : index + 1] = [path_value(value)]
-            fields[name] = entries
-        else:
-            fields[key.removeprefix(f"{JOB_KEY}.")] = path_value(value)
-    return json.dumps(fields)
-
-
-_INDEXED = re.compile(r"(?P<field>\w+)\[(?P<index>[0-9]+)\]")
-
-
-def config_overrides(
-    parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> tuple[dict[str, str], set[str]]:
-    """(--set and --set-secret values by key, the keys given as secrets); a malformed item exits
-    through parser.error without echoing a secret's value. Job fields (verl-gke:job as JSON or
-    verl-gke:job.FIELD) merge into one verl-gke:job."""
-    overrides: dict[str, str] = {}
-    secret_keys: set[str] = set()
-    job_items: list[tuple[str, str]] = []
-    for flag, items in (("--set", args.set), ("--set-secret", args.set_secret)):
-        for item in items:
-            key, sep, value = item.partition("=")
-            if not sep or ":" not in key:
-                shown = "<redacted>" if flag == "--set-secret" else repr(item)
-                parser.error(
-                    f"{flag} {shown}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8"
-                )
-            if flag == "--set" and (key == JOB_KEY or key.startswith(f"{JOB_KEY}.")):
-                job_items.append((key, value))
-                continue
-            overrides[key] = value
-            if flag == "--set-secret":
-                secret_keys.add(key)
-    if len(job_items) == 1 and job_items[0][0] == JOB_KEY:
-        overrides[JOB_KEY] = job_items[0][1]  # as typed: the program reports what is wrong
-    elif job_items:
+def config_sets(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ConfigSet]:
+    """Each --set / --set-secret as the `pulumi config set` it stands for: a key with .FIELD or
+    [INDEX] is a `--path` set. A malformed item exits through parser.error without echoing a
+    secret's value."""
+    sets = []
+    for flag, item in args.sets:
+        key, sep, value = item.partition("=")
+        secret = flag == "--set-secret"
+        if not sep or ":" not in key:
+            shown = "<redacted>" if secret else repr(item)
+            parser.error(f"{flag} {shown}: expected NAMESPACE:KEY=VALUE, e.g. verl-gke:gpuNodes=8")
+        change = ConfigSet(key, value, path=is_path_key(key), secret=secret)
         try:
-            overrides[JOB_KEY] = job_fields(args.stack, job_items)
+            parse_path(key)
         except ValueError as error:
-            parser.error(str(error))
-    return overrides, secret_keys
+            parser.error(f"{flag} {key}=...: {error}")
+        sets.append(change)
+    return sets
 
 
 # A fix the program prints as a Pulumi command (config/settings.py and the rules it runs).
 _SET_COMMAND = re.compile(
-    r"pulumi config set (?P<secret>--secret )?(?:--path )?(?P<key>[\w-]+:[\w.\[\]-]+) "
+    r"pulumi config set (?P<secret>--secret )?(?:--path )?"
+    r"(?P<key>'[\w-]+:[\w.\[\]-]+'|[\w-]+:[\w.\[\]-]+) "
     r"(?P<value>'[^']*'|[^\s,;)]+)(?: -s [\w.-]+)?"
 )
 _RM_COMMAND = re.compile(
@@ -307,7 +273,11 @@ def offline_fixes(message: str, stack: str, typed: set[str]) -> str:
 
     def set_form(match: re.Match[str]) -> str:
         flag = "--set-secret" if match["secret"] else "--set"
-        return f"{flag} {match['key']}={match['value']}"
+        key, value = match["key"].strip("'"), match["value"]
+        if "[" in key:
+            # One shell word: the brackets stay literal (zsh refuses an unmatched glob).
+            return f"{flag} '{key}={value.strip(chr(39))}'"
+        return f"{flag} {key}={value}"
 
     def rm_form(match: re.Match[str]) -> str:
         key = match["key"]
@@ -321,37 +291,33 @@ def offline_fixes(message: str, stack: str, typed: set[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argument_parser()
     args = parser.parse_args(argv)
-    overrides, secret_keys = config_overrides(parser, args)
+    sets = config_sets(parser, args)
+    typed = {change.key for change in sets} | {change.root for change in sets}
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
-    markers = secret_markers(overrides)
+    given = {change.text: marker(change.key) for change in sets if change.secret and change.text}
+    markers = {**secret_markers({change.key: change.text for change in sets}), **given}
     try:
-        markers = secret_markers({**stack_config(args.stack, PROJECT_DIR), **overrides})
-        result = run_stack(
-            args.stack,
-            overrides,
-            strict=args.strict,
-            secret_keys=secret_keys,
-            project_dir=PROJECT_DIR,
-        )
+        markers = {**secret_markers(stack_config(args.stack, PROJECT_DIR, sets)), **given}
+        result = run_stack(args.stack, strict=args.strict, project_dir=PROJECT_DIR, sets=sets)
     except (pulumi.RunError, FileNotFoundError, StackConfigError) as error:
         # RunError: settings or job preflight problems, each with its fix; StackConfigError: a
         # value Pulumi itself refuses before the program runs.
-        message = offline_fixes(str(error), args.stack, set(overrides))
+        message = offline_fixes(str(error), args.stack, typed)
         print(f"error: {redacted(message, markers)}", file=sys.stderr)
         return 2
     markers = {**secret_markers({}, result), **markers}
     rehearsal = None
     if args.rehearse:
-        settings = planned_settings(args.stack, overrides, args.strict)
+        settings = planned_settings(args.stack, sets, args.strict)
         rehearsal = offline_rehearsal(settings, training_job(settings).spec)
         refused = refusal_message(rehearsal)
         if refused is not None:
             # verl's own refusal of the job, as a validation error: its message and fix. What
             # concerns this machine, not the job, is no refusal (planning/rehearsal.refusals).
-            message = offline_fixes(refused, args.stack, set(overrides))
+            message = offline_fixes(refused, args.stack, typed)
             print(f"error: {redacted(message, markers)}", file=sys.stderr)
             return 2
-    for line in plan_report(result, overrides, args.strict, rehearsal):
+    for line in plan_report(result, sets, args.strict, rehearsal):
         print(redacted(line, markers))
     if args.out:
         written = write_manifests(result, args.out, markers)
@@ -367,7 +333,7 @@ NOT_REHEARSED = (
 
 def plan_report(
     result: PlanResult,
-    overrides: dict[str, str],
+    sets: Sequence[ConfigSet] | Mapping[str, str],
     strict: bool,
     rehearsal: dict[str, Any] | str | None = None,
 ) -> Iterator[str]:
@@ -375,7 +341,9 @@ def plan_report(
     messages, the offline rehearsal (planning/rehearsal.py; None: not run), what you pay for (the
     whole run at verl's step count where the rehearsal counted the run's rows), the outputs."""
     count = len(result.resources)
+    settings = planned_settings(result.stack, sets, strict)
     yield f"Plan for stack {result.stack!r}: {count} resources (offline, mocked engine)"
+    yield job_summary(training_job(settings).spec)
     for notice in result.notices:
         yield f"  note: {notice}"
     yield render_tree(result)
@@ -383,7 +351,6 @@ def plan_report(
     root = result.outputs.get("checkpointRoot")
     if isinstance(root, str):
         yield f"Run: checkpoints in {root}; {RUN_CONTINUITY}"
-    settings = planned_settings(result.stack, overrides, strict)
     recovery = settings.recovery_plan
     stacks = f"{root}/{recovery.stacks_subdir}/" if isinstance(root, str) else "the run folder"
     yield (
@@ -399,6 +366,43 @@ def plan_report(
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
         yield f"  {key}: {shown}"
+    yield from next_steps(result.stack, result.notices)
+
+
+def job_summary(spec: GrpoSpec) -> str:
+    """The GRPO job's hyperparameters in one line (verl-gke:job keys, training/grpo_spec.py)."""
+    steps = spec_steps(spec)
+    return (
+        f"Job: {spec.train_batch_size} prompts per step x {spec.rollout_n} rollouts, prompt "
+        f"{spec.max_prompt_length} + response {spec.max_response_length} tokens, lr {spec.lr:g}, "
+        f"mini-batch {spec.ppo_mini_batch_size}, {spec.total_epochs} epoch(s) = "
+        f"{steps if steps is not None else 'the dataset decides the'} steps "
+        f"(verl-gke:job.trainBatchSize, rolloutN, maxPromptLength, maxResponseLength, lr, "
+        f"ppoMiniBatchSize, totalEpochs)"
+    )
+
+
+# What the plan says about a key it planned with an example value (config/settings.py notices).
+_PLANNED_WITH = re.compile(
+    r"^(?P<key>[\w-]+:\w+) is (?:still the placeholder .*|not set); planning with "
+)
+
+
+def next_steps(stack: str, notices: Sequence[str]) -> Iterator[str]:
+    """What to run next: set the placeholders the plan filled in, then `pulumi up`, then follow
+    the run (README, Quick start)."""
+    yield "Next:"
+    for notice in notices:
+        match = _PLANNED_WITH.match(notice)
+        if match is None:
+            continue
+        # Without a value `pulumi config set` asks for it (--secret: without echoing it),
+        # pulumi/pulumi pkg/cmd/pulumi/config/config_set.go.
+        key = match["key"]
+        flag = "--secret " if key.endswith(":hfToken") else ""
+        yield f"  pulumi config set {flag}{key} -s {stack}   # asks for the value"
+    yield f"  pulumi up -s {stack}                      # returns at verl's first training step"
+    yield f"  python -m tools.run {stack} --follow      # follow the run until it ends"
 
 
 def teardown_notes(settings: StackSettings) -> Iterator[str]:

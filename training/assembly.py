@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def _job_for_model(settings: StackSettings, model: ModelFacts, *, judge_fixes: b
         *_run_input_problems(spec, settings),
         *tracker_problems(spec, settings),
         *extra_override_problems(spec, settings.verl_ref),
-        *sequence_problems(spec, model),
+        *sequence_problems(spec, model, _length_acceptor(settings, model) if judge_fixes else None),
         *_dataset_size_problems(spec, settings),
         *checkpoint_keep_problems(spec, settings.verl_ref),
         *lora_alpha_problems(spec),
@@ -214,6 +215,24 @@ def _settings_with_fix(settings: StackSettings, spec: GrpoSpec, fix: MemoryFix) 
             raise ValueError(f"no stack setting applies the memory fix {fix.text!r}")
     raw = {**settings.model_dump(by_alias=True), "gpuNodes": gpu_nodes, "job": job}
     return StackSettings.model_validate(raw)
+
+
+def _length_acceptor(settings: StackSettings, model: ModelFacts) -> Callable[[int], bool]:
+    """Whether the job passes every rule, its memory fit included, with that maxResponseLength
+    (the context-length fix offers only such a length)."""
+
+    def accept(length: int) -> bool:
+        job = {**settings.job, _job_key("max_response_length"): length}
+        try:
+            changed = StackSettings.model_validate(
+                {**settings.model_dump(by_alias=True), "job": job}
+            )
+            _job_for_model(changed, model, judge_fixes=False)
+        except ValueError:
+            return False
+        return True
+
+    return accept
 
 
 def _fix_acceptor(settings: StackSettings, spec: GrpoSpec, model: ModelFacts) -> FixAcceptor:

@@ -100,6 +100,8 @@ def set_command(alias: str, value: object) -> str:
     is a boolean for true/false, a number for an integer, else a string (Pulumi CLI docs,
     `pulumi config set`); the offline plan prints it as `--set KEY=VALUE` (tools/plan.py)."""
     shown = ("true" if value else "false") if isinstance(value, bool) else _hydra_value(value)
+    if not _HYDRA_SAFE.fullmatch(shown):
+        shown = shlex.quote(shown)  # one shell word: `'["wandb"]'`
     return f"pulumi config set --path {_setting(alias)} {shown}"
 
 
@@ -145,12 +147,27 @@ def _loggers(value: tuple[str, ...]) -> tuple[str, ...]:
     return value
 
 
+def _text_list(value: object) -> object:
+    """A list field given as JSON text, `["a", "b"]`: what `pulumi config set --path
+    verl-gke:job.FIELD '["a"]'` stores (a string: pulumi/pulumi sdk/go/common/resource/config
+    map.go adjustObjectValue), read as the list it spells. Any other text stays text, refused."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            items = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        if isinstance(items, list) and all(isinstance(item, str) for item in items):
+            return tuple(items)
+    return value
+
+
+TextList = Annotated[tuple[str, ...], BeforeValidator(_text_list)]
 # `true` is not 1 and `010` is not ten (config/input_rules.whole_number): refused, not coerced.
 WholeNumber = Annotated[int, BeforeValidator(whole_number)]
 PositiveWhole = Annotated[PositiveInt, BeforeValidator(whole_number)]
 HydraString = Annotated[str, AfterValidator(_hydra_safe)]
 ExperimentName = Annotated[str, AfterValidator(_experiment_name)]
-Loggers = Annotated[tuple[str, ...], AfterValidator(_loggers)]
+Loggers = Annotated[TextList, AfterValidator(_loggers)]
 
 
 class GrpoSpec(BaseModel):
@@ -204,7 +221,7 @@ class GrpoSpec(BaseModel):
     enable_gradient_checkpointing: bool | None = None
     use_remove_padding: bool | None = None
     # Escape hatch for verl keys not modelled above; rendered last, shell-quoted as given.
-    extra_overrides: tuple[str, ...] = ()
+    extra_overrides: TextList = ()
 
     @model_validator(mode="after")
     def _check_extra_overrides(self) -> GrpoSpec:
@@ -652,6 +669,12 @@ def _value_fix(item: Any, values: Mapping[str, Any]) -> str:
         candidates += [nearest] if nearest else []
     if isinstance(item["input"], bool):
         candidates.insert(0, int(item["input"]))
+    if item["type"] == "tuple_type" and isinstance(item["input"], str):
+        # One item given where a list belongs: the list of that item, as JSON text.
+        text = item["input"].strip()
+        # `[a,b]` as a shell leaves '["a","b"]' typed without quotes: the items it names.
+        bare = text[1:-1].split(",") if text.startswith("[") and text.endswith("]") else [text]
+        candidates.insert(0, json.dumps([part.strip().strip("'\"") for part in bare]))
     for candidate in candidates:
         try:
             GrpoSpec.model_validate({**values, alias: candidate})

@@ -14,6 +14,7 @@ layers; a mixture-of-experts config is refused with the reason.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,7 +187,8 @@ def _fix(settings: StackSettings, reason: str) -> str:
         )
     if "not in the committed table" in reason:
         return (
-            f"{settings.fix('model', _DENSE)} (or, to train this model, give its "
+            f"{settings.fix('model', closest_table_id(settings.model))} (or, to train this "
+            f"model, give its "
             f"config.json: pulumi config set {config_key('model_config_file')} "
             f"PATH/config.json -s {settings.stack}, a copy in your repository)"
         )
@@ -202,6 +204,14 @@ def _fix(settings: StackSettings, reason: str) -> str:
         # from that file, so the fix replaces both.
         return f"{settings.fix('model', _DENSE)} and {_rm_model_config(settings, _DENSE)}"
     return settings.fix("model", _DENSE)
+
+
+def closest_table_id(model: str) -> str:
+    """The table's id `model` most likely meant (a typo, another case: `Qwen/Qwen2.5-32B-Instrct`
+    -> `Qwen/Qwen2.5-32B-Instruct`), else the table's small dense model."""
+    by_lower = {hub_id.lower(): hub_id for hub_id in MODEL_TABLE}
+    close = difflib.get_close_matches(model.lower(), list(by_lower), n=1, cutoff=0.85)
+    return by_lower[close[0]] if close else _DENSE
 
 
 def _not_in_table(settings: StackSettings) -> str:

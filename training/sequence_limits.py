@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from training.grpo_spec import CONFIG_KEY, GrpoSpec
 from training.model_facts import ModelFacts
 
@@ -62,16 +64,36 @@ def batched_tokens_overrides(spec: GrpoSpec) -> list[str]:
     return [f"{BATCHED_TOKENS_KEY}={_sequence(spec)}"]
 
 
-def sequence_problems(spec: GrpoSpec, model: ModelFacts) -> list[str]:
-    """Lengths no setting of the rollout can serve, and a batched-token override verl refuses."""
+def _fitting_lengths(fit: int) -> Iterator[int]:
+    """The longest response that fits the context, then powers of two below it."""
+    yield fit
+    length = 1 << (fit.bit_length() - 1)
+    if length == fit:
+        length //= 2
+    while length >= 1:
+        yield length
+        length //= 2
+
+
+def sequence_problems(
+    spec: GrpoSpec, model: ModelFacts, accept: Callable[[int], bool] | None = None
+) -> list[str]:
+    """Lengths no setting of the rollout can serve, and a batched-token override verl refuses.
+    accept(length): the whole job takes that maxResponseLength (its memory fit included), so
+    the fix offered is one every rule accepts."""
     problems = []
     total = _sequence(spec)
     prompt, response = f"{CONFIG_KEY}.maxPromptLength", f"{CONFIG_KEY}.maxResponseLength"
     limit = model.max_position_embeddings
     if limit is not None and total > limit:
         fit = limit - spec.max_prompt_length
+        length = (
+            next((n for n in _fitting_lengths(fit) if accept is None or accept(n)), fit)
+            if fit > 0
+            else 0
+        )
         fix = (
-            f"set {response} to {fit}"
+            f"pulumi config set --path {response} {length}"
             if fit > 0
             else f"set {prompt} below {limit} and {response} to at most {limit} minus it"
         )

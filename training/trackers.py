@@ -13,6 +13,7 @@ ddbcdb7):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -56,8 +57,8 @@ def tracker_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
     """One problem per logger whose output would be lost or whose credentials are missing."""
     problems = [
         f"{CONFIG_KEY}.logger = {list(spec.logger)}: {name}: {UNSUPPORTED_LOGGERS[name]}. Fix: "
-        f"set {CONFIG_KEY}.logger to {_keep(spec, settings)} (file and tensorboard write into "
-        "the run's checkpoint folder on the bucket)"
+        f"{_logger_command(_keep(spec, settings), settings.stack)} (file and tensorboard write "
+        "into the run's checkpoint folder on the bucket)"
         for name in spec.logger
         if name in UNSUPPORTED_LOGGERS
     ]
@@ -68,10 +69,22 @@ def tracker_problems(spec: GrpoSpec, settings: StackSettings) -> list[str]:
         problems.append(
             f"{CONFIG_KEY}.logger = {list(spec.logger)}: the wandb logger needs a Weights & "
             f"Biases API key, and {config_key('wandb_api_key')} is not set. Fix: pulumi config "
-            f"set --secret {config_key('wandb_api_key')} <your key> -s {settings.stack}, or set "
-            f"{CONFIG_KEY}.logger to {_keep(spec, settings, drop_wandb=True)}"
+            f"set --secret {config_key('wandb_api_key')} '{WANDB_KEY_PLACEHOLDER}' -s "
+            f"{settings.stack} (your key from https://wandb.ai/authorize), or "
+            f"{_logger_command(_keep(spec, settings, drop_wandb=True), settings.stack)}"
         )
     return problems
+
+
+# The key's placeholder in a fix: the offline plan plans it with a stand-in, `pulumi up` refuses it
+# as a placeholder (config/settings.py _OFFLINE_EXAMPLES).
+WANDB_KEY_PLACEHOLDER = "<your-wandb-api-key>"
+
+
+def _logger_command(loggers: list[str], stack: str) -> str:
+    """`pulumi config set --path verl-gke:job.logger '["console"]'`: a list as JSON text, which
+    the job reads as the list (grpo_spec._text_list)."""
+    return f"pulumi config set --path {CONFIG_KEY}.logger '{json.dumps(loggers)}' -s {stack}"
 
 
 def _keep(spec: GrpoSpec, settings: StackSettings, drop_wandb: bool = False) -> list[str]:
