@@ -41,10 +41,10 @@ from planning.rehearsal import (
     rehearsal_lines,
     run_length_record,
 )
+from pricing.whole_run import spec_steps
 from tools.plan_redaction import marker, redacted, secret_markers
 from training.assembly import training_job
 from training.grpo_spec import RUN_CONTINUITY, GrpoSpec
-from training.run_cost import spec_steps
 
 # The folder holding Pulumi.yaml, Pulumi.<stack>.yaml and __main__.py.
 PROJECT_DIR = REPO_ROOT
