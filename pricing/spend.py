@@ -7,7 +7,9 @@ Lifetimes come from the Kubernetes API (read by tools/run_nodes.py):
   cloud.google.com/gke-accelerator (GKE sets it on every GPU node);
 - nodes already removed: the node lifecycle controller's events on them, "RegisteredNode"
   ("Registered Node <name> in Controller") and "RemovingNode" ("Removing Node <name> from
-  Controller") (kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go). A removed
+  Controller") (kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go: emitted
+  when the controller first observes a node, so again for every node after it restarts; a removed
+  node counts from its earliest RegisteredNode kept, which a restart can make later). A removed
   node is a GPU node when its name carries a GPU node pool's prefix (GKE names a node
   <instance group>-<suffix>; the Standard GPU pool is named "gpu-pool"). A removed node of no
   pool seen now (Autopilot's GPU pools once scaled to zero) cannot be told GPU or CPU: it is not

@@ -5,29 +5,30 @@ the API documents (Cloud Billing "Get Google Cloud pricing information": GET
 category, serviceRegions, and pricingInfo[].pricingExpression.tieredRates[].unitPrice with
 units (int64, a JSON string) + nanos).
 
-Which descriptions are real. Quoted from public catalog readers (not read from the API here):
-"A3 Instance Core/Ram running in Americas" and "Spot Preemptible A3 Instance Core/Ram running in
+Which descriptions are real. Quoted from public catalog readers (not read from the API here): "A3
+Instance Core/Ram running in Americas" and "Spot Preemptible A3 Instance Core/Ram running in
 Americas" (readers' family tables; SkyPilot's fetch_gcp.py matches "A3 Instance"), "Commitment v1:
 A3 Cpu" / "Commitment v1: A3 Ram" (prefixes), "H200 141GB GPU running in Americas" ($9.31174 in a
 reader's fixture of catalog data of 2026-07-07), "H200 141GB GPU running in Belgium", "Nvidia H100
 80GB GPU running in Americas" (A3 High, $9.79655), "Nvidia H100 80GB Plus GPU running in Americas"
-(A3 Mega, $10.344276), "A3Plus Instance Core running in Americas" (A3 Mega's host), "A4 Nvidia
-B200 (1 gpu slice) running in Americas" ($16.11), "Spot Preemptible A4 Nvidia B200 (1 gpu slice)
-running in Americas" (with the OnDemand usage type, as readers' fixtures list it), "Commitment
-v1: A4 Nvidia B200 (1 gpu slice) in ... for 1 Year" (a reader's pattern), "Nvidia H100 Mega 80GB GPU attached to
-DWS Defined Duration VMs running in Americas"; Kubernetes Engine's "Autopilot Accelerator CPU
-Premium (us-central1)", "Autopilot Accelerator Memory Premium (...)", "Autopilot H100 80GB
-Premium (...)", "Autopilot Performance CPU/Memory Premium (...)" (GoogleCloudPlatform/
+(A3 Mega, $10.344276), "A3Plus Instance Core running in Americas" (A3 Mega's host), "A4 Nvidia B200
+(1 gpu slice) running in Americas" ($16.11), "Spot Preemptible A4 Nvidia B200 (1 gpu slice) running
+in Americas" (with the OnDemand usage type, as readers' fixtures list it), "Commitment v1: A4
+Nvidia B200 (1 gpu slice) in ... for 1 Year" (a reader's pattern), "Nvidia H100 Mega 80GB GPU
+attached to DWS Defined Duration VMs running in Americas"; Kubernetes Engine's "Autopilot
+Accelerator CPU Premium (us-central1)", "Autopilot Accelerator Memory Premium (...)", "Autopilot
+H100 80GB Premium (...)", "Autopilot Performance CPU/Memory Premium (...)" (GoogleCloudPlatform/
 autopilot-cost-calculator calculator/pricing.go matches these names exactly).
-INVENTED here, modelled on those patterns (no quote of them was found): "A3 Mega Instance Core"
-(an adversarial near-miss), "H200 141GB GPU attached to Spot Preemptible VMs ..." (after "Nvidia
-H100 80GB GPU attached to Spot Preemptible VMs running in Americas"), "DWS Defined Duration A3
-Core/Ram ..." (after "DWS Defined Duration A2 Core/Ram"), the H200 and A4 slice "... attached to
-DWS Defined Duration VMs ..." SKUs, the "Commitment v1: ..." SKUs' full texts (the A3 host's,
-H200's, A4's; the H100 one as a reader's fixture writes it), "N4 Instance Core/Ram ..." (after "C4 Instance Core"), "A3 Ultra Instance
-Core/Ram running in Americas" (public billing data names "DWS Defined Duration A3 Ultra Instance
-Core"), "H200 141GB GPU Extended ..." (adversarial), and the Autopilot "H200 141GB", "H200 141GB
-Spot" and "B200" premium names (after "Autopilot H100 80GB Premium" / "... Spot Premium").
+INVENTED here, modelled on those patterns (no quote of them was found): "A3 Mega Instance Core" (an
+adversarial near-miss), "H200 141GB GPU attached to Spot Preemptible VMs ..." (after "Nvidia H100
+80GB GPU attached to Spot Preemptible VMs running in Americas"), "DWS Defined Duration A3 Core/Ram
+..." (after "DWS Defined Duration A2 Core/Ram"), the H200 and A4 slice "... attached to DWS Defined
+Duration VMs ..." SKUs, the "Commitment v1: ..." SKUs' full texts (the A3 host's, H200's, A4's; the
+H100 one as a reader's fixture writes it), "N4 Instance Core/Ram ..." (after "C4 Instance Core"),
+"A3 Ultra Instance Core/Ram running in Americas" (public billing data names "DWS Defined Duration
+A3 Ultra Instance Core"), "H200 141GB GPU Extended ..." (adversarial), and the Autopilot "H200
+141GB", "H200 141GB Spot" and "B200" premium names (after "Autopilot H100 80GB Premium" / "... Spot
+Premium").
 Prices are test values.
 """
 
