@@ -7,10 +7,14 @@ Lifetimes come from the Kubernetes API (read by tools/run_nodes.py):
   cloud.google.com/gke-accelerator (GKE sets it on every GPU node);
 - nodes already removed: the node lifecycle controller's events on them, "RegisteredNode"
   ("Registered Node <name> in Controller") and "RemovingNode" ("Removing Node <name> from
-  Controller") (kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go). A removed
+  Controller") (kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go: emitted
+  when the controller first observes a node, so again for every node after it restarts; a removed
+  node counts from its earliest RegisteredNode kept, which a restart can make later). A removed
   node is a GPU node when its name carries a GPU node pool's prefix (GKE names a node
-  <instance group>-<suffix>; the Standard GPU pool is named "gpu-pool"). Events are kept an hour
-  by default (kube-apiserver --event-ttl), so a node removed longer ago is not seen: said so.
+  <instance group>-<suffix>; the Standard GPU pool is named "gpu-pool"). A removed node of no
+  pool seen now (Autopilot's GPU pools once scaled to zero) cannot be told GPU or CPU: it is not
+  counted as a GPU node, and its hours are said. Events are kept an hour by default
+  (kube-apiserver --event-ttl), so a node removed longer ago is not seen: said so.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class NodeLife:
     end_s: float | None  # removal; None: the node still exists
     gpu: bool
     start_known: bool = True  # False: the creation fell out of the event window
+    kind_known: bool = True  # False: removed, of no pool seen now: GPU or CPU is not known
 
 
 def _seconds(stamp: str | None) -> float | None:
@@ -62,6 +67,7 @@ def node_lives(nodes: Mapping[str, Any], events: Mapping[str, Any]) -> list[Node
         gpu = GPU_LABEL in (meta.get("labels") or {})
         lives[meta["name"]] = NodeLife(meta["name"], created, None, gpu)
     gpu_prefixes = {_prefix(life.name) for life in lives.values() if life.gpu}
+    cpu_prefixes = {_prefix(life.name) for life in lives.values() if not life.gpu}
     registered: dict[str, float] = {}
     removed: dict[str, float] = {}
     for event in events.get("items", []):
@@ -79,8 +85,9 @@ def node_lives(nodes: Mapping[str, Any], events: Mapping[str, Any]) -> list[Node
             continue  # re-created under the same name: the present node counts
         start = registered.get(name)
         gpu = GPU_POOL_TOKEN in name or _prefix(name) in gpu_prefixes
+        kind_known = gpu or _prefix(name) in cpu_prefixes
         known = start is not None
-        lives[name] = NodeLife(name, start if known else end, end, gpu, known)
+        lives[name] = NodeLife(name, start if known else end, end, gpu, known, kind_known)
     return sorted(lives.values(), key=lambda life: (life.start_s, life.name))
 
 
@@ -108,6 +115,13 @@ def node_spend(
     ]
     if any(not life.start_known for life in gpu):
         notes.append("a removed node's creation fell out of the event window: counted from later")
+    unknown = [life for life in lives if not life.kind_known]
+    if unknown:
+        unknown_hours = sum(((life.end_s or now_s) - life.start_s) / 3600 for life in unknown)
+        notes.append(
+            f"{len(unknown)} removed nodes of no pool seen now ({unknown_hours:.2f} node-hours) "
+            "could not be told GPU or CPU and are not counted as GPU nodes"
+        )
     notes.append("nodes removed before the cluster's event window (an hour) are not seen")
     if gpu_node_usd is None:
         return Spend(None, hours, "; ".join(notes))

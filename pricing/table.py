@@ -12,17 +12,24 @@ from Google's Cloud Billing Catalog as others read it:
 - SkyPilot's GCP catalog (SKYPILOT_V8), which its fetcher builds from the Cloud Billing Catalog
   API (skypilot-org/skypilot sky/catalog/data_fetchers/fetch_gcp.py: the host is vCPUs x the
   series' Core SKU + GiB x its Ram SKU, the GPUs are count x the GPU SKU; OnDemand and
-  Preemptible usage types). Its GPU rows take the FIRST SKU whose description names the GPU
-  (get_gpu_price breaks on the first match), so a discounted SKU of the same usage type can
-  stand in for the list price: its B200 rows show three on-demand figures for the same GPU
-  (us-central1 $90.216, us-east4 $64.44, 8 slices) where the list SKU is $128.88 (below).
+  Preemptible usage types). Its GPU rows take the FIRST SKU of the usage type whose description
+  names the GPU (get_gpu_price breaks on the first match), and Google tags some discounted SKUs
+  OnDemand (public catalog readers' fixtures: "Spot Preemptible A4 Nvidia B200 (1 gpu slice)
+  running in Americas" and the "... attached to DWS Defined Duration VMs ..." SKUs), so one can
+  stand in for the list price: its B200 rows show two on-demand figures for the same 8 slices,
+  $90.216 (us-central1, us-east1, us-south1, europe-west4) and $64.44 (us-east4, us-west2,
+  us-west3, europe-north1), where the list SKU gives $128.88 (below); its H200 rows likewise give
+  $74.49392 in us-central1 but $36.60258 in europe-west4. Its host rows price every a3-* machine
+  with the SKUs whose description holds "A3 Instance" (SERIES_TO_DESCRIPTION), so an A3 Ultra
+  host SKU of its own would not be found there.
 - The catalog SKU "A4 Nvidia B200 (1 gpu slice) running in Americas" at $16.11 per slice-hour,
   as public catalog readers quote it (their fixtures carry catalog data of 2026-07-07).
 Where no source shows a figure the price is None and `basis` says why and where the user finds
 theirs: never a guess.
 
-Spot prices "can change up to once every day" (Spot VMs pricing page, SPOT_PRICING): the Spot
-figures are the catalog's of the day it was built; `pulumi up` reads today's.
+Spot prices "can change up to once every day" (Compute Engine "Spot VMs" and VM instance
+pricing pages): the Spot figures are the catalog's of the day it was built; `pulumi up` reads
+today's.
 
 To update: read the source again, change `usd` and `read_on` together.
 """
@@ -121,9 +128,14 @@ LOGGING_FREE_GIB_PER_MONTH = 50
 #   ,,,B200,8,{...184320 MiB...},us-central1,us-central1-b,90.216,32.6064         (8 x B200)
 #   c2-standard-16,16.0,64.0,,,,us-central1,us-central1-a,0.83523,0.27187
 # and v7 (017e250):  n4-highmem-16,16.0,128.0,,,,us-central1,us-central1-a,0.9951,0.39805
-# The a3-ultragpu-8g host part ($12.266 = 224 vCPUs + 2952 GiB) is exactly the A3 family's
-# per-unit Core and Ram rates (the catalog has no A3 Ultra host SKU of its own for the fetcher to
-# find); the GPU part is the "H200 141GB GPU" SKU, A3 Ultra's own.
+# The a3-ultragpu-8g host part ($12.266 = 224 vCPUs + 2952 GiB) is exactly the "A3 Instance"
+# Core and Ram rates that also price a3-highgpu-8g ($9.46006 = 208 vCPUs + 1872 GiB: $0.025498
+# per vCPU-hour, $0.0022203 per GiB-hour): SkyPilot's fetcher looks for no other host SKU
+# (SERIES_TO_DESCRIPTION). Whether A3 Ultra's host bills at SKUs of its own on demand was not
+# read: billing data quoted publicly names "DWS Defined Duration A3 Ultra Instance Core" for
+# flex-start, and `pulumi up`'s read prefers "A3 Ultra" host SKUs (pricing/catalog.py). The GPU
+# part is the "H200 141GB GPU running in Americas" SKU, $9.31174 per GPU-hour (also quoted by
+# public catalog readers' fixtures of 2026-07-07).
 A3U_ON_DEMAND = round(12.266 + 74.49392, 5)  # $86.75992 per node-hour
 A3U_SPOT = round(3.74713 + 37.2472, 5)  # $40.99433 per node-hour (v7 of 2026-12-04: $32.61871)
 A4_SLICE_ON_DEMAND = 16.11  # per GPU slice-hour: one B200 with its share of the host
@@ -158,9 +170,9 @@ _SPOT_BASIS = (
 _A4_ON_DEMAND_BASIS = (
     f"8 x the ${A4_SLICE_ON_DEMAND} per slice-hour on-demand SKU (A4 bills per GPU slice, host "
     "included); SkyPilot's catalog shows $90.216 (70 % of this) in us-central1 and $64.44 (50 %) "
-    "in us-east4 for the same 8 slices: its fetcher takes the first SKU naming the GPU, so a "
-    "discounted SKU of the same usage type (e.g. flex-start's 'DWS Defined Duration') can stand "
-    "in for the list price"
+    "in us-east4 for the same 8 slices: its fetcher takes the first OnDemand-tagged SKU naming "
+    "the slice, and Google tags discounted ones (Spot, DWS Defined Duration) OnDemand too; the "
+    "$16.11 is the catalog's figure of 2026-07-07 as its public readers quote it"
 )
 # AI Hypercomputer A4X guide: reservation-bound provisioning only; no catalog row exists.
 _A4X_BASIS = (
@@ -206,8 +218,10 @@ GPU_MACHINE: Mapping[tuple[str, Capacity], Price] = MappingProxyType(
         ),
         ("a4-highgpu-8g", Capacity.SPOT): _gpu(
             A4_SPOT,
-            "8 slices at the catalog's Spot slice rate (host included; public quotes of the "
-            f"same SKU give $4.95 per slice-hour on another day); {_SPOT_BASIS}",
+            "8 slices at SkyPilot's Spot figure, $4.0758 per slice-hour (host included): the "
+            "first Preemptible-tagged SKU naming the slice, which one not known; a public "
+            "reader's fixture quotes 'Spot Preemptible A4 Nvidia B200 (1 gpu slice) running in "
+            f"Americas' at $4.9542, tagged OnDemand; {_SPOT_BASIS}",
         ),
         ("a4x-highgpu-4g", Capacity.RESERVATION): _gpu(None, _A4X_BASIS, GPU_PRICING),
     }

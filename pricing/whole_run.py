@@ -273,33 +273,36 @@ def whole_run_lines(
     """The whole run from `pulumi up` to the GPUs' release, phase by phase, and its total."""
     total = hourly(settings, book)
     lines = []
-    costs: list[float | None] = []
+    priced: list[float] = []  # the priced part of every phase whose length is known
+    complete = minutes is not None and not total.missing
     if minutes is not None:
         cost, text = first_step(settings, book, minutes, gpu_from)
         lines.append(f"    start-up to the first step: {text}")
-        costs.append(None if total.gpu_usd is None else cost)
+        priced.append(cost)
     for phase in run_phases(settings, facts):
         if phase.hours is None:
             lines.append(f"    {phase.name}: {phase.how}; {total.text()} meanwhile")
-            costs.append(None)
+            complete = False
             continue
         cost = phase.hours * total.usd
         lines.append(
             f"    {phase.name}: {phase.hours * 60:,.0f} min x {total.text()} = "
             f"{total.bound}{usd(cost)} ({phase.how})"
         )
-        costs.append(None if total.missing else cost)
+        priced.append(cost)
     if not settings.capacity_plan.scale_to_zero:
         lines.append(
             "    after the run: the reservation's nodes stay until pulumi destroy, billed by the "
             "reservation until it ends"
         )
-    known = [c for c in costs if c is not None]
-    head = (
-        f"{total.bound}{usd(sum(known))}"
-        if len(known) == len(costs) and minutes is not None
-        else f"at least {usd(sum(known))} (the parts priced and known)"
-    )
+    if complete:
+        head = f"{total.bound}{usd(sum(priced))}"
+    elif total.bound in ("", "at least ") or total.missing:
+        unpriced = f"; {', '.join(total.missing)}: no price" if total.missing else ""
+        head = f"at least {usd(sum(priced))} (the parts priced and known{unpriced})"
+    else:
+        # An upper bound or an estimate of the parts known is no lower bound of the whole.
+        head = f"{total.bound}{usd(sum(priced))} for the parts known, plus the parts not known"
     return [f"  the whole run, pulumi up to the GPUs' release: {head}", *lines]
 
 

@@ -267,6 +267,11 @@ def test_a4x_says_google_publishes_no_price_and_where_to_look() -> None:
     assert "$" not in gpu.partition("($/h):")[2].partition("no price")[0]  # no figure made up
     # 60 min x (the control plane's $0.10/h + n4-highmem-16's $0.9951/h); the GPU nodes have none.
     assert "start-up to the first step: at least $1.10" in text and "GPU nodes: no price" in text
+    # The whole run is at least the sum of the priced parts of its phases, never "$0".
+    parts = [_money(text, f"    {name}:") for name in ("training", "export", "evaluation")]
+    whole = _money(text, "  the whole run, pulumi up")
+    assert whole == pytest.approx(1.0951 + sum(parts), abs=0.02) and whole > 1.0951
+    assert "(the parts priced and known; 4 GPU nodes: no price)" in text
 
 
 def test_the_users_own_rate_wins_and_is_named() -> None:

@@ -5,18 +5,31 @@ the API documents (Cloud Billing "Get Google Cloud pricing information": GET
 category, serviceRegions, and pricingInfo[].pricingExpression.tieredRates[].unitPrice with
 units (int64, a JSON string) + nanos).
 
-The descriptions are the catalog's own as public catalog readers quote them: "A3 Instance Core
-running in Americas", "Spot Preemptible A3 Instance Ram running in Americas", "H200 141GB GPU
-running in Americas", "Nvidia H100 80GB GPU running in Americas" (A3 High), "Nvidia H100 80GB
-Mega GPU running in Americas" (A3 Mega), "A4 Nvidia B200 (1 gpu slice) running in Americas",
-"Spot Preemptible A4 Nvidia B200 (1 gpu slice) running in Americas" (with the OnDemand usage
-type, as the catalog lists it), "Commitment v1: A4 Nvidia B200 (1 gpu slice) in Americas for 1
-Year", "Commitment v1: Nvidia H100 80GB GPU running in Americas for 1 Year", "Nvidia H100 Mega 80GB
-GPU attached to DWS Defined Duration VMs running in Americas", "N4 Instance Core running in
-Americas"; Kubernetes Engine's "Autopilot Accelerator CPU Premium (us-central1)" and "Autopilot
-H100 80GB Premium (us-central1)" (the names GoogleCloudPlatform/autopilot-cost-calculator reads).
-The flex-start (DWS) H200 and A4 slice SKUs, the H200 premium and the A3 Ultra host SKUs are
-modelled on those (no quote of theirs was found). Prices are test values.
+Which descriptions are real. Quoted from public catalog readers (not read from the API here): "A3
+Instance Core/Ram running in Americas" and "Spot Preemptible A3 Instance Core/Ram running in
+Americas" (readers' family tables; SkyPilot's fetch_gcp.py matches "A3 Instance"), "Commitment v1:
+A3 Cpu" / "Commitment v1: A3 Ram" (prefixes), "H200 141GB GPU running in Americas" ($9.31174 in a
+reader's fixture of catalog data of 2026-07-07), "H200 141GB GPU running in Belgium", "Nvidia H100
+80GB GPU running in Americas" (A3 High, $9.79655), "Nvidia H100 80GB Plus GPU running in Americas"
+(A3 Mega, $10.344276), "A3Plus Instance Core running in Americas" (A3 Mega's host), "A4 Nvidia B200
+(1 gpu slice) running in Americas" ($16.11), "Spot Preemptible A4 Nvidia B200 (1 gpu slice) running
+in Americas" (with the OnDemand usage type, as readers' fixtures list it), "Commitment v1: A4
+Nvidia B200 (1 gpu slice) in ... for 1 Year" (a reader's pattern), "Nvidia H100 Mega 80GB GPU
+attached to DWS Defined Duration VMs running in Americas"; Kubernetes Engine's "Autopilot
+Accelerator CPU Premium (us-central1)", "Autopilot Accelerator Memory Premium (...)", "Autopilot
+H100 80GB Premium (...)", "Autopilot Performance CPU/Memory Premium (...)" (GoogleCloudPlatform/
+autopilot-cost-calculator calculator/pricing.go matches these names exactly).
+INVENTED here, modelled on those patterns (no quote of them was found): "A3 Mega Instance Core" (an
+adversarial near-miss), "H200 141GB GPU attached to Spot Preemptible VMs ..." (after "Nvidia H100
+80GB GPU attached to Spot Preemptible VMs running in Americas"), "DWS Defined Duration A3 Core/Ram
+..." (after "DWS Defined Duration A2 Core/Ram"), the H200 and A4 slice "... attached to DWS Defined
+Duration VMs ..." SKUs, the "Commitment v1: ..." SKUs' full texts (the A3 host's, H200's, A4's; the
+H100 one as a reader's fixture writes it), "N4 Instance Core/Ram ..." (after "C4 Instance Core"),
+"A3 Ultra Instance Core/Ram running in Americas" (public billing data names "DWS Defined Duration
+A3 Ultra Instance Core"), "H200 141GB GPU Extended ..." (adversarial), and the Autopilot "H200
+141GB", "H200 141GB Spot" and "B200" premium names (after "Autopilot H100 80GB Premium" / "... Spot
+Premium").
+Prices are test values.
 """
 
 from __future__ import annotations
@@ -101,7 +114,8 @@ PAGE_1 = [
     sku("H200 141GB GPU running in Belgium", "GPU", "OnDemand", 99.0, ["europe-west1"]),
     # A3 High's and A3 Mega's GPUs, and a host SKU of another A3 member: never A3 Ultra's.
     sku(f"Nvidia H100 80GB GPU {AMERICAS}", "GPU", "OnDemand", 9.79655, US),
-    sku(f"Nvidia H100 80GB Mega GPU {AMERICAS}", "GPU", "OnDemand", 10.34428, US),
+    sku(f"Nvidia H100 80GB Plus GPU {AMERICAS}", "GPU", "OnDemand", 10.34428, US),
+    sku(f"A3Plus Instance Core {AMERICAS}", "CPU", "OnDemand", 0.6, US),
     sku(f"A3 Mega Instance Core {AMERICAS}", "CPU", "OnDemand", 0.5, US),
     sku(f"{COMMIT} Nvidia H100 80GB GPU {AMERICAS} for 1 Year", "GPU", "Commit1Yr", 4.0, US),
     sku(f"{COMMIT} A3 Cpu in Americas for 1 Year", "CPU", "Commit1Yr", 0.001, US),
@@ -222,7 +236,8 @@ def test_a3_ultra_is_priced_from_its_own_gpu_and_the_a3_host_skus(stand_in: str)
     flex-start 224 x 0.02 + 2952 x 0.002 + 8 x 5.0     = 4.48 + 5.904 + 40.0     = 50.384
     1-year     224 x 0.001 + 2952 x 0.0005 + 8 x 6.0   = 0.224 + 1.476 + 48.0    = 49.7
     n4-highmem-16 (16 vCPUs, 128 GiB): 16 x 0.04 + 128 x 0.004 = 0.64 + 0.512 = 1.152
-    A3 High's H100, A3 Mega's H100 Mega and the "A3 Mega Instance Core" SKU change nothing."""
+    A3 High's H100, A3 Mega's H100 Plus, its "A3Plus Instance Core" and the invented "A3 Mega
+    Instance Core" change nothing."""
     got = read("a3u", Mode.STANDARD, Capacity.SPOT, stand_in)
     assert got.gpu[Capacity.RESERVATION].usd == pytest.approx(90.06992)
     assert got.gpu[Capacity.SPOT].usd == pytest.approx(34.9896)

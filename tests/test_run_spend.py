@@ -204,6 +204,28 @@ def test_a_removed_node_is_a_gpu_node_by_its_pools_prefix(cluster: tuple[Cluster
     assert "fell out of the event window" in spent.how
 
 
+def test_removed_nodes_of_no_pool_seen_now_are_said_not_guessed(
+    cluster: tuple[Cluster, str],
+) -> None:
+    """Autopilot after scale-to-zero: both GPU nodes (gk3-c-nap-9xyz-*) are gone, only the head's
+    node (gk3-c-pool-2-k1) exists. The removed nodes' pool has no node now, so whether they were
+    GPU nodes is not known: 0 GPU node-hours counted, and their 50 + 50 min = 1.67 node-hours
+    said instead of silently dropped."""
+    state, endpoint = cluster
+    state.add("gk3-c-pool-2-k1", 0, gpu=False)
+    state.add("gk3-c-nap-9xyz-h1", 10, gpu=True)
+    state.add("gk3-c-nap-9xyz-h2", 10, gpu=True)
+    state.remove("gk3-c-nap-9xyz-h1", 60)
+    state.remove("gk3-c-nap-9xyz-h2", 60)
+    lives, _ = read_node_lives(spec(endpoint), lambda: TOKEN)
+    assert lives is not None
+    unknown = {life.name for life in lives if not life.kind_known}
+    assert unknown == {"gk3-c-nap-9xyz-h1", "gk3-c-nap-9xyz-h2"}
+    spent = node_spend(lives, minute(90), 40.0, 0.0)
+    assert spent.gpu_node_hours == 0
+    assert "2 removed nodes of no pool seen now (1.67 node-hours)" in spent.how
+
+
 def test_without_cluster_access_the_spend_is_the_jobs_time_said_so(
     cluster: tuple[Cluster, str],
 ) -> None:
