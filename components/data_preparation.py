@@ -1,4 +1,9 @@
-"""The data-prep Job on the CPU nodes: verl source, GSM8K and the model into the bucket."""
+"""The data-prep Jobs on the CPU nodes: verl source, GSM8K and the model into the bucket.
+
+Two Jobs (manifests/data_prep.py): `job` writes what the rehearsal reads (verl, the reward, the
+dataset, the model's files but its weights), `weights_job` then downloads the weights. The
+rehearsal waits for `job` only, so its pod (and, outside a reservation, the GPU nodes after its
+verdict) overlaps the download; whatever trains waits for the whole component."""
 
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ from config.settings import StackSettings
 from manifests import data_prep as manifests
 from training.grpo_spec import GrpoSpec
 
-# Pulumi waits for the Job to complete: a 66 GB model download through GCS FUSE, plus image pull
-# and, on a fresh CPU node, node start-up.
+# Pulumi waits for each Job to complete: a 66 GB model download through GCS FUSE (the weights
+# Job), plus image pull and, on a fresh CPU node, node start-up.
 JOB_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m")
 
 
@@ -35,7 +40,10 @@ class DataPreparationArgs:
 
 
 class DataPreparation(pulumi.ComponentResource):
+    # What the rehearsal reads (--part inputs).
     job: k8s.batch.v1.Job
+    # The model's weights (--part weights), after `job`.
+    weights_job: k8s.batch.v1.Job
 
     def __init__(
         self, name: str, args: DataPreparationArgs, opts: pulumi.ResourceOptions | None = None
@@ -63,23 +71,33 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
-        job_body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name)
-        # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
-        # first. The fixed name means a changed Job is deleted before its replacement starts.
-        self.job = k8s.batch.v1.Job(
-            f"{name}-job",
-            metadata=job_body["metadata"],
-            spec=job_body["spec"],
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=provider,
-                depends_on=[
-                    config_map,
-                    args.storage,
-                    *(args.image_registry.ready if args.image_registry else []),
-                ],
-                custom_timeouts=JOB_TIMEOUTS,
-                delete_before_replace=True,
-            ),
+
+        def job(part: str, role: str, after: list[pulumi.Resource]) -> k8s.batch.v1.Job:
+            body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name, part)
+            # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
+            # first. The fixed name means a changed Job is deleted before its replacement starts.
+            return k8s.batch.v1.Job(
+                f"{name}-{role}",
+                metadata=body["metadata"],
+                spec=body["spec"],
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=provider,
+                    depends_on=[
+                        config_map,
+                        args.storage,
+                        *(args.image_registry.ready if args.image_registry else []),
+                        *after,
+                    ],
+                    custom_timeouts=JOB_TIMEOUTS,
+                    delete_before_replace=True,
+                ),
+            )
+
+        self.job = job(manifests.INPUTS, "job", [])
+        # After the inputs, as the one Job did it: a broken ref or dataset fails before the long
+        # download.
+        self.weights_job = job(manifests.WEIGHTS, "weights-job", [self.job])
+        self.register_outputs(
+            {"job": self.job.metadata.name, "weights_job": self.weights_job.metadata.name}
         )
-        self.register_outputs({"job": self.job.metadata.name})

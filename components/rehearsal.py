@@ -32,7 +32,8 @@ class RehearsalArgs:
     cluster: GkeCluster
     namespace: WorkloadNamespace
     storage: TrainingStorage
-    # It reads what data prep wrote (parquet, model, reward file, the verl checkout).
+    # It reads what data prep's inputs Job wrote (parquet, the model's files but its weights,
+    # reward file, the verl checkout), not the weights.
     data_preparation: DataPreparation
     # The GRPO job: its Hydra overrides and the record's path.
     job: TrainingJob
@@ -84,8 +85,9 @@ class Rehearsal(pulumi.ComponentResource):
             # Problems and fixes name the stack's settings, as in the offline plan.
             context=rehearsal_context(args.job.spec, s.model),
         )
-        # After data prep: the rehearsal reads its parquet, model, reward file and checkout. The
-        # fixed name means a changed command deletes the old Job before its replacement runs.
+        # After data prep's inputs Job (parquet, the model's files, reward file, checkout), not
+        # its weights Job: the rehearsal loads the tokenizer and config only. The fixed name
+        # means a changed command deletes the old Job before its replacement runs.
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=body["metadata"],
@@ -96,7 +98,7 @@ class Rehearsal(pulumi.ComponentResource):
                 depends_on=[
                     config_map,
                     args.storage,
-                    args.data_preparation,
+                    args.data_preparation.job,
                     *(args.image_registry.ready if args.image_registry else []),
                 ],
                 custom_timeouts=JOB_TIMEOUTS,

@@ -1,6 +1,6 @@
 """The rehearsal Job: verl's own code, in the training image, on the job's exact Hydra overrides,
-after data prep and before any GPU trains. The ConfigMap carries verl_scripts/rehearsal.py and its
-wrapper payloads/rehearse.py.
+after data prep's inputs Job (not its weights Job) and before any GPU trains. The ConfigMap
+carries verl_scripts/rehearsal.py and its wrapper payloads/rehearse.py.
 
 The pod runs where the Ray head runs: the CPU pool (Autopilot: the Performance class), or on A4X,
 whose arm64-only image the x86 CPU pool cannot run, a GPU node without GPUs (as the head,
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from config.bucket_layout import VERL_NODE_LOCAL
+from config.bucket_layout import VERL_NODE_LOCAL, model_files_path
 from config.image_streaming import through_registry
 from config.settings import StackSettings
 from manifests import fuse_mounts
@@ -107,10 +107,14 @@ def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest
     }
 
 
-def command(record: str, overrides: tuple[str, ...], context: dict[str, Any]) -> list[str]:
-    """`python3 rehearse.py --script rehearsal.py --out <record> --context <JSON> -- <overrides>`:
-    the context (training/rehearsal_context.py) makes a problem name the stack setting and a
-    `pulumi config` fix instead of the Hydra key."""
+def command(
+    record: str, overrides: tuple[str, ...], context: dict[str, Any], model_files: str
+) -> list[str]:
+    """`python3 rehearse.py --script rehearsal.py --out <record> --context <JSON> --model-files
+    <folder> -- <overrides>`: the context (training/rehearsal_context.py) makes a problem name
+    the stack setting and a `pulumi config` fix instead of the Hydra key; the model's files but
+    its weights (data prep's inputs Job) stand in for the model folder, whose weights are still
+    downloading."""
     return [
         "python3",
         f"{SCRIPT_DIR}/{WRAPPER_KEY}",
@@ -120,6 +124,8 @@ def command(record: str, overrides: tuple[str, ...], context: dict[str, Any]) ->
         record,
         "--context",
         json.dumps(context, sort_keys=True),
+        "--model-files",
+        model_files,
         "--",
         *overrides,
     ]
@@ -188,7 +194,9 @@ def rehearsal_job(
         # The training image: its own verl, vLLM and transformers answer (not the data-prep
         # image's).
         "image": settings.verl_image,
-        "command": command(record, overrides, context),
+        "command": command(
+            record, overrides, context, model_files_path(settings.model, settings.model_revision)
+        ),
         "env": _env(settings),
         "resources": equal_requests_and_limits(_RESOURCES),
         # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.

@@ -3,7 +3,7 @@ job's real inputs. Runs inside verl (the training image; locally a verl virtuale
 nothing from this project, and writes the record docs/rehearsal.md describes.
 
     python3 rehearsal.py --out RECORD.json [--reward-samples 4] [--context JSON]
-        [--stand-in-model JSON] [--offline-plan] -- <main_ppo's Hydra overrides>
+        [--model-files DIR] [--stand-in-model JSON] [--offline-plan] -- <main_ppo's overrides>
     python3 rehearsal.py --out RECORDS.json --cases CASES.json      (several cases, one process)
 
 Steps, each verl's code where it runs here (file and function cited at each):
@@ -26,6 +26,10 @@ verl's own source run in that namespace; the record's notes say so.
                  "chat_model": "<a model of the program's table with a chat template>",
                  "rows_are_the_runs": false (stand-in rows of another size: a run that
                  outlasts them is a note, not a problem)}
+--model-files DIR: the model's files but its weights (config, tokenizer, chat template; data
+    prep's inputs Job, the same commit as the weights), read in place of
+    actor_rollout_ref.model.path: nothing here reads a weight (step 2 is hf_tokenizer and
+    AutoConfig), so the rehearsal runs while the weights download.
 --stand-in-model JSON: {"dir": DIR, "max_position_embeddings": N, "vocab_size": N,
                         "chat_template": bool}: a tiny tokenizer and config written to DIR and
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
@@ -1248,6 +1252,15 @@ def _with_stand_in(overrides: list[str], stand_in: dict[str, Any], notes: list[s
     return [*kept, f"{MODEL_PATH}={folder}"]
 
 
+def _with_model_files(overrides: list[str], folder: str, notes: list[str]) -> list[str]:
+    notes.append(
+        f"the tokenizer and model config are read from {folder}, the model's files but its "
+        "weights (data prep's inputs Job, the same commit as the weights); no weight is read"
+    )
+    kept = [o for o in overrides if not o.lstrip("+").startswith(f"{MODEL_PATH}=")]
+    return [*kept, f"{MODEL_PATH}={folder}"]
+
+
 def _resolved(overrides: list[str]) -> Any:
     from omegaconf import OmegaConf
 
@@ -1341,6 +1354,8 @@ def rehearse(overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.stand_in_model is not None:
             overrides = _with_stand_in(overrides, args.stand_in_model, notes)
+        elif getattr(args, "model_files", None) is not None:
+            overrides = _with_model_files(overrides, args.model_files, notes)
         _steps(overrides, args, record, stage, problems)
     except ProblemFoundError as problem:
         setting = _setting(args.context, problem.key, problem.key)
@@ -1392,6 +1407,7 @@ def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--reward-samples", type=int, default=4)
     parser.add_argument("--context", type=json.loads, default={})
+    parser.add_argument("--model-files", default=None)
     parser.add_argument("--stand-in-model", type=json.loads, default=None)
     parser.add_argument("--offline-plan", action="store_true")
     parser.add_argument("--cases", type=Path, default=None)
