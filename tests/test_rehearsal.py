@@ -92,6 +92,9 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # Every prompt is longer than 8 tokens: verl's filter keeps no row.
     "prompt-8": ([], None, {"maxPromptLength": 8}),
     "async-save": (["actor_rollout_ref.actor.checkpoint.async_save=True"], None, {}),
+    # As in the rehearsal Job: the model's folder not there yet (its weights still downloading),
+    # its files but the weights in another (--model-files; the default case's stand-in).
+    "model-files": ([], None, {}),
     # Held-out inputs (issue 34's review by someone who did not write the rehearsal).
     "kl-loss-type-k4": (["actor_rollout_ref.actor.kl_loss_type=k4"], None, {}),
     "loss-mode-typo": (["actor_rollout_ref.actor.policy_loss.loss_mode=vanila"], None, {}),
@@ -169,6 +172,13 @@ def _case(release: str, name: str, work: Path) -> dict[str, Any]:
         [*hydra_overrides(spec), *rewards], work / "data", work / name, None
     )
     model = BASE_MODEL if "chat_template" in job else "Qwen/Qwen2.5-32B-Instruct"
+    if name == "model-files":  # the default case (rehearsed first) writes the files' folder
+        return {
+            "overrides": overrides,
+            "context": rehearsal_context(spec, model),
+            "model_files": str(work / "default"),
+            "offline_plan": True,
+        }
     return {
         "overrides": overrides,
         "context": rehearsal_context(spec, model),
@@ -317,6 +327,22 @@ def test_a_finished_run_started_again_trains_one_more_step_at_0_6_1_and_none_at_
     assert at_090["ok"], at_090["problems"]
     length = at_090["length"]
     assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 3, 0)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_model_files_without_weights_are_all_the_rehearsal_reads(release: str) -> None:
+    """The rehearsal Job starts before data prep's weights Job ends: with --model-files, verl's
+    hf_tokenizer and AutoConfig read the files but the weights, and every step runs as with the
+    model folder (the default case's record, the same job)."""
+    record = _record(release, "model-files")
+    assert record["ok"], record["problems"]
+    default = _record(release, "default")
+    for field in ("model", "data", "length", "rollout"):
+        assert record[field] == default[field]
+    note = next(n for n in record["notes"] if "no weight is read" in n)
+    folder = Path(note.split(" are read from ", 1)[1].split(", the model's", 1)[0])
+    weights = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+    assert folder.is_dir() and not any(p for w in weights for p in folder.rglob(w))
 
 
 def test_total_training_steps_zero_trains_and_saves_one_step_at_0_6_1() -> None:

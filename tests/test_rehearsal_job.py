@@ -137,8 +137,17 @@ def test_with_verl_from_the_image_it_imports_the_images_verl() -> None:
 def test_it_runs_after_data_prep_and_training_after_it(stack: str, mode: str) -> None:
     result = plan(stack, mode)
     job = rehearsal(result)
+    # Data prep's inputs Job, not its weights Job: the rehearsal reads the model's files but
+    # its weights (--model-files), so it runs while the weights download.
+    weights = result.one(JOB, "data-prep-weights-job")
     assert result.depends_on(job, result.one(JOB, "data-prep-job"))
+    assert not result.depends_on(job, weights)
+    command = pod(job)["containers"][0]["command"]
+    settings = load_settings(stack, {**REAL, "verl-gke:mode": mode}, offline=False).settings
+    files = bucket_layout.model_files_path(settings.model, settings.model_revision)
+    assert command[command.index("--model-files") + 1] == files
     assert result.depends_on(grpo_job(result), job)
+    assert result.depends_on(grpo_job(result), weights)
     # On a reservation (billed anyway) the GPU nodes and the RayCluster do not wait for it.
     assert not result.depends_on(result.one(RAY_CLUSTER), job)
     if mode == "standard":

@@ -35,7 +35,7 @@ verl's own source run in that namespace; the record's notes say so.
     used instead of actor_rollout_ref.model.path (the offline plan, when the model is absent).
 --cases CASES.json: {"parquet": {"<dest.parquet>": "<rows.jsonl>" or {"rows": ..., "at_least": N}},
     "cases": {"<name>": {"overrides": [...], "context": {...}, "stand_in_model": {...},
-    "offline_plan": bool}}};
+    "model_files": DIR, "offline_plan": bool}}};
     --out then holds {"<name>": <record>}.
 --offline-plan: not the training image: a package missing here is a note, not a problem.
 Exit status 0 when every case is ok, 1 when a problem was found, 2 on bad arguments.
@@ -1354,7 +1354,7 @@ def rehearse(overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.stand_in_model is not None:
             overrides = _with_stand_in(overrides, args.stand_in_model, notes)
-        elif getattr(args, "model_files", None) is not None:
+        elif args.model_files is not None:
             overrides = _with_model_files(overrides, args.model_files, notes)
         _steps(overrides, args, record, stage, problems)
     except ProblemFoundError as problem:
@@ -1438,6 +1438,7 @@ def main(argv: list[str]) -> int:
                     reward_samples=case.get("reward_samples", args.reward_samples),
                     context=case.get("context", {}),
                     stand_in_model=case.get("stand_in_model"),
+                    model_files=case.get("model_files"),
                     offline_plan=case.get("offline_plan", args.offline_plan),
                 )
                 result[name] = rehearse(case["overrides"], case_args)
