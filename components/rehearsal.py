@@ -14,6 +14,7 @@ from components.image_registry import ImageRegistry
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.bucket_layout import bucket_url
+from config.rehearsal_scripts import read_scripts
 from config.settings import StackSettings
 from jobs.rehearsal_verdict import RehearsalVerdict
 from manifests import rehearsal as manifests
@@ -57,7 +58,7 @@ class Rehearsal(pulumi.ComponentResource):
         super().__init__("verl-gke:rehearsal:Rehearsal", name, None, opts)
         s = args.settings
         provider = args.cluster.provider
-        files = args.files if args.files is not None else manifests.read_scripts()
+        files = args.files if args.files is not None else read_scripts()
         config_map_body = manifests.script_configmap(s, files)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",

@@ -1,6 +1,7 @@
 """The rehearsal Job: verl's own code, in the training image, on the job's exact Hydra overrides,
 after data prep's inputs Job (not its weights Job) and before any GPU trains. The ConfigMap
-carries verl_scripts/rehearsal.py and its wrapper payloads/rehearse.py.
+carries verl_scripts/rehearsal.py, the modules of its steps (verl_scripts/rehearsal_*.py) and its
+wrapper payloads/rehearse.py, mounted flat at /scripts.
 
 The pod runs where the Ray head runs: the CPU pool (Autopilot: the Performance class), or on A4X,
 whose arm64-only image the x86 CPU pool cannot run, a GPU node without GPUs (as the head,
@@ -12,13 +13,16 @@ PYTHONPATH; with verlSource=image the image's installed verl runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 from config.bucket_layout import VERL_NODE_LOCAL, model_files_path
 from config.image_streaming import through_registry
+from config.rehearsal_scripts import (  # the files it ships and their digest
+    SCRIPT_KEY,
+    WRAPPER_KEY,
+    scripts_digest,
+)
 from config.settings import StackSettings
 from manifests import fuse_mounts
 from manifests.common import (
@@ -38,11 +42,6 @@ from manifests.common import (
 
 JOB_NAME = "rehearsal-job"
 COMPONENT = "rehearsal"
-SCRIPT_KEY = "rehearsal.py"
-WRAPPER_KEY = "rehearse.py"
-_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT_FILE = _ROOT / "verl_scripts" / SCRIPT_KEY
-WRAPPER_FILE = _ROOT / "payloads" / WRAPPER_KEY
 SCRIPT_DIR = "/scripts"
 # The wrapper exits 0 once the record is written (ok or not; jobs/rehearsal_verdict.py judges
 # it), so a failed pod is a rehearsal that wrote none (a pod killed, the mount not ready): retried.
@@ -68,29 +67,9 @@ JOB_FINDINGS = {
 }
 
 
-class MissingScriptError(FileNotFoundError):
-    pass
-
-
-def read_scripts(script: Path = SCRIPT_FILE, wrapper: Path = WRAPPER_FILE) -> dict[str, str]:
-    """The ConfigMap's files: the rehearsal and its wrapper."""
-    files = {}
-    for key, path in ((SCRIPT_KEY, script), (WRAPPER_KEY, wrapper)):
-        try:
-            files[key] = path.read_text()
-        except FileNotFoundError:
-            committed = (SCRIPT_FILE if key == SCRIPT_KEY else WRAPPER_FILE).relative_to(_ROOT)
-            raise MissingScriptError(
-                f"{path} is missing: the rehearsal Job ships it to the cluster as a ConfigMap. "
-                f"Restore it from git (git checkout -- {committed})."
-            ) from None
-    return files
-
-
 def configmap_name(files: dict[str, str]) -> str:
     """Named after its content: a changed script is a new Job spec, so Pulumi re-runs it."""
-    content = "\0".join(f"{key}\0{files[key]}" for key in sorted(files))
-    return f"rehearsal-script-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
+    return f"rehearsal-script-{scripts_digest(files)}"
 
 
 def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from config import bucket_layout, run_inputs
+from config import bucket_layout, rehearsal_scripts, run_inputs
 from config.image_streaming import registry_image
 from config.profiles import PROFILES
 from config.settings import load_settings
@@ -255,11 +257,11 @@ def test_a_changed_rehearsal_script_gets_a_new_record(monkeypatch: pytest.Monkey
     answers otherwise must write a new path, not the same command's old one."""
     settings = load_settings("a4", {**REAL}, offline=False).settings
     same = training_job(settings).rehearsal_record
-    files = manifests.read_scripts()
+    files = rehearsal_scripts.read_scripts()
     changed = {**files, manifests.SCRIPT_KEY: files[manifests.SCRIPT_KEY] + "\n# changed\n"}
-    monkeypatch.setattr(manifests, "read_scripts", lambda: changed)
+    monkeypatch.setattr(rehearsal_scripts, "read_scripts", lambda: changed)
     assert training_job(settings).rehearsal_record != same
-    monkeypatch.setattr(manifests, "read_scripts", lambda: dict(files))
+    monkeypatch.setattr(rehearsal_scripts, "read_scripts", lambda: dict(files))
     assert training_job(settings).rehearsal_record == same
 
 
@@ -270,5 +272,26 @@ def test_a_record_path_needs_one_folder_name(value: str) -> None:
 
 
 def test_a_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
-    with pytest.raises(manifests.MissingScriptError, match="git checkout -- "):
-        manifests.read_scripts(script=tmp_path / "rehearsal.py")
+    with pytest.raises(rehearsal_scripts.MissingScriptError, match="git checkout -- "):
+        rehearsal_scripts.read_scripts(script=tmp_path / "rehearsal.py")
+
+
+def test_the_configmap_carries_every_module_of_the_steps_and_runs_flat(tmp_path: Any) -> None:
+    """The pod mounts the ConfigMap's keys flat at /scripts: the entry imports its step modules
+    by plain name from there, and a changed step module is a new record path."""
+    files = rehearsal_scripts.read_scripts()
+    steps = sorted(p.name for p in rehearsal_scripts.SCRIPT_FILE.parent.glob("rehearsal_*.py"))
+    assert steps and set(files) == {manifests.SCRIPT_KEY, manifests.WRAPPER_KEY, *steps}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    shown = subprocess.run(
+        [sys.executable, str(tmp_path / manifests.SCRIPT_KEY), "--help"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "--model-files" in shown.stdout, shown.stderr
+    settings = load_settings("a4", {**REAL}, offline=False).settings
+    before = training_job(settings).rehearsal_record
+    changed = {**files, steps[0]: files[steps[0]] + "\n# changed\n"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rehearsal_scripts, "read_scripts", lambda: changed)
+        assert training_job(settings).rehearsal_record != before
