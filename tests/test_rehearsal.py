@@ -58,6 +58,7 @@ SMALL = {
     "totalEpochs": 1,
 }
 EXACT_MATCH = ("docs/examples/exact_match.py", "compute_score")
+RESUME_FROM = "/checkpoints/rehearsal/w1-00000000/global_step"
 TEST_REWARDS = "tests/data/rehearsal/rewards.py"
 BASE_MODEL = "meta-llama/Llama-3.1-8B"
 # case -> (extraOverrides, reward (file, function) or None for verl's own score, stand-in changes)
@@ -84,6 +85,21 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
     # epochs with total_training_steps still 3.
     "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
+    # Two epochs, total_training_steps past the data: a fresh start ends at step 6 (saved), a
+    # resume at step 4 (saved) does not at 0.6.1; the fix the refusal offers.
+    "resume-epochs": (["trainer.total_training_steps=100"], None, {"totalEpochs": 2}),
+    "resume-epochs-fixed": (["trainer.total_training_steps=6"], None, {"totalEpochs": 2}),
+    # Every attempt resumes from resume_from_path; verl asserts it names global_step_<N>.
+    "resume-path": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
+    "resume-path-bad": (
+        ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/checkpoints/x/step_2"],
+        None,
+        {},
+    ),
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
@@ -314,19 +330,55 @@ def test_total_training_steps_past_the_data_ends_with_the_data_and_no_final_save
 
 
 def test_a_finished_run_started_again_trains_one_more_step_at_0_6_1_and_none_at_0_9_0() -> None:
-    # Issue 34 item 1: 0.6.1's fit() resumes at step 3 and loops `for epoch in
-    # range(total_epochs)` from epoch 0: the restored dataloader has nothing left of epoch 0,
-    # epoch 1 gives step 4, and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer
-    # starts at epoch 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs.
+    # Issue 34 item 1: 0.6.1's fit() resumed at step 3 loops `for epoch in range(total_epochs)`
+    # from epoch 0: the restored dataloader has nothing left of epoch 0, epoch 1 gives step 4,
+    # and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer starts at epoch
+    # 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs. The record is a fresh
+    # start's (the run folder's checkpoint at step 3 is not read: the runner reads it when an
+    # attempt starts, finds step 3 = last_step and does not start verl).
     at_061 = _record("0.6.1", "resume-finished")
     assert at_061["ok"], at_061["problems"]
     length = at_061["length"]
-    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 4, 1)
-    assert length["save_steps"] == [4] and length["final_save"]
+    assert (length["resumed_from"], length["last_step"], length["restarted_ends_at"]) == (0, 3, 4)
+    assert length["save_steps"] == [2, 3] and length["final_save"]
     at_090 = _record("0.9.0", "resume-finished")
     assert at_090["ok"], at_090["problems"]
     length = at_090["length"]
-    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 3, 0)
+    assert (length["resumed_from"], length["last_step"], length["restarted_ends_at"]) == (0, 3, 3)
+
+
+def test_a_resume_that_ends_elsewhere_than_a_fresh_start_is_refused_at_0_6_1() -> None:
+    """Issue 34 item 2, the runner's side: finished is 'the latest checkpoint is last_step', with
+    the record's fresh-start last_step. At 0.6.1 a run that ends when its data runs out (here
+    total_training_steps 100 over 2 epochs of 3 steps: step 6, saved) resumed at step 4 (saved)
+    runs epoch 0's rest and epoch 1 again: it ends at step 9, so runner and verl would disagree.
+    Refused with total_training_steps = 6, from which every resume ends at 6; 0.9.0 resumes in
+    its epoch and ends at 6 either way."""
+    problem = _only_problem(_record("0.6.1", "resume-epochs"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert "resumed from step 4" in problem["message"] and "ends at step 9" in problem["message"]
+    assert problem["fix"].endswith("trainer.total_training_steps=6")
+    fixed = _record("0.6.1", "resume-epochs-fixed")
+    assert fixed["ok"], fixed["problems"]
+    assert (fixed["length"]["last_step"], fixed["length"]["save_steps"]) == (6, [2, 4, 6])
+    at_090 = _record("0.9.0", "resume-epochs")
+    assert at_090["ok"], at_090["problems"]
+    assert at_090["length"]["last_step"] == 6
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resume_path_starts_every_attempt_at_its_step_as_verl_does(release: str) -> None:
+    # Issue 34: refused before though verl runs it. verl's own _load_checkpoint on the
+    # rehearsal's stand-in trainer: global_steps = 2 from the path; one step (3) trains.
+    record = _record(release, "resume-path")
+    assert record["ok"], record["problems"]
+    length = record["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (2, 3, 1)
+    assert any("every attempt resumes from step 2" in note for note in record["notes"])
+    # A path without global_step_<N>: verl's own assertion, naming the override.
+    problem = _only_problem(_record(release, "resume-path-bad"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "resume ckpt must specify the global_steps" in problem["message"]
 
 
 @pytest.mark.parametrize("release", RELEASES)

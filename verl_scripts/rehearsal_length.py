@@ -4,7 +4,6 @@ the run's length as fit() walks it, and whether a save leaves the tracker verl r
 
 from __future__ import annotations
 
-import os
 import types
 from pathlib import Path
 from typing import Any
@@ -108,24 +107,50 @@ def _too_few_rows(config: Any, kept: int, message: str) -> ProblemFoundError:
     )
 
 
-def resumed_step(config: Any) -> int:
-    """The global step a fresh start resumes from, by the trainers' _load_checkpoint rules
-    (ray_trainer.py and v1/trainer_base.py, 0.6.1 and 0.9.0): resume_mode disable -> 0; auto ->
-    verl's find_latest_ckpt_path(default_local_dir), 0 without one; resume_path -> that folder;
-    the step is the number after "global_step_"."""
-    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+RESUME_PATH = "trainer.resume_from_path"
 
-    mode = config.trainer.resume_mode
-    if mode == "disable":
-        return 0
-    if mode == "resume_path":
-        folder = str(config.trainer.resume_from_path)
-    else:
-        found = find_latest_ckpt_path(os.path.abspath(str(config.trainer.default_local_dir)))
-        if found is None:
-            return 0
-        folder = found
-    return int(folder.split("global_step_")[-1])
+
+def _trainer_module(config: Any) -> tuple[str, str]:
+    if uses_v1(config):
+        return "verl.trainer.ppo.v1.trainer_base", "PPOTrainer"
+    return "verl.trainer.ppo.ray_trainer", "RayPPOTrainer"
+
+
+def start_step(config: Any, trainer: types.SimpleNamespace, context: dict[str, Any]) -> int:
+    """The step every attempt of this command starts from, by the trainer's own _load_checkpoint
+    (RayPPOTrainer, ray_trainer.py at 0.6.1 and 0.9.0; PPOTrainer, v1/trainer_base.py at 0.9.0)
+    on the stand-in trainer with trainer.default_local_dir an empty folder and worker groups that
+    load nothing. resume_mode auto or disable: 0, a fresh start (the record is a fresh run's; the
+    runner reads the run folder's latest_checkpointed_iteration.txt when an attempt starts, and
+    resumes_end_where_fresh_runs_end checks that a resume at any step the run saves ends where
+    the fresh run ends). resume_path: the step in resume_from_path, for every attempt (verl
+    asserts it is a str naming global_step_<N>)."""
+    import tempfile
+
+    from omegaconf import OmegaConf, open_dict
+
+    module, owner = _trainer_module(config)
+    with tempfile.TemporaryDirectory(prefix="rehearsal-resume-") as folder:
+        copy = OmegaConf.create(OmegaConf.to_container(config))
+        with open_dict(copy):
+            copy.trainer.default_local_dir = folder
+        loader = types.SimpleNamespace(**vars(trainer))
+        loader.config, loader.global_steps, loader.use_critic = copy, 0, False
+        loader.actor_rollout_wg = types.SimpleNamespace(load_checkpoint=lambda *a, **k: None)
+        # A resume_from_path visible here with a data.pt: the trainer's dataloader stays as built.
+        loader.train_dataloader = types.SimpleNamespace(load_state_dict=lambda state: None)
+        try:
+            verl_function(module, f"{owner}._load_checkpoint")(loader)
+        except AssertionError as error:
+            where = f"{module.replace('.', '/')}.py {owner}._load_checkpoint"
+            raise ProblemFoundError(
+                RESUME_PATH,
+                OmegaConf.select(config, RESUME_PATH),
+                f"AssertionError: {error} ({where}, with trainer.resume_mode = resume_path)",
+                "a checkpoint folder verl saved, .../global_step_<N>, for "
+                f"{RESUME_PATH}; or {fix_for(context, 'trainer.resume_mode', None)}",
+            ) from error
+    return int(loader.global_steps or 0)
 
 
 def _legacy_fit(per_epoch: int, epochs: int, total: int, save_freq: int, resumed: int) -> tuple:
@@ -212,11 +237,16 @@ def _val_only_problem(context: dict[str, Any], resumed: int, where: str) -> dict
 
 
 def _length_fields(
-    config: Any, trainer: types.SimpleNamespace, loop: tuple[int, str, str], last: int, saves: list
+    config: Any,
+    trainer: types.SimpleNamespace,
+    loop: tuple[int, str, str],
+    walked: tuple[int, int, list, int],
 ) -> dict[str, Any]:
-    """The record's `length`; `loop`: steps per epoch, how they were counted, fit()'s line."""
+    """The record's `length`; `loop`: steps per epoch, how they were counted, fit()'s line;
+    `walked`: the start, the last step, the saves, where a finished run started again ends."""
     per_epoch, counted, where = loop
-    epochs, resumed = int(config.trainer.total_epochs), resumed_step(config)
+    resumed, last, saves, restarted = walked
+    epochs = int(config.trainer.total_epochs)
     override = config.trainer.total_training_steps
     decided = f"{counted} x trainer.total_epochs {epochs}"
     if override is not None:
@@ -233,32 +263,55 @@ def _length_fields(
         "trainer": "v1" if uses_v1(config) else "RayPPOTrainer",
         "resumed_from": resumed,
         "steps_to_train": last - resumed,
+        "restarted_ends_at": restarted,
     }
 
 
 def run_length(
     config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record: dict[str, Any]
 ) -> list[dict[str, Any]]:
+    """The run's length from the step every attempt starts at (start_step): fit()'s walk."""
     epochs, save_freq = int(config.trainer.total_epochs), int(config.trainer.save_freq)
     total = int(trainer.total_training_steps)
     fit, per_epoch, counted, loop = _fit_loop(config, trainer)
-    resumed = resumed_step(config)
+    resumed = start_step(config, trainer, context)
     last, saves = fit(per_epoch, epochs, total, save_freq, resumed)
     validates_only = _validates_only(config)
     if validates_only is not None:
         last, saves, loop = resumed, [], validates_only
     override = config.trainer.total_training_steps
-    record["length"] = _length_fields(config, trainer, (per_epoch, counted, loop), last, saves)
+    # A finished run started again: the runner does not (its latest checkpoint is last_step).
+    restarted = fit(per_epoch, epochs, total, save_freq, last)[0] if last else last
+    walked = (resumed, last, saves, restarted)
+    record["length"] = _length_fields(config, trainer, (per_epoch, counted, loop), walked)
     if resumed:
         record["notes"].append(
-            f"verl resumes from step {resumed} (trainer.resume_mode = "
-            f"{config.trainer.resume_mode}, {config.trainer.default_local_dir}) and trains "
-            f"{last - resumed} more step(s)"
+            f"every attempt resumes from step {resumed} (trainer.resume_mode = resume_path, "
+            f"{config.trainer.resume_from_path}), a restart after a failure too, and trains "
+            f"to step {last}"
+        )
+    if restarted != last:
+        record["notes"].append(
+            f"a finished run started again would train to step {restarted} (verl's fit() "
+            f"{loop}); the runner does not start it: its latest checkpoint is step {last}"
         )
     if validates_only is not None:
         return [_val_only_problem(context, resumed, validates_only)]
     if resumed and last == resumed:
-        return []
+        return [_nothing_after(context, resumed, total, loop)]
+    if str(config.trainer.resume_mode) == "auto" and last:
+        problems = resumes_end_where_fresh_runs_end(
+            fit, (per_epoch, epochs, total, save_freq), (last, saves), context, loop
+        )
+        if problems and not context.get("rows_are_the_runs", True):
+            record["notes"].append(
+                "on these rows, not the run's own (context rows_are_the_runs false): "
+                f"{problems[0]['message']}"
+            )
+            return []
+        if problems:
+            problems[0]["value"] = override
+            return problems
     if last == 0:
         message = f"verl trains no step: total_training_steps = {total}, total_epochs = {epochs}"
         fixed = per_epoch * epochs
@@ -288,6 +341,57 @@ def run_length(
             override,
             f"{message} ({loop})",
             fix_for(context, key, fixed) if accepted else f"a dataset of more rows than {key}",
+        )
+    ]
+
+
+def _nothing_after(context: dict[str, Any], resumed: int, total: int, loop: str) -> dict:
+    key = RESUME_PATH
+    return problem_entry(
+        setting_for(context, key),
+        None,
+        f"verl's fit() resumes every attempt at step {resumed} ({key}) and trains no step: "
+        f"total_training_steps = {total} ({loop})",
+        f"{fix_for(context, 'trainer.total_training_steps', resumed + 1)} or more, or a "
+        f"{key} of an earlier step",
+    )
+
+
+def resumes_end_where_fresh_runs_end(
+    fit: Any,
+    lengths: tuple[int, int, int, int],
+    fresh: tuple[int, list],
+    context: dict[str, Any],
+    loop: str,
+) -> list[dict[str, Any]]:
+    """resume_mode auto: an attempt after a failure resumes from the latest step the run saved
+    (find_latest_ckpt_path). Each such resume must end where the fresh run ends, or the runner
+    (finished: the latest checkpoint is last_step) and verl disagree. 0.6.1's fit() runs
+    `for epoch in range(total_epochs)` from epoch 0 after a resume, so a run that ends when its
+    data runs out (before total_training_steps) trains epochs again after a resume past its
+    first epoch; fit() ending at total_training_steps (is_last_step) ends there from any resume.
+    `lengths`: steps per epoch, epochs, total_training_steps, save_freq; `fresh`: its end and
+    saves."""
+    per_epoch, epochs, total, save_freq = lengths
+    last, saves = fresh
+    moved = [(at, fit(per_epoch, epochs, total, save_freq, at)[0]) for at in saves if at < last]
+    moved = [(at, end) for at, end in moved if end != last]
+    if not moved:
+        return []
+    at, end = moved[0]
+    key = "trainer.total_training_steps"
+    fixed_end, fixed_saves = fit(per_epoch, epochs, last, save_freq, 0)
+    fixed_resumes = {fit(per_epoch, epochs, last, save_freq, r)[0] for r in fixed_saves if r < last}
+    accepted = fixed_end == last and fixed_resumes <= {last} and fixed_saves[-1:] == [last]
+    return [
+        problem_entry(
+            setting_for(context, key),
+            None,
+            f"a fresh start ends at step {last}, but resumed from step {at} (a checkpoint it "
+            f"saves, where an attempt after a failure resumes) verl's fit() ends at step {end} "
+            f"({loop}): total_training_steps = {total} is past the end of the data, so the "
+            "loop ends when the data runs out, which a resume moves",
+            fix_for(context, key, last) if accepted else f"a dataset of more rows than {key}",
         )
     ]
 
