@@ -312,6 +312,30 @@ def run_length(
         if problems:
             problems[0]["value"] = override
             return problems
+    return _ends_short(
+        fit,
+        (per_epoch, epochs, total, save_freq),
+        (resumed, last, saves),
+        context,
+        record,
+        (counted, loop, override),
+    )
+
+
+def _ends_short(
+    fit: Any,
+    lengths: tuple[int, int, int, int],
+    walked: tuple[int, int, list],
+    context: dict[str, Any],
+    record: dict[str, Any],
+    said: tuple[str, str, Any],
+) -> list[dict[str, Any]]:
+    """No step trained, or fit() ending before total_training_steps without saving its last
+    step; the fix walked through the same loop. `said`: how the steps were counted, fit()'s
+    line, the override."""
+    per_epoch, epochs, total, save_freq = lengths
+    resumed, last, saves = walked
+    counted, loop, override = said
     if last == 0:
         message = f"verl trains no step: total_training_steps = {total}, total_epochs = {epochs}"
         fixed = per_epoch * epochs
