@@ -576,7 +576,7 @@ def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> N
     shutil.copytree(source, tmp_path / "verl")
     (tmp_path / "verl" / "version" / "version").write_text("0.6.2.dev0\n")
     check = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal_versions as r; "
         "record = {'notes': []}; problems = []; "
         "r.versions_and_requirements(None, True, record, problems); print(json.dumps(record))"
     )
@@ -621,7 +621,7 @@ def test_a_checkouts_requirements_are_read_through_its_own_packaging(tmp_path: P
     (checkout / "setup.py").write_text(FAKE_SETUP)
     before = sorted(checkout.rglob("*"))
     check = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal_versions as r; "
         "record = {'notes': []}; problems = []; "
         "r.versions_and_requirements(None, False, record, problems); "
         "print(json.dumps({'record': record, 'problems': problems}))"
