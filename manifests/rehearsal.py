@@ -146,10 +146,16 @@ def rehearsal_job(
 
     Long because it is one declarative Kubernetes object; its parts are named constants above."""
     sidecar = _SIDECAR_LIMITS
-    mounts = [bucket_mount(), {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True}]
+    mounts = [
+        bucket_mount(),
+        # Read only: a trainer.resume_from_path there is checked before the GPUs load it.
+        {**fuse_mounts.checkpoint_mount(), "readOnly": True},
+        {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True},
+    ]
     volumes: list[dict[str, Any]] = [
         # Uncached, as the data-prep Job's: the pod has no sized file-cache volume.
         bucket_volume(file_cache=False),
+        fuse_mounts.checkpoint_volume(),
         {"name": "scripts", "configMap": {"name": configmap_name(files)}},
         {"name": "tmp", "emptyDir": {}},
     ]

@@ -95,6 +95,18 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
         None,
         {},
     ),
+    # A resume_from_path where this machine sees it (as the Job sees /checkpoints): the folder
+    # verl's workers load <path>/actor from, there or not.
+    "resume-path-found": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
+    "resume-path-missing": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
     "resume-path-bad": (
         ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/checkpoints/x/step_2"],
         None,
@@ -187,6 +199,11 @@ def _case(release: str, name: str, work: Path) -> dict[str, Any]:
     overrides = local_overrides(
         [*hydra_overrides(spec), *rewards], work / "data", work / name, None
     )
+    if name in ("resume-path-found", "resume-path-missing"):
+        saved = work / name / "ckpt" / "global_step_2"
+        (saved / ("actor" if name == "resume-path-found" else "optimizer")).mkdir(parents=True)
+        key = "trainer.resume_from_path="
+        overrides = [f"{key}{saved}" if o.startswith(key) else o for o in overrides]
     model = BASE_MODEL if "chat_template" in job else "Qwen/Qwen2.5-32B-Instruct"
     if name == "model-files":  # the default case (rehearsed first) writes the files' folder
         return {
@@ -375,6 +392,15 @@ def test_resume_path_starts_every_attempt_at_its_step_as_verl_does(release: str)
     length = record["length"]
     assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (2, 3, 1)
     assert any("every attempt resumes from step 2" in note for note in record["notes"])
+    # /checkpoints is not mounted on this machine (the Job mounts it read only): a note.
+    assert any("/checkpoints is not mounted here" in note for note in record["notes"])
+    found = _record(release, "resume-path-found")
+    assert found["ok"], found["problems"]
+    assert found["length"]["resumed_from"] == 2
+    # Its actor folder missing: verl's workers would fail to load it on the GPUs.
+    missing = _only_problem(_record(release, "resume-path-missing"))
+    assert missing["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "actor does not exist" in missing["message"]
     # A path without global_step_<N>: verl's own assertion, naming the override.
     problem = _only_problem(_record(release, "resume-path-bad"))
     assert problem["setting"] == "verl-gke:job.extraOverrides[1]"

@@ -88,6 +88,16 @@ def test_it_rehearses_the_jobs_exact_command_in_the_training_image(stack: str, m
     assert {"name": "training-bucket-vol", "mountPath": bucket_layout.DATA_MOUNT} in container[
         "volumeMounts"
     ]
+    # The checkpoints read only: a trainer.resume_from_path there is checked before the GPUs.
+    checkpoints = {
+        "name": "training-checkpoints-vol",
+        "mountPath": bucket_layout.CHECKPOINT_MOUNT,
+        "readOnly": True,
+    }
+    assert checkpoints in container["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    claim = volumes["training-checkpoints-vol"]["persistentVolumeClaim"]["claimName"]
+    assert claim == "training-checkpoints-pvc"
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)

@@ -4,6 +4,7 @@ the run's length as fit() walks it, and whether a save leaves the tracker verl r
 
 from __future__ import annotations
 
+import os
 import types
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,9 @@ def _trainer_module(config: Any) -> tuple[str, str]:
     return "verl.trainer.ppo.ray_trainer", "RayPPOTrainer"
 
 
-def start_step(config: Any, trainer: types.SimpleNamespace, context: dict[str, Any]) -> int:
+def start_step(
+    config: Any, trainer: types.SimpleNamespace, context: dict[str, Any], record_notes: list[str]
+) -> int:
     """The step every attempt of this command starts from, by the trainer's own _load_checkpoint
     (RayPPOTrainer, ray_trainer.py at 0.6.1 and 0.9.0; PPOTrainer, v1/trainer_base.py at 0.9.0)
     on the stand-in trainer with trainer.default_local_dir an empty folder and worker groups that
@@ -150,7 +153,31 @@ def start_step(config: Any, trainer: types.SimpleNamespace, context: dict[str, A
                 "a checkpoint folder verl saved, .../global_step_<N>, for "
                 f"{RESUME_PATH}; or {fix_for(context, 'trainer.resume_mode', None)}",
             ) from error
-    return int(loader.global_steps or 0)
+    step = int(loader.global_steps or 0)
+    if str(config.trainer.resume_mode) == "resume_path":
+        _resume_folder_found(str(config.trainer.resume_from_path), context, record_notes)
+    return step
+
+
+def _resume_folder_found(path: str, context: dict[str, Any], notes: list[str]) -> None:
+    """verl's workers load <resume_from_path>/actor (the trainer's _load_checkpoint hands it to
+    actor_rollout_wg.load_checkpoint) on the GPUs. Checked where the path's mount is visible
+    (the rehearsal Job mounts /data and, read only, /checkpoints); else a note."""
+    folder = Path(os.path.abspath(path))
+    top = Path(folder.anchor) / folder.parts[1] if len(folder.parts) > 1 else folder
+    if not top.is_dir():
+        notes.append(f"{RESUME_PATH} {path}: {top} is not mounted here, not checked")
+        return
+    if (folder / "actor").is_dir():
+        return
+    raise ProblemFoundError(
+        RESUME_PATH,
+        path,
+        f"{folder / 'actor'} does not exist: every attempt's workers load the actor from there "
+        "(the trainer's _load_checkpoint: actor_rollout_wg.load_checkpoint(<path>/actor))",
+        f"a global_step_<N> folder verl saved (with its actor/ folder) for {RESUME_PATH}, or "
+        f"{fix_for(context, 'trainer.resume_mode', None)}",
+    )
 
 
 def _legacy_fit(per_epoch: int, epochs: int, total: int, save_freq: int, resumed: int) -> tuple:
@@ -274,7 +301,7 @@ def run_length(
     epochs, save_freq = int(config.trainer.total_epochs), int(config.trainer.save_freq)
     total = int(trainer.total_training_steps)
     fit, per_epoch, counted, loop = _fit_loop(config, trainer)
-    resumed = start_step(config, trainer, context)
+    resumed = start_step(config, trainer, context, record["notes"])
     last, saves = fit(per_epoch, epochs, total, save_freq, resumed)
     validates_only = _validates_only(config)
     if validates_only is not None:
