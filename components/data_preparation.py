@@ -1,9 +1,8 @@
 """The data-prep Jobs on the CPU nodes: verl source, GSM8K and the model into the bucket.
 
-Two Jobs (manifests/data_prep.py): `job` writes what the rehearsal reads (verl, the reward, the
-dataset, the model's files but its weights), `weights_job` then downloads the weights. The
-rehearsal waits for `job` only, so its pod (and, outside a reservation, the GPU nodes after its
-verdict) overlaps the download; whatever trains waits for the whole component."""
+This component's Job writes what the rehearsal reads (manifests/data_prep.py `--part inputs`:
+verl, the reward, the dataset, the model's files but its weights); the weights come with
+components/model_weights.py, whose Job shares this component's ConfigMap."""
 
 from __future__ import annotations
 
@@ -42,8 +41,6 @@ class DataPreparationArgs:
 class DataPreparation(pulumi.ComponentResource):
     # What the rehearsal reads (--part inputs).
     job: k8s.batch.v1.Job
-    # The model's weights (--part weights), after `job`.
-    weights_job: k8s.batch.v1.Job
 
     def __init__(
         self, name: str, args: DataPreparationArgs, opts: pulumi.ResourceOptions | None = None
@@ -72,32 +69,40 @@ class DataPreparation(pulumi.ComponentResource):
             ),
         )
 
-        def job(part: str, role: str, after: list[pulumi.Resource]) -> k8s.batch.v1.Job:
-            body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name, part)
-            # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
-            # first. The fixed name means a changed Job is deleted before its replacement starts.
-            return k8s.batch.v1.Job(
-                f"{name}-{role}",
-                metadata=body["metadata"],
-                spec=body["spec"],
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    provider=provider,
-                    depends_on=[
-                        config_map,
-                        args.storage,
-                        *(args.image_registry.ready if args.image_registry else []),
-                        *after,
-                    ],
-                    custom_timeouts=JOB_TIMEOUTS,
-                    delete_before_replace=True,
-                ),
-            )
-
-        self.job = job(manifests.INPUTS, "job", [])
-        # After the inputs, as the one Job did it: a broken ref or dataset fails before the long
-        # download.
-        self.weights_job = job(manifests.WEIGHTS, "weights-job", [self.job])
-        self.register_outputs(
-            {"job": self.job.metadata.name, "weights_job": self.weights_job.metadata.name}
+        self.job = data_prep_job(
+            name, args, manifests.INPUTS, [config_map], pulumi.ResourceOptions(parent=self)
         )
+        self.register_outputs({"job": self.job.metadata.name})
+
+
+def data_prep_job(
+    name: str,
+    args: DataPreparationArgs,
+    part: str,
+    after: list[pulumi.Resource],
+    opts: pulumi.ResourceOptions,
+) -> k8s.batch.v1.Job:
+    """The Job of one part of data prep (manifests/data_prep.py), named `<name>-job`."""
+    s = args.settings
+    scripts = args.scripts if args.scripts is not None else manifests.read_scripts()
+    body = manifests.data_prep_job(s, args.spec, scripts, args.cluster.cpu_pool_name, part)
+    # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage first.
+    # The fixed name means a changed Job is deleted before its replacement starts.
+    return k8s.batch.v1.Job(
+        f"{name}-job",
+        metadata=body["metadata"],
+        spec=body["spec"],
+        opts=pulumi.ResourceOptions.merge(
+            opts,
+            pulumi.ResourceOptions(
+                provider=args.cluster.provider,
+                depends_on=[
+                    args.storage,
+                    *(args.image_registry.ready if args.image_registry else []),
+                    *after,
+                ],
+                custom_timeouts=JOB_TIMEOUTS,
+                delete_before_replace=True,
+            ),
+        ),
+    )

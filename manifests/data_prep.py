@@ -5,9 +5,9 @@ already complete. The inputs Job (`--part inputs`) clones verl at the stack's re
 /data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
 /data/gsm8k/{train,test}.parquet (or converts / checks verl-gke:dataset), copies
 verl-gke:reward's file next to it and downloads the model's files but its weights to
-/data/model-files/<model dir>: all the rehearsal reads. The weights Job (`--part weights`) then
-downloads the weights to /data/<model dir> while the rehearsal runs (and, outside a reservation,
-the GPU nodes are created after it); the GRPO job waits for both.
+/data/model-files/<model dir>: all the rehearsal reads. The weights Job (`--part weights`,
+components/model_weights.py) downloads the weights to /data/<model dir> after the rehearsal's
+verdict, while the GPU nodes come up; the GRPO job waits for both.
 """
 
 from __future__ import annotations

@@ -126,8 +126,8 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # The rehearsal's Job (components/rehearsal.py): a Job like data prep's, with its own link.
 REHEARSAL_JOB_NAME = "rehearsal-job"
-# Data prep's weights Job (components/data_preparation.py weights_job), with its own link.
-WEIGHTS_JOB_NAME = "data-prep-weights-job"
+# Data prep's weights Job (components/model_weights.py), with its own link.
+WEIGHTS_JOB_NAME = "model-weights-job"
 # The verl entry point of the GRPO job; other Ray jobs (the fabric check) run before it.
 GRPO_ENTRYPOINT = "verl.trainer.main_ppo"
 ARCHES = ("amd64", "arm64")

@@ -457,11 +457,11 @@ def test_outside_a_reservation_the_weights_download_overlaps_the_gpu_nodes(
     GRPO job still waits for the weights."""
     result = plan(stack, mode, unset=("verl-gke:reservation",), **{"verl-gke__capacity": "spot"})
     job = "kubernetes:batch/v1:Job"
-    inputs, weights = result.one(job, "data-prep-job"), result.one(job, "data-prep-weights-job")
+    inputs, weights = result.one(job, "data-prep-job"), result.one(job, "model-weights-job")
     rehearsal = result.one(job, "rehearsal-job")
     grpo = next(r for r in ray_jobs(result) if is_grpo(r))
     assert result.depends_on(rehearsal, inputs) and not result.depends_on(rehearsal, weights)
     assert result.depends_on(weights, inputs) and result.depends_on(grpo, weights)
     timed = schedule(result, run_facts(stack, mode), levers_in_graph(result, PROFILES[stack].arch))
     names = [step.name for step in timed.path]
-    assert "data-prep-job" in names and "data-prep-weights-job" not in names
+    assert "data-prep-job" in names and "model-weights-job" not in names

@@ -681,7 +681,7 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     weights_command[at + 1] = "inputs"
     weights["metadata"]["name"] = job["metadata"]["name"]
     assert weights == job
-    assert job_resource.urn in weights_resource.dependencies
+    assert result.depends_on(weights_resource, job_resource)
     assert weights_resource.custom_timeouts == job_resource.custom_timeouts
 
 

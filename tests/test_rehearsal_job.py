@@ -150,10 +150,15 @@ def test_it_runs_after_data_prep_and_training_after_it(stack: str, mode: str) ->
     result = plan(stack, mode)
     job = rehearsal(result)
     # Data prep's inputs Job, not its weights Job: the rehearsal reads the model's files but
-    # its weights (--model-files), so it runs while the weights download.
-    weights = result.one(JOB, "data-prep-weights-job")
-    assert result.depends_on(job, result.one(JOB, "data-prep-job"))
-    assert not result.depends_on(job, weights)
+    # its weights (--model-files). The weights Job starts after the verdict (a failed rehearsal
+    # downloads nothing; on Autopilot the rehearsal's pod takes the inputs pod's node), except
+    # on A4X, whose rehearsal waits for a GPU node: there after the inputs Job.
+    weights = result.one(JOB, "model-weights-job")
+    inputs = result.one(JOB, "data-prep-job")
+    assert result.depends_on(job, inputs) and not result.depends_on(job, weights)
+    assert result.depends_on(weights, inputs)
+    verdict = result.one(VERDICT, "rehearsal-verdict")
+    assert result.depends_on(weights, verdict) is (stack != "a4x")
     command = pod(job)["containers"][0]["command"]
     settings = load_settings(stack, {**REAL, "verl-gke:mode": mode}, offline=False).settings
     files = bucket_layout.model_files_path(settings.model, settings.model_revision)
