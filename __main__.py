@@ -17,6 +17,7 @@ from components.image_prepull import ImagePrepull, ImagePrepullArgs
 from components.image_registry import ImageRegistry, ImageRegistryArgs
 from components.kuberay_operator import KubeRayOperator, KubeRayOperatorArgs
 from components.location_check import check_gpu_location
+from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.node_identity import NodeIdentity, NodeIdentityArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -116,14 +117,20 @@ gke = GkeCluster("gke", GkeClusterArgs(settings, host_network, node_identity, im
 namespace = WorkloadNamespace("workload", WorkloadNamespaceArgs(settings, gke))
 kuberay = KubeRayOperator("kuberay", KubeRayOperatorArgs(settings, gke, namespace))
 storage = TrainingStorage("storage", TrainingStorageArgs(settings, gke, namespace))
-data_prep = DataPreparation(
-    "data-prep",
-    DataPreparationArgs(settings, gke, namespace, storage, grpo.spec, image_registry=images),
+data_prep_args = DataPreparationArgs(
+    settings, gke, namespace, storage, grpo.spec, image_registry=images
 )
-# verl's own code on the job's exact command, in the training image, after data prep.
+data_prep = DataPreparation("data-prep", data_prep_args)
+# verl's own code on the job's exact command, in the training image, after data prep's inputs.
 rehearsal = Rehearsal(
     "rehearsal",
     RehearsalArgs(settings, gke, namespace, storage, data_prep, grpo, image_registry=images),
+)
+# The weights, after the rehearsal's verdict unless the rehearsal runs on a GPU node (A4X):
+# components/model_weights.py says why.
+weights_after = () if settings.profile.ray_head_on_gpu_nodes else (rehearsal,)
+model_weights = ModelWeights(
+    "model-weights", ModelWeightsArgs(data_prep_args, data_prep, after=weights_after)
 )
 gpus_after = (rehearsal,) if settings.capacity_plan.gpus_after_rehearsal else ()
 gpu_pool = (
@@ -170,7 +177,9 @@ ray_cluster = RayCluster(
 )
 training = GrpoTraining(
     "grpo",
-    GrpoTrainingArgs(settings, grpo, gke, namespace, ray_cluster, data_prep, rehearsal, gpu_pool),
+    GrpoTrainingArgs(
+        settings, grpo, gke, namespace, ray_cluster, data_prep, model_weights, rehearsal, gpu_pool
+    ),
 )
 
 pulumi.export("profile", settings.profile_name)

@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from bench import gpu_learn_task as task  # noqa: E402
 from bench import gpu_run  # noqa: E402
 from bench import gpu_run_support as support  # noqa: E402
+from payloads.data_prep.prep_common import MODEL_FILES_DIR  # noqa: E402
 
 URN_STACK = "gpu-learn"
 # 350 train rows // 32 a batch = 10 steps an epoch (verl's train dataloader drops the last
@@ -186,6 +187,9 @@ def evaluation_report(job: Any) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
+MODEL_PATH_KEY = "actor_rollout_ref.model.path="
+
+
 def rehearse(job: Any, model_id: str) -> dict[str, Any]:
     """The rehearsal as the product's Job runs it (manifests/rehearsal.py command: the wrapper,
     verl_scripts/rehearsal.py and the job's exact Hydra overrides), here in the machine's verl;
@@ -196,7 +200,11 @@ def rehearse(job: Any, model_id: str) -> dict[str, Any]:
     from training.rehearsal_context import rehearsal_context
 
     context = rehearsal_context(job.spec, model_id)
-    argv = command(job.rehearsal_record, job.hydra_overrides, context)
+    # The model's files but its weights, where data prep's inputs part wrote them
+    # (<data root>/model-files/<model folder>, beside the model folder).
+    model = Path(next(o for o in job.hydra_overrides if o.startswith(MODEL_PATH_KEY)).split("=")[1])
+    files = str(model.parent / MODEL_FILES_DIR / model.name)
+    argv = command(job.rehearsal_record, job.hydra_overrides, context, files)
     argv[1] = str(REPO / "payloads" / "rehearse.py")
     argv[argv.index("--script") + 1] = str(REPO / "verl_scripts" / "rehearsal.py")
     argv[0] = sys.executable

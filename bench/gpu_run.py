@@ -66,14 +66,15 @@ def job_settings(own_dataset: bool = False) -> dict[str, Any]:
 
 
 def data_prep_argv(settings: Any, spec: Any, data_root: Path | None = None) -> list[str]:
-    """The data-prep Job's own command (manifests/data_prep.py) less `python3 <script>`: the
-    reward file is the repository's (the ConfigMap's copy of verl-gke:reward), and with data_root
-    the volume's paths (DATA_MOUNT) lie under that folder instead."""
+    """The data-prep Jobs' own command (manifests/data_prep.py) less `python3 <script>`, both
+    parts in one run (`--part all`: the inputs Job's steps, then the weights Job's): the reward
+    file is the repository's (the ConfigMap's copy of verl-gke:reward), and with data_root the
+    volume's paths (DATA_MOUNT) lie under that folder instead."""
     from config.bucket_layout import DATA_MOUNT
     from manifests.data_prep import command
     from training.grpo_preflight import dataset_limits
 
-    argv = command(settings, dataset_limits(spec))[2:]
+    argv = command(settings, dataset_limits(spec), "all")[2:]
     if "--reward-file" in argv:
         argv[argv.index("--reward-file") + 1] = str(REPO / support.REWARD.partition(":")[0])
     if data_root is None:

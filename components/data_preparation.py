@@ -1,4 +1,8 @@
-"""The data-prep Job on the CPU nodes: verl source, GSM8K and the model into the bucket."""
+"""The data-prep Jobs on the CPU nodes: verl source, GSM8K and the model into the bucket.
+
+This component's Job writes what the rehearsal reads (manifests/data_prep.py `--part inputs`:
+verl, the reward, the dataset, the model's files but its weights); the weights come with
+components/model_weights.py, whose Job shares this component's ConfigMap."""
 
 from __future__ import annotations
 
@@ -16,8 +20,8 @@ from manifests import data_prep as manifests
 from training.grpo_preflight import dataset_limits
 from training.grpo_spec import GrpoSpec
 
-# Pulumi waits for the Job to complete: a 66 GB model download through GCS FUSE, plus image pull
-# and, on a fresh CPU node, node start-up.
+# Pulumi waits for each Job to complete: a 66 GB model download through GCS FUSE (the weights
+# Job), plus image pull and, on a fresh CPU node, node start-up.
 JOB_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m")
 
 
@@ -36,6 +40,7 @@ class DataPreparationArgs:
 
 
 class DataPreparation(pulumi.ComponentResource):
+    # What the rehearsal reads (--part inputs).
     job: k8s.batch.v1.Job
 
     def __init__(
@@ -64,25 +69,43 @@ class DataPreparation(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[args.namespace]
             ),
         )
-        job_body = manifests.data_prep_job(
-            s, dataset_limits(args.spec), scripts, args.cluster.cpu_pool_name
+
+        self.job = data_prep_job(
+            name, args, manifests.INPUTS, [config_map], pulumi.ResourceOptions(parent=self)
         )
-        # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage
-        # first. The fixed name means a changed Job is deleted before its replacement starts.
-        self.job = k8s.batch.v1.Job(
-            f"{name}-job",
-            metadata=job_body["metadata"],
-            spec=job_body["spec"],
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=provider,
+        self.register_outputs({"job": self.job.metadata.name})
+
+
+def data_prep_job(
+    name: str,
+    args: DataPreparationArgs,
+    part: str,
+    after: list[pulumi.Resource],
+    opts: pulumi.ResourceOptions,
+) -> k8s.batch.v1.Job:
+    """The Job of one part of data prep (manifests/data_prep.py), named `<name>-job`."""
+    s = args.settings
+    scripts = args.scripts if args.scripts is not None else manifests.read_scripts()
+    body = manifests.data_prep_job(
+        s, dataset_limits(args.spec), scripts, args.cluster.cpu_pool_name, part
+    )
+    # It mounts the bucket as the KSA (IAM binding, PVC) and reads the HF secret: storage first.
+    # The fixed name means a changed Job is deleted before its replacement starts.
+    return k8s.batch.v1.Job(
+        f"{name}-job",
+        metadata=body["metadata"],
+        spec=body["spec"],
+        opts=pulumi.ResourceOptions.merge(
+            opts,
+            pulumi.ResourceOptions(
+                provider=args.cluster.provider,
                 depends_on=[
-                    config_map,
                     args.storage,
                     *(args.image_registry.ready if args.image_registry else []),
+                    *after,
                 ],
                 custom_timeouts=JOB_TIMEOUTS,
                 delete_before_replace=True,
             ),
-        )
-        self.register_outputs({"job": self.job.metadata.name})
+        ),
+    )

@@ -11,6 +11,7 @@ import pulumi
 from components.data_preparation import DataPreparation
 from components.gke_cluster import GkeCluster
 from components.gpu_node_pool import GpuNodePool
+from components.model_weights import ModelWeights
 from components.ray_cluster import RayCluster
 from components.rehearsal import Rehearsal
 from components.workload_namespace import WorkloadNamespace
@@ -34,6 +35,8 @@ class GrpoTrainingArgs:
     namespace: WorkloadNamespace
     ray_cluster: RayCluster
     data_preparation: DataPreparation
+    # The model's weights (data prep's second Job).
+    model_weights: ModelWeights
     # verl's rehearsal of this job's command: training starts only after it succeeded.
     rehearsal: Rehearsal
     # Standard only. Jobs run on its nodes: `pulumi destroy` must stop them before the pool goes.
@@ -67,7 +70,7 @@ class GrpoTraining(pulumi.ComponentResource):
         on_cluster: list[pulumi.Resource] = [args.ray_cluster]
         if args.gpu_pool is not None:
             on_cluster.append(args.gpu_pool)
-        grpo_waits_for = [*on_cluster, args.data_preparation, args.rehearsal]
+        grpo_waits_for = [*on_cluster, args.data_preparation, args.model_weights, args.rehearsal]
         if s.fabric_check:
             run = fabric_check_run(s)
             # wait_for "finished": GRPO is only submitted once the fabric passed (GPUs are

@@ -14,6 +14,7 @@ from components.image_registry import ImageRegistry
 from components.storage import TrainingStorage
 from components.workload_namespace import WorkloadNamespace
 from config.bucket_layout import bucket_url
+from config.rehearsal_scripts import read_scripts
 from config.settings import StackSettings
 from jobs.rehearsal_verdict import RehearsalVerdict
 from manifests import rehearsal as manifests
@@ -32,7 +33,8 @@ class RehearsalArgs:
     cluster: GkeCluster
     namespace: WorkloadNamespace
     storage: TrainingStorage
-    # It reads what data prep wrote (parquet, model, reward file, the verl checkout).
+    # It reads what data prep's inputs Job wrote (parquet, the model's files but its weights,
+    # reward file, the verl checkout), not the weights.
     data_preparation: DataPreparation
     # The GRPO job: its Hydra overrides and the record's path.
     job: TrainingJob
@@ -56,7 +58,7 @@ class Rehearsal(pulumi.ComponentResource):
         super().__init__("verl-gke:rehearsal:Rehearsal", name, None, opts)
         s = args.settings
         provider = args.cluster.provider
-        files = args.files if args.files is not None else manifests.read_scripts()
+        files = args.files if args.files is not None else read_scripts()
         config_map_body = manifests.script_configmap(s, files)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
@@ -84,8 +86,9 @@ class Rehearsal(pulumi.ComponentResource):
             # Problems and fixes name the stack's settings, as in the offline plan.
             context=rehearsal_context(args.job.spec, s.model),
         )
-        # After data prep: the rehearsal reads its parquet, model, reward file and checkout. The
-        # fixed name means a changed command deletes the old Job before its replacement runs.
+        # After data prep's inputs Job (parquet, the model's files, reward file, checkout), not
+        # its weights Job: the rehearsal loads the tokenizer and config only. The fixed name
+        # means a changed command deletes the old Job before its replacement runs.
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=body["metadata"],
@@ -96,7 +99,7 @@ class Rehearsal(pulumi.ComponentResource):
                 depends_on=[
                     config_map,
                     args.storage,
-                    args.data_preparation,
+                    args.data_preparation.job,
                     *(args.image_registry.ready if args.image_registry else []),
                 ],
                 custom_timeouts=JOB_TIMEOUTS,

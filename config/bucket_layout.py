@@ -42,6 +42,10 @@ GSM8K_TEST = f"{GSM8K_DIR}/test.parquet"
 # (config/run_inputs.py), and the run's reward files, one folder per file content.
 DATASETS_ROOT = f"{DATA_MOUNT}/datasets"
 REWARDS_ROOT = f"{DATA_MOUNT}/rewards"
+# The model's own files but its weights (config, tokenizer, chat template, remote code), one
+# folder per model folder (model_files_path): data prep's inputs Job writes them before the
+# weights, so the rehearsal and the prompt-length check start without waiting for the download.
+MODEL_FILES_ROOT = f"{DATA_MOUNT}/model-files"
 # The rehearsal's records (verl_scripts/rehearsal.py --out), one per stack, experiment and
 # training command (rehearsal_record_path).
 REHEARSALS_ROOT = f"{DATA_MOUNT}/rehearsals"
@@ -65,6 +69,12 @@ def model_path(model_id: str, revision: str | None = None) -> str:
     """The model's mounted path: where the data-prep Job puts the model and the GRPO job loads
     it from (its last part is model_folder_name)."""
     return f"{DATA_MOUNT}/{model_folder_name(model_id, revision)}"
+
+
+def model_files_path(model_id: str, revision: str | None = None) -> str:
+    """The model's files but its weights (MODEL_FILES_ROOT), of the same commit as
+    model_path's weights."""
+    return f"{MODEL_FILES_ROOT}/{model_folder_name(model_id, revision)}"
 
 
 def verl_checkout_folder(stack: str) -> str:
@@ -145,6 +155,7 @@ def rewritten_by_data_prep(model_id: str, revision: str | None = None) -> tuple[
         PREP_MARKERS,
         DATASETS_ROOT,
         REWARDS_ROOT,
+        MODEL_FILES_ROOT,
         model_path(model_id, revision),
     )
 

@@ -1,10 +1,13 @@
 """The tutorial's data-preparation Job and the ConfigMap that carries its payload.
 
-The Job runs payloads/data_prep/prepare_data.py on the CPU nodes: it clones verl at the stack's
-ref into /data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
+Two Jobs run payloads/data_prep/prepare_data.py on the CPU nodes, skipping every step that is
+already complete. The inputs Job (`--part inputs`) clones verl at the stack's ref into
+/data/verl-src/<stack> (not with verl-gke:verlSource=image), writes GSM8K to
 /data/gsm8k/{train,test}.parquet (or converts / checks verl-gke:dataset), copies
-verl-gke:reward's file next to it and downloads the model to /data/<model dir>, skipping every
-step that is already complete.
+verl-gke:reward's file next to it and downloads the model's files but its weights to
+/data/model-files/<model dir>: all the rehearsal reads. The weights Job (`--part weights`,
+components/model_weights.py) downloads the weights to /data/<model dir> after the rehearsal's
+verdict, while the GPU nodes come up; the GRPO job waits for both.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ from manifests.common import (
 )
 
 JOB_NAME = "data-prep-job"
+WEIGHTS_JOB_NAME = "model-download-job"
+# prepare_data.py --part of each Job (its PARTS).
+INPUTS, WEIGHTS = "inputs", "weights"
+JOB_NAMES = {INPUTS: JOB_NAME, WEIGHTS: WEIGHTS_JOB_NAME}
 # The payload's folder: every module in it is one key of the ConfigMap, mounted flat at
 # SCRIPT_DIR, where the entry SCRIPT_KEY imports the others by plain name.
 PAYLOAD_DIR = Path(__file__).resolve().parent.parent / "payloads" / "data_prep"
@@ -130,7 +137,7 @@ def script_configmap(settings: StackSettings, scripts: dict[str, str]) -> Manife
     }
 
 
-def command(settings: StackSettings, limits: DatasetLimits) -> list[str]:
+def command(settings: StackSettings, limits: DatasetLimits, part: str = INPUTS) -> list[str]:
     verl = ["--verl-repo", VERL_REPO, "--verl-ref", settings.verl_ref]
     verl += ["--verl-dir", verl_checkout_folder(settings.stack)]
     if settings.verl_source == "image":
@@ -140,6 +147,8 @@ def command(settings: StackSettings, limits: DatasetLimits) -> list[str]:
         f"{SCRIPT_DIR}/{SCRIPT_KEY}",
         "--data-root",
         DATA_MOUNT,
+        "--part",
+        part,
         *verl,
         "--model",
         settings.model,
@@ -205,8 +214,9 @@ def data_prep_job(
     limits: DatasetLimits,
     scripts: dict[str, str],
     cpu_pool_name: str | None,
+    part: str = INPUTS,
 ) -> Manifest:
-    """The data-prep Job's body.
+    """The body of the data-prep Job of `part` (INPUTS or WEIGHTS).
 
     Long because it is one declarative Kubernetes object; its parts are named constants above."""
     sidecar = _SIDECAR_LIMITS[settings.mode]
@@ -219,7 +229,7 @@ def data_prep_job(
     container = {
         "name": "prep-data",
         "image": settings.data_prep_image,
-        "command": command(settings, limits),
+        "command": command(settings, limits, part),
         "env": [
             {
                 "name": "HF_TOKEN",
@@ -240,11 +250,12 @@ def data_prep_job(
         ],
     }
     # Docker Hub images through the stack's Artifact Registry remote repository when streaming.
-    job = _job(settings, container, pod_annotations, scripts, cpu_pool_name)
+    job = _job(JOB_NAMES[part], settings, container, pod_annotations, scripts, cpu_pool_name)
     return through_registry(job, settings.image_pull)
 
 
 def _job(
+    name: str,
     settings: StackSettings,
     container: dict[str, Any],
     pod_annotations: dict[str, str],
@@ -255,7 +266,7 @@ def _job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(
-            JOB_NAME,
+            name,
             "data-prep",
             settings.namespace,
             annotations=accepted_findings({**JOB_FINDINGS, **default_namespace_findings(settings)}),
@@ -292,7 +303,8 @@ def _job(
 
 
 def ingress_policy(settings: StackSettings) -> Manifest:
-    """Nothing connects to the data-prep pod: deny all ingress (it only downloads)."""
+    """Nothing connects to the data-prep pods (both Jobs'): deny all ingress (they only
+    download)."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -100,7 +100,14 @@ def verl_copy_script(repo: str, ref: str, stack: str) -> str:
     keeps it in its metadata cache, the kernel its pages), so this last check catches a raced
     copy only where the mount shows the removal. Only pods of a RayCluster that a verlRef change
     replaces can race the new checkout, and Pulumi deletes that RayCluster before it creates
-    the new one. The ref is in the pod template, so a new verlRef is a new spec."""
+    the new one. The ref is in the pod template, so a new verlRef is a new spec.
+
+    The extraction keeps the extracting user as owner (GNU tar --no-same-owner): as root, tar
+    otherwise chowns every file to the archived owner, which needs CAP_CHOWN once that owner is
+    not the extracting user, and the rehearsal Job's copy drops every capability. The archived
+    owner is the mount's: the GCS FUSE sidecar passes gcsfuse uid=0 and gid=0 unless the volume's
+    mount options set uid/gid (gcs-fuse-csi-driver pkg/sidecar_mounter/sidecar_mounter_config.go
+    prepareMountArgs)."""
     skip = CHECKPOINT_PREFIX.removeprefix("verl/")
     marker = verl_prep_marker(repo, ref, stack)
     inputs = verl_inputs(repo, ref, verl_checkout_folder(stack))
@@ -112,7 +119,7 @@ def verl_copy_script(repo: str, ref: str, stack: str) -> str:
         "; sleep 10\n"
         "done\n"
         f"tar -C {shlex.quote(verl_checkout(stack))} --exclude=./{skip} --exclude=./.git -cf - ."
-        f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} -xf -\n"
+        f" | tar -C {shlex.quote(VERL_NODE_LOCAL)} --no-same-owner -xf -\n"
         f"if ! {check}; then\n"
         f"  echo {shlex.quote(f'{marker} changed during the copy: retrying')} >&2\n"
         "  exit 1\n"

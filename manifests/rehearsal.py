@@ -1,6 +1,7 @@
 """The rehearsal Job: verl's own code, in the training image, on the job's exact Hydra overrides,
-after data prep and before any GPU trains. The ConfigMap carries verl_scripts/rehearsal.py and its
-wrapper payloads/rehearse.py.
+after data prep's inputs Job (not its weights Job) and before any GPU trains. The ConfigMap
+carries verl_scripts/rehearsal.py, the modules of its steps (verl_scripts/rehearsal_*.py) and its
+wrapper payloads/rehearse.py, mounted flat at /scripts.
 
 The pod runs where the Ray head runs: the CPU pool (Autopilot: the Performance class), or on A4X,
 whose arm64-only image the x86 CPU pool cannot run, a GPU node without GPUs (as the head,
@@ -12,13 +13,16 @@ PYTHONPATH; with verlSource=image the image's installed verl runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
-from config.bucket_layout import VERL_NODE_LOCAL
+from config.bucket_layout import VERL_NODE_LOCAL, model_files_path
 from config.image_streaming import through_registry
+from config.rehearsal_scripts import (  # the files it ships and their digest
+    SCRIPT_KEY,
+    WRAPPER_KEY,
+    scripts_digest,
+)
 from config.settings import StackSettings
 from manifests import fuse_mounts
 from manifests.common import (
@@ -38,11 +42,6 @@ from manifests.common import (
 
 JOB_NAME = "rehearsal-job"
 COMPONENT = "rehearsal"
-SCRIPT_KEY = "rehearsal.py"
-WRAPPER_KEY = "rehearse.py"
-_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT_FILE = _ROOT / "verl_scripts" / SCRIPT_KEY
-WRAPPER_FILE = _ROOT / "payloads" / WRAPPER_KEY
 SCRIPT_DIR = "/scripts"
 # The wrapper exits 0 once the record is written (ok or not; jobs/rehearsal_verdict.py judges
 # it), so a failed pod is a rehearsal that wrote none (a pod killed, the mount not ready): retried.
@@ -68,29 +67,9 @@ JOB_FINDINGS = {
 }
 
 
-class MissingScriptError(FileNotFoundError):
-    pass
-
-
-def read_scripts(script: Path = SCRIPT_FILE, wrapper: Path = WRAPPER_FILE) -> dict[str, str]:
-    """The ConfigMap's files: the rehearsal and its wrapper."""
-    files = {}
-    for key, path in ((SCRIPT_KEY, script), (WRAPPER_KEY, wrapper)):
-        try:
-            files[key] = path.read_text()
-        except FileNotFoundError:
-            committed = (SCRIPT_FILE if key == SCRIPT_KEY else WRAPPER_FILE).relative_to(_ROOT)
-            raise MissingScriptError(
-                f"{path} is missing: the rehearsal Job ships it to the cluster as a ConfigMap. "
-                f"Restore it from git (git checkout -- {committed})."
-            ) from None
-    return files
-
-
 def configmap_name(files: dict[str, str]) -> str:
     """Named after its content: a changed script is a new Job spec, so Pulumi re-runs it."""
-    content = "\0".join(f"{key}\0{files[key]}" for key in sorted(files))
-    return f"rehearsal-script-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
+    return f"rehearsal-script-{scripts_digest(files)}"
 
 
 def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest:
@@ -107,10 +86,14 @@ def script_configmap(settings: StackSettings, files: dict[str, str]) -> Manifest
     }
 
 
-def command(record: str, overrides: tuple[str, ...], context: dict[str, Any]) -> list[str]:
-    """`python3 rehearse.py --script rehearsal.py --out <record> --context <JSON> -- <overrides>`:
-    the context (training/rehearsal_context.py) makes a problem name the stack setting and a
-    `pulumi config` fix instead of the Hydra key."""
+def command(
+    record: str, overrides: tuple[str, ...], context: dict[str, Any], model_files: str
+) -> list[str]:
+    """`python3 rehearse.py --script rehearsal.py --out <record> --context <JSON> --model-files
+    <folder> -- <overrides>`: the context (training/rehearsal_context.py) makes a problem name
+    the stack setting and a `pulumi config` fix instead of the Hydra key; the model's files but
+    its weights (data prep's inputs Job) stand in for the model folder, whose weights are still
+    downloading."""
     return [
         "python3",
         f"{SCRIPT_DIR}/{WRAPPER_KEY}",
@@ -120,6 +103,8 @@ def command(record: str, overrides: tuple[str, ...], context: dict[str, Any]) ->
         record,
         "--context",
         json.dumps(context, sort_keys=True),
+        "--model-files",
+        model_files,
         "--",
         *overrides,
     ]
@@ -161,10 +146,16 @@ def rehearsal_job(
 
     Long because it is one declarative Kubernetes object; its parts are named constants above."""
     sidecar = _SIDECAR_LIMITS
-    mounts = [bucket_mount(), {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True}]
+    mounts = [
+        bucket_mount(),
+        # Read only: a trainer.resume_from_path there is checked before the GPUs load it.
+        {**fuse_mounts.checkpoint_mount(), "readOnly": True},
+        {"name": "scripts", "mountPath": SCRIPT_DIR, "readOnly": True},
+    ]
     volumes: list[dict[str, Any]] = [
         # Uncached, as the data-prep Job's: the pod has no sized file-cache volume.
         bucket_volume(file_cache=False),
+        fuse_mounts.checkpoint_volume(),
         {"name": "scripts", "configMap": {"name": configmap_name(files)}},
         {"name": "tmp", "emptyDir": {}},
     ]
@@ -188,7 +179,9 @@ def rehearsal_job(
         # The training image: its own verl, vLLM and transformers answer (not the data-prep
         # image's).
         "image": settings.verl_image,
-        "command": command(record, overrides, context),
+        "command": command(
+            record, overrides, context, model_files_path(settings.model, settings.model_revision)
+        ),
         "env": _env(settings),
         "resources": equal_requests_and_limits(_RESOURCES),
         # payloads/rehearse.py writes the problems there; `kubectl describe` and the Job show it.

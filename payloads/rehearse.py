@@ -1,7 +1,7 @@
 """The rehearsal Job's entrypoint: runs verl_scripts/rehearsal.py and keeps its record.
 
     python3 /scripts/rehearse.py --script /scripts/rehearsal.py --out /data/rehearsals/... \\
-        [--context JSON] -- key=value ...   (the GRPO job's exact Hydra overrides)
+        [--context JSON] [--model-files DIR] -- key=value ...   (the GRPO job's Hydra overrides)
 
 rehearsal.py writes one JSON record (docs/rehearsal.md: "ok", "problems" with setting,
 value, message and fix) and exits 1 when it found a problem. This wrapper
@@ -72,14 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     # Passed on to the script: the settings its problems and fixes name.
     parser.add_argument("--context", default=None)
+    # Passed on: the model's files but its weights (data prep's inputs Job).
+    parser.add_argument("--model-files", default=None)
     parser.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     parser.add_argument("overrides", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.unlink(missing_ok=True)
-    context = ["--context", args.context] if args.context is not None else []
-    command = [sys.executable, str(args.script), "--out", str(args.out), *context, "--", *overrides]
+    passed = ["--context", args.context] if args.context is not None else []
+    if args.model_files is not None:
+        passed += ["--model-files", args.model_files]
+    command = [sys.executable, str(args.script), "--out", str(args.out), *passed, "--", *overrides]
     returncode = subprocess.run(command, check=False).returncode
     record = _read_record(args.out)
     if record is None:

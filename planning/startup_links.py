@@ -126,6 +126,8 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # The rehearsal's Job (components/rehearsal.py): a Job like data prep's, with its own link.
 REHEARSAL_JOB_NAME = "rehearsal-job"
+# Data prep's weights Job (components/model_weights.py), with its own link.
+WEIGHTS_JOB_NAME = "model-weights-job"
 # The verl entry point of the GRPO job; other Ray jobs (the fabric check) run before it.
 GRPO_ENTRYPOINT = "verl.trainer.main_ppo"
 ARCHES = ("amd64", "arm64")
@@ -458,10 +460,18 @@ RESOURCE_LINKS: Mapping[str, Link] = MappingProxyType(
         ),
         "data-prep": _link(
             "data-prep",
-            "data preparation Job",
-            12.0,
-            "est.: verl image pull ~3 min, clone + GSM8K ~1.5 min, the ~66 GB model (seed) at "
-            "~150 MB/s through GCS FUSE ~7.5 min; the tutorial scripts allow 60 min",
+            "data preparation Job (verl, dataset, model files)",
+            4.5,
+            "est.: verl image pull ~3 min, clone + GSM8K ~1.5 min, the model's files but its "
+            "weights (config, tokenizer: a few MB) seconds",
+            estimate=True,
+        ),
+        "model-weights": _link(
+            "model-weights",
+            "model weights Job (download)",
+            8.0,
+            "est.: the ~66 GB model (seed) at ~150 MB/s through GCS FUSE ~7.5 min, pod start on "
+            "a node with the image ~0.5 min; the tutorial scripts allow 60 min",
             estimate=True,
         ),
         REHEARSAL_VERDICT: _link(
@@ -902,7 +912,8 @@ def resource_links(resource: Any, table: StartupLinks) -> tuple[Link, ...]:
     if resource.type == DATA_PREP_JOB and resource.name == REHEARSAL_JOB_NAME:
         return (RESOURCE_LINKS["rehearsal"],)
     if resource.type == DATA_PREP_JOB:
-        data_prep = RESOURCE_LINKS["data-prep"]
+        part = "model-weights" if resource.name == WEIGHTS_JOB_NAME else "data-prep"
+        data_prep = RESOURCE_LINKS[part]
         return (table.autopilot_cpu_node, data_prep) if autopilot else (data_prep,)
     if resource.type == REHEARSAL_VERDICT:
         return (RESOURCE_LINKS[REHEARSAL_VERDICT],)

@@ -28,10 +28,12 @@ from planning.startup_links import (
     LEVER_SOURCES,
     NO_LEVERS,
     Lever,
+    is_grpo,
     job_facts,
     levers_in_graph,
     links,
     model_weights,
+    ray_jobs,
     startup_facts,
 )
 from planning.startup_schedule import Schedule, schedule
@@ -444,3 +446,22 @@ def test_outside_a_reservation_the_gpu_nodes_start_after_the_rehearsal(
     assert names.index("rehearsal-verdict") < names.index(
         "gpu-pool" if mode == "standard" else "ray-cluster"
     )
+
+
+@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a3u", "autopilot")])
+def test_outside_a_reservation_the_weights_download_overlaps_the_gpu_nodes(
+    stack: str, mode: str
+) -> None:
+    """The rehearsal waits for data prep's inputs Job, not its weights Job (it loads the
+    tokenizer and config only), so the GPU nodes after its verdict overlap the download; the
+    GRPO job still waits for the weights."""
+    result = plan(stack, mode, unset=("verl-gke:reservation",), **{"verl-gke__capacity": "spot"})
+    job = "kubernetes:batch/v1:Job"
+    inputs, weights = result.one(job, "data-prep-job"), result.one(job, "model-weights-job")
+    rehearsal = result.one(job, "rehearsal-job")
+    grpo = next(r for r in ray_jobs(result) if is_grpo(r))
+    assert result.depends_on(rehearsal, inputs) and not result.depends_on(rehearsal, weights)
+    assert result.depends_on(weights, inputs) and result.depends_on(grpo, weights)
+    timed = schedule(result, run_facts(stack, mode), levers_in_graph(result, PROFILES[stack].arch))
+    names = [step.name for step in timed.path]
+    assert "data-prep-job" in names and "model-weights-job" not in names

@@ -127,10 +127,24 @@ def test_resume_mode_must_stay_auto() -> None:
     # RayPPOTrainer._load_checkpoint resumes from the experiment folder only in mode auto
     # (verl/trainer/ppo/ray_trainer.py, v0.6.1); the per-experiment folder relies on it.
     message = _refused(["trainer.resume_mode=disable"])
-    assert "trainer.resume_mode must stay auto" in message
+    assert "trainer.resume_mode must stay auto (verl's default) or be resume_path" in message
     assert "Fix: remove it; to start afresh set verl-gke:job.experimentName" in message
     _accepted({"extraOverrides": ["trainer.resume_mode=auto"]})
     _accepted({"experimentName": "fresh-start"})
+
+
+def test_resume_path_is_accepted_on_a_path_the_ray_workers_see() -> None:
+    # verl 0.6.1 and 0.9.0 (_load_checkpoint) load <resume_from_path>/actor on every attempt;
+    # the Ray workers see the bucket only at its mounts. verl's own asserts on the path are the
+    # rehearsal's (tests/test_rehearsal.py).
+    at = "/checkpoints/grpo/w16-0123abcd/global_step_40"
+    _accepted(
+        {"extraOverrides": ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={at}"]}
+    )
+    message = _refused(
+        ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/tmp/global_step_40"]
+    )
+    assert "extraOverrides[1]" in message and "/checkpoints/" in message
 
 
 # --- verl's keys ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ preparation and the RayCluster."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -604,6 +605,9 @@ def test_data_prep_job(stack: str, mode: str) -> None:
         "/scripts/prepare_data.py",
         "--data-root",
         "/data",
+        # What the rehearsal reads; the weights come with the model-download Job.
+        "--part",
+        "inputs",
         "--verl-repo",
         "https://github.com/volcengine/verl.git",
         "--verl-ref",
@@ -668,6 +672,17 @@ def test_data_prep_job(stack: str, mode: str) -> None:
     modules = sorted(data_prep.PAYLOAD_DIR.glob("*.py"))
     assert config_map["data"] == {p.name: p.read_text() for p in modules if p.name != "__init__.py"}
     assert "prepare_data.py" in config_map["data"]
+    # The weights Job: the same pod but its name and --part, after the inputs Job.
+    weights_resource = resource_of(result, "Job", "model-download-job")
+    weights = copy.deepcopy(dict(weights_resource.inputs))
+    weights_command = weights["spec"]["template"]["spec"]["containers"][0]["command"]
+    at = weights_command.index("--part")
+    assert weights_command[at + 1] == "weights"
+    weights_command[at + 1] = "inputs"
+    weights["metadata"]["name"] = job["metadata"]["name"]
+    assert weights == job
+    assert result.depends_on(weights_resource, job_resource)
+    assert weights_resource.custom_timeouts == job_resource.custom_timeouts
 
 
 def test_model_setting_drives_download_and_folder() -> None:

@@ -27,15 +27,15 @@ KUBERNETES_VERSION = "1.34"
 # "checked >= N" count). Every stack/mode: the Ray ServiceAccount, the HF token Secret, a PV and a
 # PVC for each of the three bucket mounts (training data cached for the workers, training data
 # uncached for the head and data prep, checkpoints), the data-prep script, the rehearsal's scripts
-# and the Ray log forwarder's ConfigMaps, the data-prep and rehearsal Jobs and their deny-ingress
-# NetworkPolicies. Standard
+# and the Ray log forwarder's ConfigMaps, the two data-prep Jobs and the rehearsal Job, their
+# deny-ingress NetworkPolicies. Standard
 # adds the NCCL RDMA installer DaemonSet (Autopilot installs it itself); Autopilot's DRANET NICs
 # come from a ResourceClaimTemplate. A4X adds the verl image pre-puller DaemonSet (no image
 # streaming on arm64), the DRA driver's Namespace and ResourceQuota, and its RDMA NIC claim
 # template.
 _COMMON_CORE = {
     "ServiceAccount": 1, "Secret": 1, "PersistentVolume": 3, "PersistentVolumeClaim": 3,
-    "ConfigMap": 3, "Job": 2, "NetworkPolicy": 2,
+    "ConfigMap": 3, "Job": 3, "NetworkPolicy": 2,
 }  # fmt: skip
 CORE_KINDS: dict[tuple[str, str], dict[str, int]] = {
     ("a4x", "standard"): {

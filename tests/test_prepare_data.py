@@ -4,6 +4,7 @@ interrupted downloads and failures."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -481,14 +482,24 @@ def test_hub_source_goes_through_snapshot_download(
     assert "HF_TOKEN set" in out
     assert model_files(data / MODEL_FOLDER) == model_files(model_source)
     assert marker(data, f"model-{MODEL_FOLDER}")["inputs"]["source"] == "hub"  # type: ignore[index]
-    expected = {
+    # The files but the weights first, then the weights, both at the commit the Hub served the
+    # first time (the second run finds the files' marker and downloads the weights only).
+    from payloads.data_prep.prep_model import FILES_IGNORE_PATTERNS
+
+    commit = hashlib.sha1(b"org/tiny-model").hexdigest()
+    weights = {
         "repo_id": "org/tiny-model",
-        "revision": None,
+        "revision": commit,
         "token": "hf_dummy",
         "ignore_patterns": ["original/*"],
         "progress_bars_disabled": "1",
     }
-    assert [json.loads(line) for line in calls.read_text().splitlines()] == [expected] * 2
+    files = {**weights, "ignore_patterns": list(FILES_IGNORE_PATTERNS)}
+    got = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert got == [files, weights, weights]
+    assert marker(data, f"model-files-{MODEL_FOLDER}")["outputs"]["commit"] == commit  # type: ignore[index]
+    held = model_files(data / "model-files" / MODEL_FOLDER)
+    assert held and not any(name.endswith(".safetensors") for name in held)
 
 
 def test_a_pinned_revision_is_downloaded_into_a_folder_that_names_it(
@@ -514,8 +525,9 @@ def test_a_pinned_revision_is_downloaded_into_a_folder_that_names_it(
     )  # fmt: skip
     out = ok(run)
     assert f"org/tiny-model at commit {commit}" in out
-    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert call["revision"] == commit
+    # The files but the weights, then the weights: both at the pinned commit.
+    calls_made = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [call["revision"] for call in calls_made] == [commit, commit]
     assert model_files(data / folder) == model_files(model_source)
     assert marker(data, f"model-{folder}")["inputs"]["revision"] == commit  # type: ignore[index]
     # A branch name is no pin: the script refuses it before downloading anything.
@@ -569,3 +581,42 @@ def test_the_hub_filter_leaves_out_llamas_original_copy_and_keeps_the_model() ->
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     assert json.loads(done.stdout) == [f for f in files if not f.startswith("original/")]
+
+
+def test_the_inputs_part_holds_what_the_rehearsal_reads_and_no_weight(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    """--part inputs (the data-prep Job the rehearsal waits for) leaves the model's files but its
+    weights in model-files/<folder> and no model folder; --part weights (the model-download Job)
+    then downloads the weights alone; a later inputs part copies the files from the weights."""
+    data = tmp_path / "data"
+    ok(run_prep(data, verl_repo.path, "v0.2.0", model_source, "org/tiny-model", "--part", "inputs"))
+    files = data / "model-files" / MODEL_FOLDER
+    held = model_files(files)
+    assert held == {
+        name: content
+        for name, content in model_files(model_source).items()
+        if not name.endswith(".safetensors")
+    }
+    assert "config.json" in held and not (data / MODEL_FOLDER).exists()
+    assert (data / "gsm8k" / "train.parquet").is_file()
+
+    weights = ok(
+        run_prep(
+            data, verl_repo.path, "v0.2.0", model_source, "org/tiny-model", "--part", "weights"
+        )
+    )
+    assert model_files(data / MODEL_FOLDER) == model_files(model_source)
+    assert not step_lines(weights, "verl") and not step_lines(weights, "model-files")
+
+    # Files lost, weights kept: the inputs part copies them from the weights' own folder.
+    shutil.rmtree(files)
+    (data / ".prep" / f"model-files-{MODEL_FOLDER}.done").unlink()
+    again = ok(
+        run_prep(data, verl_repo.path, "v0.2.0", model_source, "org/tiny-model", "--part", "inputs")
+    )
+    assert model_files(files) == held
+    assert marker(data, f"model-files-{MODEL_FOLDER}")["outputs"]["from"] == str(
+        data / MODEL_FOLDER
+    )  # type: ignore[index]
+    assert not step_lines(again, "model")

@@ -58,6 +58,7 @@ SMALL = {
     "totalEpochs": 1,
 }
 EXACT_MATCH = ("docs/examples/exact_match.py", "compute_score")
+RESUME_FROM = "/checkpoints/rehearsal/w1-00000000/global_step"
 TEST_REWARDS = "tests/data/rehearsal/rewards.py"
 BASE_MODEL = "meta-llama/Llama-3.1-8B"
 # case -> (extraOverrides, reward (file, function) or None for verl's own score, stand-in changes)
@@ -84,6 +85,33 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # A run that finished at step 3 (its checkpoint in defaultLocalDir), started again over two
     # epochs with total_training_steps still 3.
     "resume-finished": (["trainer.total_training_steps=3"], None, {"totalEpochs": 2}),
+    # Two epochs, total_training_steps past the data: a fresh start ends at step 6 (saved), a
+    # resume at step 4 (saved) does not at 0.6.1; the fix the refusal offers.
+    "resume-epochs": (["trainer.total_training_steps=100"], None, {"totalEpochs": 2}),
+    "resume-epochs-fixed": (["trainer.total_training_steps=6"], None, {"totalEpochs": 2}),
+    # Every attempt resumes from resume_from_path; verl asserts it names global_step_<N>.
+    "resume-path": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
+    # A resume_from_path where this machine sees it (as the Job sees /checkpoints): the folder
+    # verl's workers load <path>/actor from, there or not.
+    "resume-path-found": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
+    "resume-path-missing": (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={RESUME_FROM}_2"],
+        None,
+        {},
+    ),
+    "resume-path-bad": (
+        ["trainer.resume_mode=resume_path", "trainer.resume_from_path=/checkpoints/x/step_2"],
+        None,
+        {},
+    ),
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
@@ -92,6 +120,9 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
     # Every prompt is longer than 8 tokens: verl's filter keeps no row.
     "prompt-8": ([], None, {"maxPromptLength": 8}),
     "async-save": (["actor_rollout_ref.actor.checkpoint.async_save=True"], None, {}),
+    # As in the rehearsal Job: the model's folder not there yet (its weights still downloading),
+    # its files but the weights in another (--model-files; the default case's stand-in).
+    "model-files": ([], None, {}),
     # Held-out inputs (issue 34's review by someone who did not write the rehearsal).
     "kl-loss-type-k4": (["actor_rollout_ref.actor.kl_loss_type=k4"], None, {}),
     "loss-mode-typo": (["actor_rollout_ref.actor.policy_loss.loss_mode=vanila"], None, {}),
@@ -168,7 +199,19 @@ def _case(release: str, name: str, work: Path) -> dict[str, Any]:
     overrides = local_overrides(
         [*hydra_overrides(spec), *rewards], work / "data", work / name, None
     )
+    if name in ("resume-path-found", "resume-path-missing"):
+        saved = work / name / "ckpt" / "global_step_2"
+        (saved / ("actor" if name == "resume-path-found" else "optimizer")).mkdir(parents=True)
+        key = "trainer.resume_from_path="
+        overrides = [f"{key}{saved}" if o.startswith(key) else o for o in overrides]
     model = BASE_MODEL if "chat_template" in job else "Qwen/Qwen2.5-32B-Instruct"
+    if name == "model-files":  # the default case (rehearsed first) writes the files' folder
+        return {
+            "overrides": overrides,
+            "context": rehearsal_context(spec, model),
+            "model_files": str(work / "default"),
+            "offline_plan": True,
+        }
     return {
         "overrides": overrides,
         "context": rehearsal_context(spec, model),
@@ -304,19 +347,80 @@ def test_total_training_steps_past_the_data_ends_with_the_data_and_no_final_save
 
 
 def test_a_finished_run_started_again_trains_one_more_step_at_0_6_1_and_none_at_0_9_0() -> None:
-    # Issue 34 item 1: 0.6.1's fit() resumes at step 3 and loops `for epoch in
-    # range(total_epochs)` from epoch 0: the restored dataloader has nothing left of epoch 0,
-    # epoch 1 gives step 4, and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer
-    # starts at epoch 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs.
+    # Issue 34 item 1: 0.6.1's fit() resumed at step 3 loops `for epoch in range(total_epochs)`
+    # from epoch 0: the restored dataloader has nothing left of epoch 0, epoch 1 gives step 4,
+    # and is_last_step (4 >= 3) trains and saves it. 0.9.0's V1 trainer starts at epoch
+    # 3 // 3 = 1 and its loop needs global_steps (4) <= 3: nothing runs. The record is a fresh
+    # start's (the run folder's checkpoint at step 3 is not read: the runner reads it when an
+    # attempt starts, finds step 3 = last_step and does not start verl).
     at_061 = _record("0.6.1", "resume-finished")
     assert at_061["ok"], at_061["problems"]
     length = at_061["length"]
-    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 4, 1)
-    assert length["save_steps"] == [4] and length["final_save"]
+    assert (length["resumed_from"], length["last_step"], length["restarted_ends_at"]) == (0, 3, 4)
+    assert length["save_steps"] == [2, 3] and length["final_save"]
     at_090 = _record("0.9.0", "resume-finished")
     assert at_090["ok"], at_090["problems"]
     length = at_090["length"]
-    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (3, 3, 0)
+    assert (length["resumed_from"], length["last_step"], length["restarted_ends_at"]) == (0, 3, 3)
+
+
+def test_a_resume_that_ends_elsewhere_than_a_fresh_start_is_refused_at_0_6_1() -> None:
+    """Issue 34 item 2, the runner's side: finished is 'the latest checkpoint is last_step', with
+    the record's fresh-start last_step. At 0.6.1 a run that ends when its data runs out (here
+    total_training_steps 100 over 2 epochs of 3 steps: step 6, saved) resumed at step 4 (saved)
+    runs epoch 0's rest and epoch 1 again: it ends at step 9, so runner and verl would disagree.
+    Refused with total_training_steps = 6, from which every resume ends at 6; 0.9.0 resumes in
+    its epoch and ends at 6 either way."""
+    problem = _only_problem(_record("0.6.1", "resume-epochs"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[0]"
+    assert "resumed from step 4" in problem["message"] and "ends at step 9" in problem["message"]
+    assert problem["fix"].endswith("trainer.total_training_steps=6")
+    fixed = _record("0.6.1", "resume-epochs-fixed")
+    assert fixed["ok"], fixed["problems"]
+    assert (fixed["length"]["last_step"], fixed["length"]["save_steps"]) == (6, [2, 4, 6])
+    at_090 = _record("0.9.0", "resume-epochs")
+    assert at_090["ok"], at_090["problems"]
+    assert at_090["length"]["last_step"] == 6
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resume_path_starts_every_attempt_at_its_step_as_verl_does(release: str) -> None:
+    # Issue 34: refused before though verl runs it. verl's own _load_checkpoint on the
+    # rehearsal's stand-in trainer: global_steps = 2 from the path; one step (3) trains.
+    record = _record(release, "resume-path")
+    assert record["ok"], record["problems"]
+    length = record["length"]
+    assert (length["resumed_from"], length["last_step"], length["steps_to_train"]) == (2, 3, 1)
+    assert any("every attempt resumes from step 2" in note for note in record["notes"])
+    # /checkpoints is not mounted on this machine (the Job mounts it read only): a note.
+    assert any("/checkpoints is not mounted here" in note for note in record["notes"])
+    found = _record(release, "resume-path-found")
+    assert found["ok"], found["problems"]
+    assert found["length"]["resumed_from"] == 2
+    # Its actor folder missing: verl's workers would fail to load it on the GPUs.
+    missing = _only_problem(_record(release, "resume-path-missing"))
+    assert missing["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "actor does not exist" in missing["message"]
+    # A path without global_step_<N>: verl's own assertion, naming the override.
+    problem = _only_problem(_record(release, "resume-path-bad"))
+    assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
+    assert "resume ckpt must specify the global_steps" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_model_files_without_weights_are_all_the_rehearsal_reads(release: str) -> None:
+    """The rehearsal Job starts before data prep's weights Job ends: with --model-files, verl's
+    hf_tokenizer and AutoConfig read the files but the weights, and every step runs as with the
+    model folder (the default case's record, the same job)."""
+    record = _record(release, "model-files")
+    assert record["ok"], record["problems"]
+    default = _record(release, "default")
+    for field in ("model", "data", "length", "rollout"):
+        assert record[field] == default[field]
+    note = next(n for n in record["notes"] if "no weight is read" in n)
+    folder = Path(note.split(" are read from ", 1)[1].split(", the model's", 1)[0])
+    weights = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+    assert folder.is_dir() and not any(p for w in weights for p in folder.rglob(w))
 
 
 def test_total_training_steps_zero_trains_and_saves_one_step_at_0_6_1() -> None:
@@ -498,7 +602,7 @@ def test_verls_requirements_are_those_of_the_verl_that_runs(tmp_path: Path) -> N
     shutil.copytree(source, tmp_path / "verl")
     (tmp_path / "verl" / "version" / "version").write_text("0.6.2.dev0\n")
     check = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal_versions as r; "
         "record = {'notes': []}; problems = []; "
         "r.versions_and_requirements(None, True, record, problems); print(json.dumps(record))"
     )
@@ -543,7 +647,7 @@ def test_a_checkouts_requirements_are_read_through_its_own_packaging(tmp_path: P
     (checkout / "setup.py").write_text(FAKE_SETUP)
     before = sorted(checkout.rglob("*"))
     check = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal as r; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rehearsal_versions as r; "
         "record = {'notes': []}; problems = []; "
         "r.versions_and_requirements(None, False, record, problems); "
         "print(json.dumps({'record': record, 'problems': problems}))"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from config import bucket_layout, run_inputs
+from config import bucket_layout, rehearsal_scripts, run_inputs
 from config.image_streaming import registry_image
 from config.profiles import PROFILES
 from config.settings import load_settings
@@ -87,6 +89,16 @@ def test_it_rehearses_the_jobs_exact_command_in_the_training_image(stack: str, m
     assert {"name": "training-bucket-vol", "mountPath": bucket_layout.DATA_MOUNT} in container[
         "volumeMounts"
     ]
+    # The checkpoints read only: a trainer.resume_from_path there is checked before the GPUs.
+    checkpoints = {
+        "name": "training-checkpoints-vol",
+        "mountPath": bucket_layout.CHECKPOINT_MOUNT,
+        "readOnly": True,
+    }
+    assert checkpoints in container["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    claim = volumes["training-checkpoints-vol"]["persistentVolumeClaim"]["claimName"]
+    assert claim == "training-checkpoints-pvc"
 
 
 @pytest.mark.parametrize(("stack", "mode"), COMBINATIONS)
@@ -138,8 +150,22 @@ def test_with_verl_from_the_image_it_imports_the_images_verl() -> None:
 def test_it_runs_after_data_prep_and_training_after_it(stack: str, mode: str) -> None:
     result = plan(stack, mode)
     job = rehearsal(result)
-    assert result.depends_on(job, result.one(JOB, "data-prep-job"))
+    # Data prep's inputs Job, not its weights Job: the rehearsal reads the model's files but
+    # its weights (--model-files). The weights Job starts after the verdict (a failed rehearsal
+    # downloads nothing; on Autopilot the rehearsal's pod takes the inputs pod's node), except
+    # on A4X, whose rehearsal waits for a GPU node: there after the inputs Job.
+    weights = result.one(JOB, "model-weights-job")
+    inputs = result.one(JOB, "data-prep-job")
+    assert result.depends_on(job, inputs) and not result.depends_on(job, weights)
+    assert result.depends_on(weights, inputs)
+    verdict = result.one(VERDICT, "rehearsal-verdict")
+    assert result.depends_on(weights, verdict) is (stack != "a4x")
+    command = pod(job)["containers"][0]["command"]
+    settings = load_settings(stack, {**REAL, "verl-gke:mode": mode}, offline=False).settings
+    files = bucket_layout.model_files_path(settings.model, settings.model_revision)
+    assert command[command.index("--model-files") + 1] == files
     assert result.depends_on(grpo_job(result), job)
+    assert result.depends_on(grpo_job(result), weights)
     # On a reservation (billed anyway) the GPU nodes and the RayCluster do not wait for it.
     assert not result.depends_on(result.one(RAY_CLUSTER), job)
     if mode == "standard":
@@ -247,11 +273,11 @@ def test_a_changed_rehearsal_script_gets_a_new_record(monkeypatch: pytest.Monkey
     answers otherwise must write a new path, not the same command's old one."""
     settings = load_settings("a4", {**REAL}, offline=False).settings
     same = training_job(settings).rehearsal_record
-    files = manifests.read_scripts()
+    files = rehearsal_scripts.read_scripts()
     changed = {**files, manifests.SCRIPT_KEY: files[manifests.SCRIPT_KEY] + "\n# changed\n"}
-    monkeypatch.setattr(manifests, "read_scripts", lambda: changed)
+    monkeypatch.setattr(rehearsal_scripts, "read_scripts", lambda: changed)
     assert training_job(settings).rehearsal_record != same
-    monkeypatch.setattr(manifests, "read_scripts", lambda: dict(files))
+    monkeypatch.setattr(rehearsal_scripts, "read_scripts", lambda: dict(files))
     assert training_job(settings).rehearsal_record == same
 
 
@@ -262,5 +288,26 @@ def test_a_record_path_needs_one_folder_name(value: str) -> None:
 
 
 def test_a_missing_script_names_the_file_and_the_fix(tmp_path: Any) -> None:
-    with pytest.raises(manifests.MissingScriptError, match="git checkout -- "):
-        manifests.read_scripts(script=tmp_path / "rehearsal.py")
+    with pytest.raises(rehearsal_scripts.MissingScriptError, match="git checkout -- "):
+        rehearsal_scripts.read_scripts(script=tmp_path / "rehearsal.py")
+
+
+def test_the_configmap_carries_every_module_of_the_steps_and_runs_flat(tmp_path: Any) -> None:
+    """The pod mounts the ConfigMap's keys flat at /scripts: the entry imports its step modules
+    by plain name from there, and a changed step module is a new record path."""
+    files = rehearsal_scripts.read_scripts()
+    steps = sorted(p.name for p in rehearsal_scripts.SCRIPT_FILE.parent.glob("rehearsal_*.py"))
+    assert steps and set(files) == {manifests.SCRIPT_KEY, manifests.WRAPPER_KEY, *steps}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    shown = subprocess.run(
+        [sys.executable, str(tmp_path / manifests.SCRIPT_KEY), "--help"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "--model-files" in shown.stdout, shown.stderr
+    settings = load_settings("a4", {**REAL}, offline=False).settings
+    before = training_job(settings).rehearsal_record
+    changed = {**files, steps[0]: files[steps[0]] + "\n# changed\n"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rehearsal_scripts, "read_scripts", lambda: changed)
+        assert training_job(settings).rehearsal_record != before

@@ -491,10 +491,14 @@ def _steps(*args: str) -> list[str]:
 
 
 def test_the_tutorials_steps_are_unchanged_and_image_verl_makes_no_checkout() -> None:
-    assert _steps("--verl-ref", "v0.6.1") == ["verl", "gsm8k", "model"]
-    assert _steps("--verl-from-image") == ["dataset", "model"]
+    # The model's files but its weights (what the rehearsal reads) before the weights.
+    assert _steps("--verl-ref", "v0.6.1") == ["verl", "gsm8k", "model-files", "model"]
+    assert _steps("--verl-from-image") == ["dataset", "model-files", "model"]
     assert _steps("--verl-from-image", "--reward-file", "/s/r.py", "--reward-dest", "/d/r.py") == [
-        "reward", "dataset", "model"]  # fmt: skip
+        "reward", "dataset", "model-files", "model"]  # fmt: skip
+    # The data-prep Jobs' parts: the weights Job runs the weights alone.
+    assert _steps("--verl-ref", "v0.6.1", "--part", "inputs") == ["verl", "gsm8k", "model-files"]
+    assert _steps("--verl-ref", "v0.6.1", "--part", "weights") == ["model"]
 
 
 @pytest.mark.parametrize(

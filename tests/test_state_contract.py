@@ -38,6 +38,8 @@ COMPONENT_TYPES = {
     "verl-gke:image_prepull:ImagePrepull",
     "verl-gke:image_registry:ImageRegistry",
     "verl-gke:kuberay_operator:KubeRayOperator",
+    # Data prep's second Job, the weights (components/model_weights.py).
+    "verl-gke:model_weights:ModelWeights",
     # The nodes' own service account (every stack and mode).
     "verl-gke:node_identity:NodeIdentity",
     "verl-gke:nvidia_dra_driver:NvidiaDraDriver",

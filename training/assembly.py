@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config import run_inputs
+from config import rehearsal_scripts, run_inputs
 from config.bucket_layout import (
     CHECKPOINT_ROOT,
     DATA_MOUNT,
@@ -19,7 +19,6 @@ from config.bucket_layout import (
 from config.profiles import AcceleratorProfile
 from config.settings import StackSettings, config_key
 from config.verl_source import VERL_SOURCE_ENV, verl_source_label
-from manifests import rehearsal as rehearsal_manifests
 from manifests.capacity import runner_capacity
 from manifests.ray_cluster import WORKER_GROUP
 from payloads.fabric import fabric_check
@@ -269,7 +268,7 @@ def rehearsal_record(settings: StackSettings, spec: GrpoSpec, overrides: list[st
         "overrides": overrides,
         "verl": verl_source_label(settings),
         "image": settings.verl_image,
-        "scripts": rehearsal_manifests.configmap_name(rehearsal_manifests.read_scripts()),
+        "scripts": rehearsal_scripts.scripts_digest(rehearsal_scripts.read_scripts()),
     }
     digest = hashlib.sha256(json.dumps(command, sort_keys=True).encode()).hexdigest()
     return rehearsal_record_path(settings.stack, spec.experiment_name, digest)

@@ -44,11 +44,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from config.bucket_layout import (
+    CHECKPOINT_ROOT,
+    DATA_MOUNT,
     GRPO_HF_HOME,
     METRICS_FILE,
     TENSORBOARD_SUBDIR,
     VERL_NODE_LOCAL,
     checkpoint_dir,
+    is_shared,
     model_folder_name,
     model_path,
     run_checkpoint_dir,
@@ -76,7 +79,12 @@ _OVERRIDE = re.compile(
 )
 # verl resumes from the experiment folder's latest checkpoint when this is `auto`, its default
 # (verl/trainer/config/ppo_trainer.yaml, v0.6.1 and ddbcdb7; RayPPOTrainer._load_checkpoint).
+# With `resume_path` every attempt resumes from trainer.resume_from_path (the same
+# _load_checkpoint at 0.6.1 and 0.9.0, and 0.9.0's PPOTrainer._load_checkpoint): the actor from
+# <path>/actor, the dataloader from <path>/data.pt; the rehearsal runs that method on the path.
 _RESUME_MODE = "trainer.resume_mode"
+_RESUME_PATH = "trainer.resume_from_path"
+_RESUME_MODES = ("auto", "resume_path")
 # Backends verl's Tracking accepts (verl/utils/tracking.py); `file` exists from v0.6.1.
 LOGGER_BACKENDS = (
     "console",
@@ -249,18 +257,32 @@ class GrpoSpec(BaseModel):
                 raise ValueError(
                     f"{where}: {_owned_override_problem(key, match['value'], owned, modelled)}"
                 )
-            if key == _RESUME_MODE and match["value"].strip() != "auto":
+            if key == _RESUME_MODE and match["value"].strip() not in _RESUME_MODES:
                 raise ValueError(
-                    f"{where}: {_RESUME_MODE} must stay auto (verl's default): every run "
-                    f"(experiment and resume identity) has its own checkpoint folder and a "
-                    f"resubmitted job continues from its last checkpoint there. Fix: remove "
-                    f"it; to start afresh set "
+                    f"{where}: {_RESUME_MODE} must stay auto (verl's default) or be "
+                    f"resume_path with {_RESUME_PATH}: every run (experiment and resume "
+                    f"identity) has its own checkpoint folder and a resubmitted job continues "
+                    f"from its last checkpoint there. Fix: remove it; to start afresh set "
                     f"{_setting('experimentName')} to a new name"
                 )
+            if key == _RESUME_PATH:
+                _check_resume_path(where, match["value"].strip())
             if key in seen:
                 raise ValueError(f"{where}: {key} is overridden twice; keep one")
             seen.add(key)
         return self
+
+
+def _check_resume_path(where: str, path: str) -> None:
+    """The Ray workers load <path>/actor (verl's _load_checkpoint) and see the bucket only at
+    its mounts (config/bucket_layout.py is_shared); verl's own asserts on the path (a str naming
+    global_step_<N>) are the rehearsal's (verl_scripts/rehearsal_length.py start_step)."""
+    if not is_shared(path):
+        raise ValueError(
+            f"{where}: the Ray workers load {path}/actor and see the bucket only under "
+            f"{DATA_MOUNT}/ and {CHECKPOINT_ROOT}/. Fix: the checkpoint folder verl saved there, "
+            f"e.g. {_RESUME_PATH}={CHECKPOINT_ROOT}/<experiment>/<run>/global_step_<N>"
+        )
 
 
 # Field -> the Hydra keys it renders to, in the order of the seed's command. Tested to cover every

@@ -4,7 +4,7 @@ config checks verl's `main_ppo` applies before it touches a GPU. Prints one JSON
 Runs inside an isolated verl virtualenv (requirements-verl-*.txt, built by .ci/run), never the
 project's: verl pins numpy, and its config modules import torch, ray, tensordict and
 transformers at module level. It therefore imports nothing from this project but the
-rehearsal beside it (verl_scripts/rehearsal.py), whose compose and validate it shares.
+rehearsal beside it (verl_scripts/rehearsal_common.py), whose compose and validate it shares.
 
 stdin:  {"cases": {"<name>": ["key=value", ...], ...}, "report": ["<key>", ...]}
         ("report", optional: keys whose composed value every case reports besides its own)
@@ -26,7 +26,7 @@ import re
 import sys
 from typing import Any
 
-from rehearsal import compose, config_dir, validate
+from rehearsal_common import compose, config_dir, validate
 
 # `key=value`, `+key=value` or `++key=value`; the key is what `values` reports on.
 _OVERRIDE_KEY = re.compile(r"\+{0,2}(?P<key>[^=~]+)=")

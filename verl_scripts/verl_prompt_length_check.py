@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from payload_file import data_prep
-from rehearsal import compose
+from rehearsal_common import compose
 
 # A preamble and a generation prompt, so the template adds tokens of its own.
 CHAT_TEMPLATE = (

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from payload_file import data_prep
-from rehearsal import compose
+from rehearsal_common import compose
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

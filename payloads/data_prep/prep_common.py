@@ -21,10 +21,12 @@ VERL_DIR = "verl"
 VERL_CHECKOUTS_DIR = "verl-src"
 GSM8K_DIR = "gsm8k"
 PREP_DIR = ".prep"
+# The model's files but its weights, <MODEL_FILES_DIR>/<model-folder> (the inputs part).
+MODEL_FILES_DIR = "model-files"
 GSM8K_SCRIPT = Path("examples/data_preprocess/gsm8k.py")
 GSM8K_FILES = ("train.parquet", "test.parquet")
 RESERVED_DIRS = frozenset(
-    {VERL_DIR, VERL_CHECKOUTS_DIR, GSM8K_DIR, PREP_DIR, "datasets", "rewards"}
+    {VERL_DIR, VERL_CHECKOUTS_DIR, GSM8K_DIR, PREP_DIR, MODEL_FILES_DIR, "datasets", "rewards"}
 )
 
 

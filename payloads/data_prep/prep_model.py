@@ -1,8 +1,12 @@
-"""The model step: the weights downloaded from the Hub (or copied from --model-source) into a
-staging folder, verified, then moved to <data-root>/<model-folder>."""
+"""The model's two steps. model-files (the inputs part): every file of the model but its weights
+(config, tokenizer, chat template, remote code) into <data-root>/model-files/<model-folder>,
+which the prompt-length check and the rehearsal read. model (the weights part): the whole model
+downloaded from the Hub (or copied from --model-source) into a staging folder, verified, then
+moved to <data-root>/<model-folder>, at the commit the model-files step took."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -90,8 +94,30 @@ def progress_log(step: str, folder: Path) -> Iterator[None]:
 HUB_IGNORE_PATTERNS = ("original/*",)
 
 
+# The weight files of a Hub repository, by the formats transformers, vLLM and verl load
+# (safetensors, PyTorch .bin/.pt/.pth/.ckpt, TF .h5, Flax .msgpack, ONNX, GGUF, ...): left out of
+# the model-files step, whose folder the rehearsal reads in place of the model (it loads the
+# tokenizer and AutoConfig only: verl_scripts/rehearsal.py load_model).
+WEIGHT_PATTERNS = (
+    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx",
+    "*.gguf", "*.tflite", "*.ot", "*.npz",
+)  # fmt: skip
+FILES_IGNORE_PATTERNS = (*HUB_IGNORE_PATTERNS, *WEIGHT_PATTERNS)
+
+
+def is_weight(relative: str) -> bool:
+    """Whether a repository path is left out of the model-files folder (huggingface_hub's own
+    fnmatch on the repository path, as snapshot_download's ignore_patterns)."""
+    return any(fnmatch.fnmatch(relative, pattern) for pattern in FILES_IGNORE_PATTERNS)
+
+
 def download_from_hub(
-    step: str, model: str, staging: Path, token: str | None, revision: str | None = None
+    step: str,
+    model: str,
+    staging: Path,
+    token: str | None,
+    revision: str | None = None,
+    ignore: tuple[str, ...] = HUB_IGNORE_PATTERNS,
 ) -> None:
     # Progress bars make megabytes of carriage returns in pod logs; progress_log reports instead.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -110,14 +136,26 @@ def download_from_hub(
         revision=revision,  # None: the default branch (main)
         local_dir=str(staging),
         token=token,
-        ignore_patterns=list(HUB_IGNORE_PATTERNS),
+        ignore_patterns=list(ignore),
     )
 
 
-def copy_from_directory(step: str, source: Path, staging: Path) -> None:
+def copy_from_directory(step: str, source: Path, staging: Path, weights: bool = True) -> None:
+    """Copy source's files (without weights: no weight file, nor huggingface_hub's .cache)."""
     if not source.is_dir():
         raise common.StepError(f"--model-source {source} is not a directory")
-    files = sorted(p for p in source.rglob("*") if p.is_file())
+    files = sorted(
+        p
+        for p in source.rglob("*")
+        if p.is_file()
+        and (
+            weights
+            or not (
+                is_weight(p.relative_to(source).as_posix())
+                or p.relative_to(source).parts[0] == ".cache"
+            )
+        )
+    )
     copied = 0
     for path in files:
         target = staging / path.relative_to(source)
@@ -153,6 +191,87 @@ def verify_model(folder: Path) -> int:
     return len(shards)
 
 
+def model_inputs(
+    model: str, model_folder: str, source: str, revision: str | None
+) -> dict[str, str]:
+    """What both model steps were done for (their markers' inputs)."""
+    inputs = {"model": model, "model_folder": model_folder, "source": source}
+    if revision:
+        inputs["revision"] = revision
+    return inputs
+
+
+def files_marker_name(model_folder: str) -> str:
+    return f"model-files-{model_folder}"
+
+
+def resolve_commit(model: str, revision: str | None, token: str | None) -> str:
+    """The commit the Hub serves for `revision` (None: branch main) now: the weights are
+    downloaded at the same commit as the files the rehearsal checked."""
+    from huggingface_hub import model_info  # in the image; tests use a local stand-in
+
+    return str(model_info(model, revision=revision, token=token).sha)
+
+
+def files_commit(root: Path, model_folder: str, inputs: dict[str, str]) -> str | None:
+    """The commit the model-files step downloaded for these inputs, if it recorded one."""
+    marker = common.read_json(common.marker_path(root, files_marker_name(model_folder)))
+    if marker is None or marker.get("inputs") != inputs:
+        return None
+    outputs = marker.get("outputs")
+    commit = outputs.get("commit") if isinstance(outputs, dict) else None
+    return commit if isinstance(commit, str) else None
+
+
+def prepare_model_files(
+    root: Path,
+    model: str,
+    model_folder: str,
+    source: str,
+    token: str | None,
+    revision: str | None = None,
+) -> Path:
+    """The model's files but its weights, into <root>/model-files/<model_folder>: from the
+    weights' own folder when the model step is done for these inputs (the same files), else from
+    the Hub at the commit it serves now (recorded for the model step), else --model-source."""
+    step = "model-files"
+    name = files_marker_name(model_folder)
+    dest = root / common.MODEL_FILES_DIR / model_folder
+    inputs = model_inputs(model, model_folder, source, revision)
+    if common.is_done(root, name, inputs) and (dest / "config.json").is_file():
+        common.log(step, f"skipped: {dest} already holds {model}'s files")
+        return dest
+    started = time.monotonic()
+    common.clear_marker(root, name)
+    if dest.exists():
+        common.remove(dest)
+    dest.mkdir(parents=True)
+    weights = root / model_folder
+    commit: str | None = None
+    if (
+        common.is_done(root, f"model-{model_folder}", inputs)
+        and (weights / "config.json").is_file()
+    ):
+        origin = str(weights)
+        copy_from_directory(step, weights, dest, weights=False)
+    elif source == "hub":
+        commit = revision or resolve_commit(model, revision, token)
+        origin = f"the Hub at commit {commit}"
+        download_from_hub(step, model, dest, token, commit, FILES_IGNORE_PATTERNS)
+    else:
+        origin = source
+        copy_from_directory(step, Path(source), dest, weights=False)
+    if not common.is_nonempty_file(dest / "config.json"):
+        raise common.StepError(f"config.json is missing or empty in {dest} (from {origin})")
+    files = common.tree_stats(dest, exclude=frozenset({".cache"}))[0]
+    outputs: dict[str, object] = {"path": str(dest), "files": files, "from": origin}
+    if commit is not None:
+        outputs["commit"] = commit
+    common.write_marker(root, name, inputs, outputs, started)
+    common.log(step, f"done: {files} files (no weights) from {origin} in {dest}")
+    return dest
+
+
 def prepare_model(
     root: Path,
     model: str,
@@ -165,9 +284,7 @@ def prepare_model(
     name = f"model-{model_folder}"
     final = root / model_folder
     staging = root / f"{model_folder}.partial"
-    inputs = {"model": model, "model_folder": model_folder, "source": source}
-    if revision:
-        inputs["revision"] = revision
+    inputs = model_inputs(model, model_folder, source, revision)
     if common.is_done(root, name, inputs) and (final / "config.json").is_file():
         common.log(
             step, f"skipped: {final} already holds {model} ({common.marker_path(root, name)})"
@@ -180,7 +297,9 @@ def prepare_model(
     staging.mkdir(parents=True, exist_ok=True)
     with progress_log(step, staging):
         if source == "hub":
-            download_from_hub(step, model, staging, token, revision)
+            # The files the rehearsal checked came from this commit (model-files step).
+            at = revision or files_commit(root, model_folder, inputs)
+            download_from_hub(step, model, staging, token, at)
         else:
             copy_from_directory(step, Path(source), staging)
     shards = verify_model(staging)

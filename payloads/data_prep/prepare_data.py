@@ -17,12 +17,18 @@ Steps, cheapest first so that a broken ref or dataset fails before a long downlo
                                                    written by hub_rows below)
     or dataset --dataset-dir/{train,test}.parquet  a Hub dataset through --dataset-columns
     or dataset --check-dataset                     parquet already in verl's format, checked
-    model   <data-root>/<model-folder>             the model (at --model-revision, a commit, when
-                                                   given), staged in <model-folder>.partial
+    model-files <data-root>/model-files/<model-folder>  the model's files but its weights
+                                                   (config, tokenizer, chat template), at
+                                                   --model-revision or the commit the Hub serves
     lengths <data-root>/.prep/prompt-lengths.json  prompts longer than --max-prompt-length
                                                    counted with the model's chat template (as
                                                    verl measures them); refused when verl would
                                                    keep less than one train batch
+    model   <data-root>/<model-folder>             the model at the model-files step's commit,
+                                                   staged in <model-folder>.partial
+
+--part inputs runs every step but the last (what the rehearsal reads: it starts, and the GPU nodes
+after it, while --part weights downloads the weights); --part all (the default) runs them all.
 
 Each step writes its marker LAST: <data-root>/.prep/<name>.done (verl-<digest of repo and ref>,
 gsm8k, model-<model-folder>), a JSON object {step, inputs, outputs, seconds, finished_at} with the
@@ -64,6 +70,9 @@ except ImportError:  # run from /scripts in the pod: this folder is sys.path[0]
     import prep_gsm8k
     import prep_model
     import prep_verl
+
+# --part: what the rehearsal reads, the weights, or both (manifests/data_prep.py: two Jobs).
+PARTS = ("inputs", "weights", "all")
 
 
 def commit_arg(value: str) -> str:
@@ -199,6 +208,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=common.VERL_DIR,
         help=f"the checkout's folder under --data-root, e.g. {common.VERL_CHECKOUTS_DIR}/<stack>",
     )
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default="all",
+        help="inputs: verl, the reward, the dataset, the model's files but its weights and the "
+        "prompt lengths; weights: the model's weights; all: both, in that order",
+    )
     add_run_input_args(parser)
     add_length_args(parser)
     add_model_args(parser)
@@ -255,8 +271,27 @@ def data_folder(args: argparse.Namespace, root: Path) -> Path:
 
 def run_steps(
     args: argparse.Namespace, root: Path, source: str, token: str | None
-) -> list[tuple[str, Callable[[], None]]]:
-    steps: list[tuple[str, Callable[[], None]]] = []
+) -> list[tuple[str, Callable[[], object]]]:
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if args.part in ("inputs", "all"):
+        steps += input_steps(args, root, source, token)
+    if args.part in ("weights", "all"):
+        steps.append(
+            (
+                "model",
+                lambda: prep_model.prepare_model(
+                    root, args.model, args.model_folder, source, token, args.model_revision
+                ),
+            )
+        )
+    return steps
+
+
+def input_steps(
+    args: argparse.Namespace, root: Path, source: str, token: str | None
+) -> list[tuple[str, Callable[[], object]]]:
+    """Everything the rehearsal reads: verl, the reward, the dataset, the model's files."""
+    steps: list[tuple[str, Callable[[], object]]] = []
     if not args.verl_from_image:
         steps.append(
             (
@@ -272,14 +307,15 @@ def run_steps(
     steps.append(("gsm8k" if default else "dataset", data_step(args, root, token)))
     steps.append(
         (
-            "model",
-            lambda: prep_model.prepare_model(
+            "model-files",
+            lambda: prep_model.prepare_model_files(
                 root, args.model, args.model_folder, source, token, args.model_revision
             ),
         )
     )
     if args.max_prompt_length is not None:  # needs the dataset and the model's tokenizer
-        data, model_dir = data_folder(args, root), root / args.model_folder
+        data = data_folder(args, root)
+        model_dir = root / common.MODEL_FILES_DIR / args.model_folder
         steps.append(
             ("lengths", lambda: prep_checks.check_prompt_lengths(root, data, model_dir, args))
         )

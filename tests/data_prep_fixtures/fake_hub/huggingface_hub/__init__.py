@@ -5,13 +5,17 @@ snapshot_download takes the real function's keyword names (checked against huggi
 files matching ignore_patterns as the real one does, "downloads"
 $FAKE_HUB_ROOT/<repo_id> into local_dir skipping files already there with the right size (as the
 real one skips finished files), and appends what it was called with to $FAKE_HUB_CALLS as one
-JSON line.
+JSON line. model_info answers a commit: the revision when it is one, else a digest of the
+repository's id (the real one: hf_api.py ModelInfo.sha, the commit the revision points to).
 """
 
 import fnmatch
+import hashlib
 import json
 import os
+import re
 import shutil
+import types
 from pathlib import Path
 
 
@@ -46,3 +50,11 @@ def snapshot_download(
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     return local_dir
+
+
+def model_info(repo_id: str, *, revision: str | None = None, token: str | None = None) -> object:
+    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return types.SimpleNamespace(id=repo_id, sha=revision)
+    if not (Path(os.environ["FAKE_HUB_ROOT"]) / repo_id).is_dir():
+        raise FileNotFoundError(f"404 Client Error: repository {repo_id} not found")
+    return types.SimpleNamespace(id=repo_id, sha=hashlib.sha1(repo_id.encode()).hexdigest())
