@@ -358,19 +358,34 @@ def check_export(path: Path, result: dict[str, Any]) -> None:
     result["export"] = entry
 
 
-def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
-    """The stand-in's per-phase peaks (max over calls) beside memory_fit's estimate."""
+def memory_peaks(texts: list[str]) -> dict[str, dict[str, int]]:
+    """Per phase, the max over calls of each figure the stand-in prints
+    (verl_scripts/gpu_standin/standin_memory.py): the allocator's peak, its reserved peak and the
+    process's peak (reserved peak + what lies outside the allocator, from cudaMemGetInfo)."""
     from verl_scripts.gpu_standin.standin_memory import MEMORY_TAG
 
-    pattern = re.compile(re.escape(MEMORY_TAG) + r" phase=(\w+) peak_bytes=(\d+)")
-    peaks: dict[str, int] = {}
+    pattern = re.compile(
+        re.escape(MEMORY_TAG) + r" phase=(\w+) peak_bytes=(\d+) reserved_peak_bytes=(\d+)"
+        r" device_used_bytes=\d+ process_peak_bytes=(\d+)"
+    )
+    peaks: dict[str, dict[str, int]] = {}
     for text in texts:
-        for phase, value in pattern.findall(text):
-            peaks[phase] = max(peaks.get(phase, 0), int(value))
+        for phase, *values in pattern.findall(text):
+            seen = peaks.setdefault(phase, {"allocator": 0, "reserved": 0, "process": 0})
+            for key, value in zip(("allocator", "reserved", "process"), values, strict=True):
+                seen[key] = max(seen[key], int(value))
+    return peaks
+
+
+def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
+    """The stand-in's per-phase peaks beside memory_fit's estimate: the allocator's peak beside
+    the estimate less its CUDA-context item, the process's peak beside the whole estimate."""
     gib = 1024**3
     result["memory"] = {
         phase: {
-            "measured_gib": round(peak / gib, 4),
+            "measured_gib": round(peak["allocator"] / gib, 4),
+            "measured_reserved_gib": round(peak["reserved"] / gib, 4),
+            "measured_process_gib": round(peak["process"] / gib, 4),
             "estimated_gib": round(job.memory.phase(phase).total_gib, 4),
             # What torch's allocator can see: the estimate less its CUDA context item.
             "estimated_allocator_gib": round(
@@ -383,7 +398,7 @@ def memory_figures(texts: list[str], job: Any, result: dict[str, Any]) -> None:
             ),
             "estimate_items_gib": {i.label: round(i.gib, 4) for i in job.memory.phase(phase).items},
         }
-        for phase, peak in sorted(peaks.items())
+        for phase, peak in sorted(memory_peaks(texts).items())
     }
     result["memory_how"] = (
         "torch.cuda.max_memory_allocated after reset_peak_memory_stats around verl's "
@@ -539,7 +554,12 @@ def evidence(result: dict[str, Any]) -> dict[str, Any]:
         head[key] = result.get(key)
     export = result.get("export") or {}
     head["export"] = {k: export.get(k) for k in ("path", "loaded", "generated")}
-    shown = ("measured_gib", "estimated_gib", "estimated_allocator_gib")
+    shown = (
+        "measured_gib",
+        "estimated_allocator_gib",
+        "measured_process_gib",
+        "estimated_gib",
+    )
     head["memory"] = {
         phase: {k: v[k] for k in shown} for phase, v in (result.get("memory") or {}).items()
     }

@@ -128,3 +128,26 @@ def test_job_provider_refuses_an_unknown_part() -> None:
         capture_output=True, text=True, cwd=REPO, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "--only discovry: not a part" in done.stderr
+
+
+# Two lines of the stand-in's output as Ray forwarded them to the driver log of the 0.5B memory run
+# on the H100 (2026-12-07): the log-prob pass is called twice a step (actor, reference).
+STANDIN_MEMORY_LINES = """\
+\x1b[36m(WorkerDict pid=8535)\x1b[0m verl-gke-gpu-run memory phase=log_prob peak_bytes=7849697792 \
+reserved_peak_bytes=7906263040 device_used_bytes=9462218752 process_peak_bytes=9462218752
+\x1b[36m(WorkerDict pid=8535)\x1b[0m verl-gke-gpu-run memory phase=log_prob peak_bytes=3823880192 \
+reserved_peak_bytes=3938451456 device_used_bytes=5416812544 process_peak_bytes=5416812544
+\x1b[36m(WorkerDict pid=8535)\x1b[0m verl-gke-gpu-run memory phase=actor_update \
+peak_bytes=10946412544 reserved_peak_bytes=11549016064 device_used_bytes=13104971776 \
+process_peak_bytes=13104971776
+"""
+
+
+def test_the_gpu_bench_keeps_each_phase_s_allocator_and_process_peaks() -> None:
+    from bench.gpu_run import memory_peaks
+
+    peaks = memory_peaks([STANDIN_MEMORY_LINES])
+    assert peaks == {
+        "log_prob": {"allocator": 7849697792, "reserved": 7906263040, "process": 9462218752},
+        "actor_update": {"allocator": 10946412544, "reserved": 11549016064, "process": 13104971776},
+    }
