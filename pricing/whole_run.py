@@ -47,9 +47,19 @@ from training.run_life import CHECKPOINT_WRITE_MIB_PER_S_PER_NODE
 # the measured one.
 ANCHOR_TOKENS_PER_S_PER_GPU = 540.0
 ANCHOR_PARAMS = 32_762_123_264  # Qwen3-32B (config.json: 64 layers, hidden 5120, 151936 vocab)
+# The one step time measured with this program's job (bench/results/gpu-learn-2026-12-07.json,
+# step_seconds_median_after_first): verl 0.6.1's trainer on one H100 with a Hugging Face
+# stand-in for vLLM, a 3.4 M-parameter Qwen2, 32 prompts x 8 rollouts of at most 64 + 16 tokens.
+# Shown beside the estimate as what has been measured, not scaled from: a model 10,000 times
+# smaller and a different rollout engine.
+MEASURED_STEP = (
+    "measured once: 2.0 s per step for a 3.4 M-parameter model, 20,480 tokens per step, 1 H100, "
+    "verl 0.6.1 with a Hugging Face stand-in rollout (bench/results/gpu-learn-2026-12-07.json): "
+    "too small to scale from"
+)
 STEP_SOURCE = (
     "estimate: NeMo-RL v0.4's 540 tokens/s/GPU for Qwen3-32B GRPO on H100, scaled by this "
-    "job's tokens per step at the maximum lengths and its parameters; not measured here"
+    f"job's tokens per step at the maximum lengths and its parameters; {MEASURED_STEP}"
 )
 # The export (payloads/export): verl's model merger reads the actor checkpoint's fp32 weights
 # (4 B per parameter) and writes bf16 safetensors (2 B); at the checkpoint write rate that
