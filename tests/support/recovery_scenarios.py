@@ -24,8 +24,10 @@ from tests.support.ray_head import LOOPBACK_ENV, RayHead, _descendants, temporar
 from tests.support.ray_nodes import RayNode, start_gpu_node, wait_for_gpus
 
 REPO = Path(__file__).resolve().parents[2]
-RAY_VENV = Path(os.environ.get("VERL_GKE_RAY_VENVS", "/work/main/.venv-ray")) / "2.49.0"
-VERL_VENV = Path(os.environ.get("VERL_GKE_VERL_VENVS", REPO / ".venv-verl")) / "0.6.1"
+# The clone's own folders unless the environment names others (tests/support/require.py
+# LOCAL_FOLDERS: where `bash .ci/setup` installs them), so bench/recovery.py runs from any clone.
+RAY_VENV = Path(os.environ.get("VERL_GKE_RAY_VENVS") or REPO / ".venv-ray") / "2.49.0"
+VERL_VENV = Path(os.environ.get("VERL_GKE_VERL_VENVS") or REPO / ".venv-verl") / "0.6.1"
 RUNNER = REPO / "payloads" / "export" / "run_grpo.py"
 TRAINER = REPO / "tests" / "job_fixtures" / "gpu_trainer.py"
 CONFIG_ERROR = REPO / "tests" / "job_fixtures" / "verl_config_error.py"
