@@ -120,12 +120,26 @@ def test_a_stopped_job_is_not_restarted(
     assert not (tmp_path / "user_stop" / "training.done").exists()
 
 
-def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Path) -> None:
-    # Each attempt logs step 1 and then fails at step 2 with PyTorch's CUDA OOM text.
-    script = (
-        "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n"
-        "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB')"
-    )
+KILLED_WORKER = scenarios.REPO / "tests" / "job_fixtures" / "ray_worker_killed.py"
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"),
+    [
+        # PyTorch's CUDA OOM text (c10/cuda/CUDACachingAllocator.cpp).
+        (
+            "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2')",
+            supervise.OUT_OF_MEMORY,
+        ),
+        # The trainer killed by SIGKILL, as the kernel's OOM killer does: no text at all.
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", supervise.PROCESS_KILLED),
+    ],
+)
+def test_a_failure_that_may_be_the_jobs_own_is_retried_once_per_step(
+    tmp_path: Path, failure: str, cause: str
+) -> None:
+    # Each attempt logs step 1 and then fails at step 2.
+    script = "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n" + failure
     command = [
         sys.executable, str(RUNNER), "--run-dir", str(tmp_path),
         "--identity", json.dumps({"world_size": 2}), "--max-restarts", "5",
@@ -134,8 +148,22 @@ def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Pat
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0, done.stderr
-    assert _causes(tmp_path) == [supervise.OUT_OF_MEMORY, supervise.OUT_OF_MEMORY]
-    assert "out of memory at step 2 twice" in done.stdout
+    assert _causes(tmp_path) == [cause, cause]
+    assert f"{cause} at step 2 twice" in done.stdout
+
+
+def test_a_ray_worker_killed_by_sigkill_is_named_from_rays_own_error(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    # The real Ray 2.49 error for an actor whose worker was SIGKILLed (the raylet's "Worker
+    # unexpectedly exits ... killed by SIGKILL by OOM killer ..." detail), through the runner.
+    python = str(scenarios.RAY_VENV / "bin" / "python")
+    run = scenarios.start(cluster, tmp_path, trainer=[python, str(KILLED_WORKER)], max_restarts=3)
+    code = run.finish()
+    log = run.log_text()
+    assert code != 0 and "killed by SIGKILL by OOM killer" in log, log
+    assert _causes(tmp_path) == [supervise.PROCESS_KILLED, supervise.PROCESS_KILLED], log
+    assert "process_killed at step 2 twice" in log
 
 
 def test_on_flex_start_the_lost_node_is_asked_for_again_before_the_restart(

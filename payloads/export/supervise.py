@@ -93,19 +93,41 @@ def training_step(line: str) -> int | None:
 # --- Causes of an attempt's end.
 SUCCEEDED = "succeeded"
 NODE_LOST = "node_lost"
+OBJECTS_LOST = "objects_lost"
 ACTOR_DIED = "ray_actor_died"
+RAY_FATAL = "ray_core_fatal"
 NCCL_ERROR = "nccl_error"
 HANG = "hang"
 OUT_OF_MEMORY = "out_of_memory"
+CUDA_FAULT = "cuda_fault"
+PROCESS_KILLED = "process_killed"
+CHECKPOINT_IO = "checkpoint_io_error"
 CONFIG_ERROR = "config_error"
 VERL_REFUSED = "verl_refused_input"
 USER_STOP = "user_stop"
 UNKNOWN = "unknown"
-RETRIED = frozenset({NODE_LOST, ACTOR_DIED, NCCL_ERROR, HANG, OUT_OF_MEMORY})
+RETRIED = frozenset(
+    {
+        NODE_LOST, OBJECTS_LOST, ACTOR_DIED, RAY_FATAL, NCCL_ERROR, HANG,
+        OUT_OF_MEMORY, CUDA_FAULT, PROCESS_KILLED, CHECKPOINT_IO,
+    }
+)  # fmt: skip
+# Causes that may be the hardware's or the job's own: retried once per step, the second end with
+# the same cause at the same step is final (a fault of the machine rarely repeats at one step; a
+# fault of the model, the data or the settings does).
+ONCE_PER_STEP = frozenset({OUT_OF_MEMORY, CUDA_FAULT, PROCESS_KILLED, CHECKPOINT_IO})
+# A trainer killed by one of these signals (subprocess's -S) with no text that names a cause:
+# the kernel's OOM killer (SIGKILL) or a crash (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE).
+# SIGTERM and SIGINT are someone stopping it: not a crash.
+_CRASH_SIGNALS = frozenset(
+    {signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
+)
 
 # Checked in this order on the last TAIL_LINES lines; the first cause with a match wins.
-# Configuration first: Hydra/OmegaConf refuse an override before any Ray actor exists. Memory
-# before the actor texts: Ray reports a worker killed for memory as a dead worker too.
+# Configuration first: Hydra/OmegaConf refuse an override before any Ray actor exists. A lost node
+# before everything it causes (objects lost, dead actors, failed collectives) and before any
+# memory line the tail may also hold. Memory and CUDA faults before the actor texts: Ray reports a
+# worker killed for them as a dead worker too.
 _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # hydra/_internal/config_loader_impl.py "Could not override '<key>'." and Hydra's
     # ConfigCompositionException; omegaconf/dictconfig.py "Key '<key>' is not in struct";
@@ -117,21 +139,67 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|omegaconf\.errors\.\w+|MissingMandatoryValue|Error merging override"
         ),
     ),
-    # PyTorch c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate",
-    # torch.OutOfMemoryError; Ray 2.47/2.49 raylet "Task was killed due to the node running low
-    # on memory." (ray.exceptions.OutOfMemoryError).
-    (
-        OUT_OF_MEMORY,
-        re.compile(
-            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError"
-            r"|killed due to the node running low on memory|ray\.exceptions\.OutOfMemoryError"
-        ),
-    ),
     # Ray 2.47/2.49 gcs_server (GcsActorManager): "The actor died because its node has died.
     # Node Id: ..."; ray/exceptions.py NodeDiedError; "The task's local raylet died."
     (
         NODE_LOST,
         re.compile(r"because its node has died|NodeDiedError|local raylet died"),
+    ),
+    # Ray 2.47/2.49 ray/exceptions.py ObjectLostError "All copies of <id> have been lost due to
+    # node failure", OwnerDiedError "The object's owner has exited", ObjectReconstructionFailed*
+    # "The object cannot be reconstructed", ObjectFetchTimedOutError. Not ObjectFreedError or
+    # ReferenceCountingAssertionError (the program's own misuse; "This should not happen").
+    (
+        OBJECTS_LOST,
+        re.compile(
+            r"have been lost due to node failure|The object's owner has exited"
+            r"|The object cannot be reconstructed|Fetch for object \w+ timed out"
+            r"|ray\.exceptions\.(?:ObjectLostError|OwnerDiedError|ObjectFetchTimedOutError"
+            r"|ObjectReconstructionFailed\w*Error)"
+        ),
+    ),
+    # PyTorch c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate",
+    # torch.OutOfMemoryError; the CUDA runtime's own (cudaErrorMemoryAllocation, whose
+    # cudaGetErrorString is "out of memory": libcudart 12.8) as c10/cuda/CUDAException.cpp
+    # prints it, "CUDA error: out of memory", and as NCCL's CUDACHECK does, "Cuda failure 'out of
+    # memory'"; Ray 2.47/2.49 raylet "Task was killed due to the node running low on memory."
+    # (ray.exceptions.OutOfMemoryError).
+    (
+        OUT_OF_MEMORY,
+        re.compile(
+            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError"
+            r"|CUDA error: out of memory|Cuda failure '?out of memory"
+            r"|killed due to the node running low on memory|ray\.exceptions\.OutOfMemoryError"
+        ),
+    ),
+    # The CUDA runtime's faults of the device (cudaGetErrorString, libcudart 12.8):
+    # cudaErrorLaunchFailure "unspecified launch failure", cudaErrorIllegalAddress "an illegal
+    # memory access was encountered", cudaErrorECCUncorrectable "uncorrectable ECC error
+    # encountered", cudaErrorNvlinkUncorrectable "uncorrectable NVLink error detected during the
+    # execution", cudaErrorIllegalInstruction "an illegal instruction was encountered"; the
+    # NVIDIA driver's kernel log "NVRM: Xid (...)" and Xid 79 "GPU has fallen off the bus"
+    # (NVIDIA's Xid catalog), where a tool prints them.
+    (
+        CUDA_FAULT,
+        re.compile(
+            r"unspecified launch failure|an illegal memory access was encountered"
+            r"|uncorrectable ECC error encountered|uncorrectable NVLink error"
+            r"|an illegal instruction was encountered|fallen off the bus|NVRM: Xid\b"
+        ),
+    ),
+    # A worker killed by the kernel or crashed: Ray 2.47/2.49 raylet (node_manager) "Worker
+    # unexpectedly exits with a connection error code ... There are some potential root causes.
+    # (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop
+    # --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other
+    # unexpected errors."; the crash handler Ray installs in its processes (_raylet.so, raylet:
+    # "*** SIGSEGV received at time=..."); CPython's faulthandler "Fatal Python error:
+    # Segmentation fault".
+    (
+        PROCESS_KILLED,
+        re.compile(
+            r"killed by SIGKILL by OOM killer|\*\*\* SIG(?:SEGV|BUS|ILL|FPE) received at time"
+            r"|Fatal Python error: (?:Segmentation fault|Bus error)"
+        ),
     ),
     # PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp "Watchdog caught collective
     # operation timeout", NCCLUtils "NCCL error in:", torch.distributed.DistBackendError.
@@ -140,6 +208,18 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"NCCL error|Watchdog caught collective operation timeout|DistBackendError"
             r"|ncclInternalError|ncclSystemError|ncclRemoteError|ncclUnhandledCudaError"
+        ),
+    ),
+    # Ray's C++ core worker ended itself: a RAY_CHECK that failed (" Check failed: ", Ray
+    # 2.47/2.49 _raylet.so and raylet; Ray 2.49 prefixes "An unexpected system state has
+    # occurred. You have likely discovered a bug in Ray."), a worker used after its core worker
+    # shut down ("The core worker has already been shutdown.", _raylet.so), and
+    # ray.exceptions.RaySystemError ("System error: ...", ray/exceptions.py).
+    (
+        RAY_FATAL,
+        re.compile(
+            r"\bCheck failed: |The core worker has already been shutdown"
+            r"|ray\.exceptions\.RaySystemError|^RaySystemError: System error"
         ),
     ),
     # Ray 2.47/2.49 ray/exceptions.py ActorDiedError.BASE_ERROR_MSG "The actor died
@@ -160,25 +240,86 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?!: The actor died because of an error raised in its creation task)"
         ),
     ),
-    # verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
-    # verl/utils/config.py, trainer/ppo/ray_trainer.py: ValueError; many asserts): a Python
-    # error as the traceback's last line.
-    (
-        VERL_REFUSED,
-        re.compile(
-            r"^(?:[\w.]+\.)?(?:ValueError|AssertionError|KeyError|TypeError|FileNotFoundError"
-            r"|NotImplementedError)\b"
-        ),
-    ),
 )
 
+# An errno of the file system, as Python prints an OSError: "[Errno 5] Input/output error"
+# (EIO: what a FUSE file system answers for a failed call; gcsfuse serves FUSE through
+# jacobsa/fuse, which answers any error that is not an errno with EIO), "[Errno 107] Transport
+# endpoint is not connected" (ENOTCONN: the kernel's answer once the FUSE daemon is gone),
+# "[Errno 116] Stale file handle" (ESTALE). The texts are glibc's strerror. The path, when the
+# line names one, must be on the checkpoint folder's mount.
+_FS_ERROR = re.compile(
+    r"\[Errno (?:5|107|116)\] (?:Input/output error|Transport endpoint is not connected"
+    r"|Stale file handle)(?:: '([^']*)')?"
+)
+# The last line of a Python traceback: "[module.]Name: message" or "[module.]Name".
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception))(?::\s|$)")
+_FRAME_LINE = re.compile(r'^File "([^"]+)", line \d+')
+# verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
+# verl/utils/config.py, trainer/ppo/ray_trainer.py: ValueError; many asserts): the traceback's
+# last exception is one of these.
+_VERL_CHECKS = frozenset({"ValueError", "AssertionError", "NotImplementedError"})
+# Errors that a missing key, file or wrong type of the input raises, and the environment too
+# (a checkpoint mount that lost a file, a Ray object of the wrong kind): verl refused its input
+# only when verl's own code raised it (the traceback's last frame is under a verl/ folder).
+_INPUT_OR_ENVIRONMENT = frozenset({"KeyError", "TypeError", "FileNotFoundError"})
 
-def classify(tail: Iterable[str]) -> str:
-    """The cause named by a failed attempt's last lines of output (UNKNOWN when none is)."""
+
+def mount_point(path: Path) -> Path:
+    """The mount the folder lives on (the checkpoint bucket's GCS FUSE mount in a pod)."""
+    current = path.resolve()
+    while not os.path.ismount(current) and current != current.parent:
+        current = current.parent
+    return current
+
+
+def _checkpoint_io(lines: list[str], checkpoint_mount: Path | None) -> bool:
+    for line in lines:
+        found = _FS_ERROR.search(line)
+        if found is None:
+            continue
+        named = found.group(1)
+        if named is None or checkpoint_mount is None:
+            return True
+        if Path(named) == checkpoint_mount or checkpoint_mount in Path(named).parents:
+            return True
+    return False
+
+
+def _verl_refused(lines: list[str]) -> bool:
+    """Whether the tail's last Python exception is verl refusing its input."""
+    for index in range(len(lines) - 1, -1, -1):
+        found = _EXCEPTION_LINE.match(lines[index])
+        if found is None:
+            continue
+        name = found.group(1)
+        if name in _VERL_CHECKS:
+            return True
+        if name not in _INPUT_OR_ENVIRONMENT:
+            return False
+        frames = (_FRAME_LINE.match(line) for line in reversed(lines[:index]))
+        raised_in = next((frame.group(1) for frame in frames if frame is not None), "")
+        return "/verl/" in raised_in
+    return False
+
+
+def classify(
+    tail: Iterable[str], exit_code: int | None = None, checkpoint_mount: Path | None = None
+) -> str:
+    """The cause named by a failed attempt's last lines of output and its exit status (-S:
+    killed by signal S); UNKNOWN when none is. `checkpoint_mount`: the mount of the run folder,
+    where a file-system error counts as the checkpoint storage's."""
     lines = [_ANSI.sub("", line).strip() for line in tail]
     for cause, pattern in _MARKERS:
         if any(pattern.search(line) for line in lines):
             return cause
+    if _checkpoint_io(lines, checkpoint_mount):
+        return CHECKPOINT_IO
+    if exit_code is not None and exit_code < 0:
+        # Killed by a signal: no Python exception ended it, whatever the tail holds.
+        return PROCESS_KILLED if -exit_code in _CRASH_SIGNALS else UNKNOWN
+    if _verl_refused(lines):
+        return VERL_REFUSED
     return UNKNOWN
 
 
@@ -421,6 +562,7 @@ class Supervisor:
         self.attempts: list[Attempt] = []
         self.stopping = threading.Event()
         self._current: _Trainer | None = None
+        self.checkpoint_mount = mount_point(run_dir)
 
     def request_stop(self) -> None:
         """The job is being stopped (Ray sends the entrypoint SIGTERM: ray job stop,
@@ -502,7 +644,7 @@ class Supervisor:
         elif code == 0:
             attempt.cause = SUCCEEDED
         else:
-            attempt.cause = classify(tail)
+            attempt.cause = classify(tail, code, self.checkpoint_mount)
         return code
 
     def _watch(self, trainer: _Trainer) -> float | None:
@@ -535,13 +677,13 @@ class Supervisor:
         """Why this end is not retried; None when a restart follows."""
         if attempt.cause not in RETRIED:
             return "not retried: a restart cannot fix it"
-        if attempt.cause == OUT_OF_MEMORY:
+        if attempt.cause in ONCE_PER_STEP:
             failed_at = (attempt.last_step or 0) + 1
             earlier = [
-                (a.last_step or 0) + 1 for a in self.attempts[:-1] if a.cause == OUT_OF_MEMORY
+                (a.last_step or 0) + 1 for a in self.attempts[:-1] if a.cause == attempt.cause
             ]
             if failed_at in earlier:
-                return f"not retried: out of memory at step {failed_at} twice"
+                return f"not retried: {attempt.cause} at step {failed_at} twice"
         if self.restarts_used() >= self.policy.max_restarts:
             return f"not retried: all {self.policy.max_restarts} restarts used"
         return None
