@@ -25,7 +25,7 @@ import pytest
 from bench import recovery
 from manifests import capacity
 from manifests.ray_cluster import WORKER_GROUP
-from payloads.export import provreq, supervise
+from payloads.export import provreq, supervise, trainer_lease
 from tests.support import recovery_scenarios as scenarios
 from tests.support.kube_api import TOKEN, CapacityApi
 from tests.support.require import require
@@ -218,3 +218,48 @@ def test_on_flex_start_the_lost_node_is_asked_for_again_before_the_restart(
         # Provisioned (the stand-in says so on create): the earlier runner request is deleted,
         # the stack's own (Pulumi's) is kept.
         assert set(api.requests) == {stack_request, name}
+
+
+def _assert_resumed_alone(figures: dict[str, object]) -> None:
+    assert figures["outcome"] == "resumed", figures
+    # The trainer died with its runner (the kernel's PR_SET_PDEATHSIG, at once; bounded
+    # generously for a loaded machine, far below the run's 600 steps of 1 s) and trained on no
+    # further: at most the save under way when the runner died.
+    assert isinstance(figures["detected_s"], float) and figures["detected_s"] < 60, figures
+    at_kill, at_death = figures["checkpoint_at_kill"], figures["checkpoint_at_death"]
+    assert isinstance(at_kill, int) and isinstance(at_death, int), figures
+    assert at_death <= at_kill + 1, figures
+    assert figures["checkpoint_3s_later"] == at_death, figures
+    resumed = figures["resumed_from_step"]
+    assert isinstance(resumed, int) and resumed >= 2, figures
+
+
+def test_the_trainer_dies_with_its_runner_and_the_next_runner_resumes(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.runner_killed(cluster, tmp_path)
+    _assert_resumed_alone(figures)
+    assert (tmp_path / "training.done").is_file()
+    assert not (tmp_path / trainer_lease.LEASE_FILE).exists()  # released at the end
+
+
+def test_killing_rays_job_supervisor_actor_ends_the_trainer_too(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.supervisor_killed(cluster, tmp_path)
+    _assert_resumed_alone(figures)
+    assert "FAILED" in str(figures["job_status"]), figures
+
+
+def test_a_second_runner_on_the_folder_stops_the_first_before_it_trains(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.second_runner(cluster, tmp_path)
+    assert figures["outcome"] in ("resumed", "not_retried") and figures["exit_code"] == 0, figures
+    assert figures["first_trainer_gone_before_second_started"], figures
+    assert figures["first_runner_exit"] != 0, figures  # stopped, as a user stop
+    first_log = (tmp_path / "runner.log").read_text()
+    assert "(user_stop)" in first_log, first_log
+    second_log = (tmp_path / "runner-2.log").read_text()
+    assert "still running here: stopping it" in second_log, second_log
+    assert (tmp_path / "training.done").is_file()

@@ -18,7 +18,7 @@ from typing import Any
 
 from config.bucket_layout import bucket_url, model_export_dir
 from config.recovery import RecoveryPlan
-from payloads.export import evaluate, export_model, provreq, run_grpo, supervise
+from payloads.export import evaluate, export_model, provreq, run_grpo, supervise, trainer_lease
 
 # Shipped as the job's working_dir; relative to the program's directory, like the fabric check's
 # (the dynamic provider runs there), so the job spec is the same on every machine.
@@ -60,7 +60,7 @@ def export_url(bucket: str, experiment: str) -> str:
 
 def _payload_sha256() -> str:
     digest = hashlib.sha256()
-    for module in (run_grpo, supervise, provreq, export_model, evaluate):
+    for module in (run_grpo, supervise, provreq, trainer_lease, export_model, evaluate):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 

@@ -48,9 +48,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from . import provreq  # imported as payloads.export.supervise (the program, tests)
+    from . import provreq, trainer_lease  # imported as payloads.export.supervise (program, tests)
 except ImportError:
     import provreq  # run as a script on the head: this folder is sys.path[0]
+    import trainer_lease
 
 # The record's summary is also printed to the driver log on this prefix, one JSON object per line
 # (jobs/recovery_log.py reads the last one for tools.run and the provider).
@@ -486,7 +487,8 @@ def latest_checkpoint(run_dir: Path) -> int | None:
 
 class _Trainer:
     """One attempt: verl's trainer in its own process group, its output passed through to ours
-    and read for step lines and the failure's last lines."""
+    and read for step lines and the failure's last lines. It dies with this process
+    (trainer_lease.die_with_parent: the kernel SIGKILLs it when the runner dies)."""
 
     def __init__(self, command: list[str]) -> None:
         self.started = time.monotonic()
@@ -495,7 +497,11 @@ class _Trainer:
         self.total_steps = 0  # verl's printed step count (0: not seen yet)
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=trainer_lease.die_with_parent(),  # one prctl call, libc loaded before
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -551,8 +557,10 @@ class Supervisor:
         before_attempt: Callable[[], None] = lambda: None,
         *,
         capacity: provreq.CapacityRenewer | None = None,
+        on_trainer: Callable[[int], None] = lambda pid: None,
     ) -> None:
         self.command = command
+        self.on_trainer = on_trainer
         self.before_attempt = before_attempt
         self.run_dir = run_dir
         self.policy = policy
@@ -617,6 +625,7 @@ class Supervisor:
     def _attempt(self, attempt: Attempt) -> int:
         trainer = _Trainer(self.command)
         self._current = trainer
+        self.on_trainer(trainer.process.pid)
         if self.stopping.is_set():
             trainer.stop(self.policy.stop_grace_s)
         hang_after = self._watch(trainer)
@@ -855,13 +864,15 @@ def supervise(
     before_attempt: Callable[[], None] = lambda: None,
     *,
     capacity: provreq.CapacityRenewer | None = None,
+    on_trainer: Callable[[int], None] = lambda pid: None,
 ) -> int:
-    """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
-    entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
-    them without a restart."""
+    """Run the attempts, calling before_attempt() before each and on_trainer(pid) once each
+    trainer started; SIGTERM (how Ray stops a job's entrypoint and its children,
+    dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends them without a restart."""
     supervisor = Supervisor(
-        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt, capacity=capacity
-    )
+        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt,
+        capacity=capacity, on_trainer=on_trainer,
+    )  # fmt: skip
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())
