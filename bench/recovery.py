@@ -4,7 +4,8 @@
 
 One JSON object per scenario and line: scenario, outcome (resumed | not_retried | failed),
 detected_s (node loss: from the SIGKILL to the supervisor's decision; hang: the silence that was
-declared a hang; user stop: from SIGTERM to the runner's exit), resumed_from_step,
+declared a hang; user stop: from SIGTERM to the runner's exit; runner_killed and
+supervisor_killed: from the SIGKILL to the trainer's death), resumed_from_step,
 last_checkpoint_step, attempts, causes, person_needed. The scenarios are described in
 tests/support/recovery_scenarios.py; one Ray head and two "GPU nodes" serve them all.
 """

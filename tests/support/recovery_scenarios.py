@@ -375,8 +375,11 @@ def second_runner(made: Cluster, run_dir: Path) -> dict[str, Any]:
     first_code = first.finish()
     code = second.finish()
     figures = result("second_runner", second, code, None)
+    attempts = second.record()["attempts"]
     return {
         **figures,
+        "outcome": "resumed" if code == 0 else "failed",
+        "resumed_from_step": attempts[0]["resumed_from_step"] if attempts else None,
         "first_trainer_gone_before_second_started": first_gone_before,
         "first_runner_exit": first_code,
         "person_needed": code != 0,
