@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench import recovery
+from jobs import recovery_log
 from manifests import capacity
 from manifests.ray_cluster import WORKER_GROUP
 from payloads.export import provreq, supervise, trainer_lease
@@ -265,3 +266,32 @@ def test_a_second_runner_on_the_folder_stops_the_first_before_it_trains(
     second_log = (tmp_path / "runner-2.log").read_text()
     assert "still running here: stopping it" in second_log, second_log
     assert (tmp_path / "training.done").is_file()
+
+
+def test_a_lost_node_that_never_comes_back_ends_the_run_saying_why(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.node_lost_no_replacement(cluster, tmp_path, wait_s=15.0)
+    assert figures["outcome"] == "not_retried" and figures["exit_code"] != 0, figures
+    ended = figures["ended"]
+    assert isinstance(ended, dict) and ended["cause"] == supervise.NO_CAPACITY, figures
+    assert "held 1 of the 2 GPUs" in ended["detail"], ended
+    waits = figures["waits"]
+    assert isinstance(waits, dict), figures
+    assert waits["node_death_bound"] == 3 * (1.0 + 3.0)  # HEAD_ENV's health-check bound
+    assert 15.0 <= waits["capacity"] < 15.0 + 60, waits
+    # What tools.run shows of the driver log's last record.
+    record = recovery_log.latest_record((tmp_path / "runner.log").read_text())
+    assert record is not None
+    rows = dict(recovery_log.describe(record))
+    assert rows["ended"].startswith("no_capacity: the cluster's alive nodes held 1 of the 2")
+    assert "for the GPUs to come back" in rows["attempt 1"], rows
+
+
+def test_queueing_for_gpus_before_the_first_step_is_not_a_hang(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.capacity_before_first_step(cluster, tmp_path)
+    assert figures["outcome"] == "trained" and figures["causes"] == ["succeeded"], figures
+    waits = figures["waits"]
+    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 16, figures

@@ -233,9 +233,15 @@ def test_rays_core_worker_fatal_errors_are_retried(version: str) -> None:
     # check's text (Ray 2.49 prefixes it with its "unexpected system state" sentence).
     check = _binary_text(_ray_site(version) / "_raylet.so", b" Check failed: !core_worker_process")
     shutdown = _binary_text(_ray_site(version) / "_raylet.so", b"The core worker has already")
+    # Two strings of the binary, printed one after the other, then the status.
+    no_raylet = "".join(
+        _binary_text(_ray_site(version) / "_raylet.so", start)
+        for start in (b"Failed to get the system config from raylet", b"it is dead. Worker")
+    )
     for line in (
         f"[2026-12-07 21:00:00,000 C 77 77] core_worker_process.cc:233: {check}",
         shutdown,
+        f"[2026-12-07 22:14:27,744 E 10273 10364] core_worker_process.cc:863: {no_raylet}",
     ):
         assert supervise.classify(["*** StackTrace Information ***", line]) == supervise.RAY_FATAL
 

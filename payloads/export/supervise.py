@@ -104,6 +104,7 @@ CUDA_FAULT = "cuda_fault"
 PROCESS_KILLED = "process_killed"
 CHECKPOINT_IO = "checkpoint_io_error"
 CONFIG_ERROR = "config_error"
+NO_CAPACITY = "no_capacity"
 VERL_REFUSED = "verl_refused_input"
 USER_STOP = "user_stop"
 UNKNOWN = "unknown"
@@ -214,12 +215,16 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Ray's C++ core worker ended itself: a RAY_CHECK that failed (" Check failed: ", Ray
     # 2.47/2.49 _raylet.so and raylet; Ray 2.49 prefixes "An unexpected system state has
     # occurred. You have likely discovered a bug in Ray."), a worker used after its core worker
-    # shut down ("The core worker has already been shutdown.", _raylet.so), and
-    # ray.exceptions.RaySystemError ("System error: ...", ray/exceptions.py).
+    # shut down ("The core worker has already been shutdown.", _raylet.so), a core worker whose
+    # raylet is gone ("Failed to get the system config from raylet because it is dead. Worker
+    # will terminate.", _raylet.so core_worker_process.cc; a driver that picked a lost node's
+    # raylet printed it in tests/test_recovery.py), and ray.exceptions.RaySystemError ("System
+    # error: ...", ray/exceptions.py).
     (
         RAY_FATAL,
         re.compile(
             r"\bCheck failed: |The core worker has already been shutdown"
+            r"|from raylet because it is dead\. Worker will terminate"
             r"|ray\.exceptions\.RaySystemError|^RaySystemError: System error"
         ),
     ),
@@ -339,7 +344,8 @@ class Policy:
     hang_floor_s: float  # the least hang bound once steps have been seen
     hang_factor: float = 3.0
     gpus_needed: float = 0.0  # GPUs the worker group holds (world size)
-    capacity_wait_s: float = 3600.0  # at most this long for them before a restart
+    capacity_wait_s: float = 3600.0  # at most this long for them (before a restart or a step)
+    gpu_poll_s: float = 30.0  # before the first step: how often the GPUs are counted
     stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
     poll_s: float = 1.0
     # verl v0.6.1 fit() saves a checkpoint (and validates) before it prints the step's line
@@ -369,11 +375,17 @@ class Attempt:
     steps_lost: int = 0
     detected_s: float | None = None  # from the last step (or start) to the decision
     stacks: str | None = None
-    waited_for_gpus_s: float = 0.0
+    # Seconds waited, by cause: "node_death_bound" (Ray's health-check bound before the GPUs are
+    # counted), "capacity" (GPUs missing after it, before this attempt's restart),
+    # "capacity_before_first_step" (GPUs missing while the attempt waited for its first step;
+    # not counted against the first-step bound).
+    waits: dict[str, float] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list, repr=False)
 
 
-_SUMMARY_KEYS = ("number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost")
+_SUMMARY_KEYS = (
+    "number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost", "waits",
+)  # fmt: skip
 
 
 class Cluster:
@@ -571,6 +583,9 @@ class Supervisor:
         self.stopping = threading.Event()
         self._current: _Trainer | None = None
         self.checkpoint_mount = mount_point(run_dir)
+        # Why the run ended without a further attempt when that is not the last attempt's cause
+        # (the GPUs never came back): {"cause": NO_CAPACITY, "detail": ...}.
+        self.ended: dict[str, Any] | None = None
 
     def request_stop(self) -> None:
         """The job is being stopped (Ray sends the entrypoint SIGTERM: ray job stop,
@@ -628,8 +643,10 @@ class Supervisor:
         self.on_trainer(trainer.process.pid)
         if self.stopping.is_set():
             trainer.stop(self.policy.stop_grace_s)
-        hang_after = self._watch(trainer)
-        if hang_after is not None:
+        hang_after = self._watch(trainer, attempt)
+        if attempt.cause == NO_CAPACITY:
+            trainer.stop(self.policy.stop_grace_s)
+        elif hang_after is not None:
             folder = self.run_dir / STACKS_DIR / f"attempt-{attempt.number:03d}"
             self.say(f"no training step for {hang_after:.0f} s: hung; stacks -> {folder}")
             self.cluster.dump_stacks(folder, trainer.process.pid)
@@ -648,6 +665,8 @@ class Supervisor:
         attempt.detected_s = round(hang_after or (time.monotonic() - since), 1)
         if self.stopping.is_set():
             attempt.cause = USER_STOP
+        elif attempt.cause == NO_CAPACITY:
+            pass
         elif hang_after is not None:
             attempt.cause = HANG
         elif code == 0:
@@ -656,8 +675,17 @@ class Supervisor:
             attempt.cause = classify(tail, code, self.checkpoint_mount)
         return code
 
-    def _watch(self, trainer: _Trainer) -> float | None:
-        """Until the trainer exits (None) or hangs (seconds since its last step)."""
+    def _watch(self, trainer: _Trainer, attempt: Attempt) -> float | None:
+        """Until the trainer exits (None) or hangs (seconds since its last step). Before the
+        first step, time while the cluster lacks the worker group's GPUs is capacity queueing
+        (verl's placement groups wait for them without bound), not start-up: it is left out of
+        the first-step bound and recorded; longer than capacity_wait_s ends the attempt as
+        NO_CAPACITY."""
+        queued = 0.0
+        missing_since: float | None = None
+        next_count = saved = trainer.started
+        # The record shows a queueing wait while it lasts (one summary line a minute at most).
+        save_every_s = min(60.0, 5 * self.policy.gpu_poll_s)
         while True:
             try:
                 trainer.process.wait(timeout=self.policy.poll_s)
@@ -667,6 +695,7 @@ class Supervisor:
             if self.stopping.is_set():
                 return None
             steps, _ = trainer.progress()
+            now = time.monotonic()
             if steps:
                 bound = self.policy.step_bound(
                     steps[-1][0] + 1,
@@ -677,13 +706,60 @@ class Supervisor:
                 )
                 since = steps[-1][1]
             else:
-                bound, since = self.policy.first_step_bound_s, trainer.started
-            silent = time.monotonic() - since
+                if self.policy.gpus_needed > 0 and now >= next_count:
+                    next_count = now + self.policy.gpu_poll_s
+                    missing_since, queued = self._count_queueing(missing_since, queued, now)
+                    attempt.waits["capacity_before_first_step"] = round(
+                        queued + (now - missing_since if missing_since is not None else 0.0), 1
+                    )
+                    if missing_since is not None and now - missing_since > (
+                        self.policy.capacity_wait_s
+                    ):
+                        self._give_up(attempt, now - missing_since)
+                        return None
+                    if missing_since is not None and now - saved >= save_every_s:
+                        saved = now
+                        self._save()
+                waiting = queued + (now - missing_since if missing_since is not None else 0.0)
+                bound, since = self.policy.first_step_bound_s, trainer.started + waiting
+            silent = now - since
             if silent > bound:
                 return silent
 
+    def _count_queueing(
+        self, missing_since: float | None, queued: float, now: float
+    ) -> tuple[float | None, float]:
+        """(since when GPUs have been missing, or None; seconds queued before that)."""
+        try:
+            have = self.cluster.alive_gpus()
+        except Exception:  # the dashboard not answering: the time counts as start-up
+            return missing_since, queued
+        if have >= self.policy.gpus_needed:
+            if missing_since is not None:
+                queued += now - missing_since
+            return None, queued
+        return (now if missing_since is None else missing_since), queued
+
+    def _give_up(self, attempt: Attempt, waited_s: float, have: float | None = None) -> None:
+        """The run ends: the GPUs did not come within the capacity wait (before a restart, the
+        ended attempt keeps its own cause; before a first step, the attempt ends NO_CAPACITY)."""
+        if attempt.cause is None:
+            attempt.cause = NO_CAPACITY
+        need = f"the {self.policy.gpus_needed:g} GPUs the worker group needs"
+        held = f"held {have:g} of {need}" if have is not None else f"did not hold {need}"
+        detail = (
+            f"the cluster's alive nodes {held} for {waited_s:.0f} s (capacity wait "
+            f"{self.policy.capacity_wait_s:.0f} s): giving up; check the GPU node pool (kubectl "
+            "get nodes, the RayCluster's worker pods)"
+        )
+        self.ended = {"cause": NO_CAPACITY, "after_attempt": attempt.number, "detail": detail}
+        self.say(detail)
+        self._save()
+
     def _refusal(self, attempt: Attempt) -> str | None:
         """Why this end is not retried; None when a restart follows."""
+        if attempt.cause == NO_CAPACITY:
+            return "not retried: no GPUs for the worker group (above)"
         if attempt.cause not in RETRIED:
             return "not retried: a restart cannot fix it"
         if attempt.cause in ONCE_PER_STEP:
@@ -698,8 +774,8 @@ class Supervisor:
         return None
 
     def _wait_for_gpus(self, attempt: Attempt) -> bool:
-        """Until the cluster's alive nodes hold the worker group's GPUs again."""
-        started = time.monotonic()
+        """Until the cluster's alive nodes hold the worker group's GPUs again; each wait is
+        recorded under its cause (Attempt.waits)."""
         need = self.policy.gpus_needed
         asked = self.capacity is None
         # A node lost before the attempt ended is counted as ALIVE until the GCS declares it
@@ -707,7 +783,10 @@ class Supervisor:
         grace = self.cluster.death_grace_s() if need > 0 else 0.0
         if grace > 0:
             self.say(f"counting the GPUs in {grace:.0f} s (Ray's node health checks)")
+            attempt.waits["node_death_bound"] = round(grace, 1)
+            self._save()
         self.stopping.wait(grace)
+        started = saved = time.monotonic()
         while not self.stopping.is_set():
             try:
                 have = self.cluster.alive_gpus() if need > 0 else need
@@ -718,17 +797,19 @@ class Supervisor:
                 asked = self._ask_for_nodes(need, have, f"a{attempt.number + 1:03d}")
             elif self.capacity is not None:
                 self._settle()
+            waited = time.monotonic() - started
             if have >= need:
-                attempt.waited_for_gpus_s = round(time.monotonic() - started, 1)
+                attempt.waits["capacity"] = round(waited, 1)
                 self._save()
                 return True
-            if time.monotonic() - started > self.policy.capacity_wait_s:
-                self.say(
-                    f"the cluster holds {have:g} of the {need:g} GPUs the worker group needs "
-                    f"after {self.policy.capacity_wait_s:.0f} s: giving up; check the GPU node "
-                    "pool (kubectl get nodes, the RayCluster's worker pods)"
-                )
+            if waited > self.policy.capacity_wait_s:
+                attempt.waits["capacity"] = round(waited, 1)
+                self._give_up(attempt, waited, max(have, 0.0))
                 return False
+            if time.monotonic() - saved >= 60:  # the record shows the wait while it lasts
+                saved = time.monotonic()
+                attempt.waits["capacity"] = round(waited, 1)
+                self._save()
             time.sleep(max(self.policy.poll_s, 2.0))
         return False
 
@@ -765,6 +846,8 @@ class Supervisor:
             "hang_floor_s": _finite(self.policy.hang_floor_s),
             "hang_factor": self.policy.hang_factor,
             "stacks_dir": str(self.run_dir / STACKS_DIR),
+            "capacity_wait_s": self.policy.capacity_wait_s,
+            "ended": self.ended,
             "attempts": [asdict(attempt) for attempt in self.attempts],
         }
         summary = {key: value for key, value in record.items() if key != "attempts"}
@@ -796,6 +879,7 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--hang-factor", type=float, default=3.0)
     group.add_argument("--gpus-needed", type=float, default=0.0)
     group.add_argument("--capacity-wait-s", type=float, default=3600.0)
+    group.add_argument("--gpu-poll-s", type=float, default=30.0)
     group.add_argument("--save-freq", type=int, default=0)
     group.add_argument("--save-allowance-s", type=float, default=0.0)
     group.add_argument("--total-steps", type=int, default=0)
@@ -849,6 +933,7 @@ def policy_from(args: Any) -> Policy:
         hang_factor=args.hang_factor,
         gpus_needed=args.gpus_needed,
         capacity_wait_s=args.capacity_wait_s,
+        gpu_poll_s=args.gpu_poll_s,
         save_freq=args.save_freq,
         save_allowance_s=args.save_allowance_s,
         total_steps=args.total_steps,

@@ -386,6 +386,61 @@ def second_runner(made: Cluster, run_dir: Path) -> dict[str, Any]:
     }
 
 
+def node_lost_no_replacement(made: Cluster, run_dir: Path, wait_s: float = 15.0) -> dict[str, Any]:
+    """A GPU node SIGKILLed mid-run and none comes back: the runner gives up after its capacity
+    wait, and the record says so (`ended`) with each wait under its cause."""
+    made.whole()
+    options = ("--capacity-wait-s", str(wait_s))
+    run = start(made, run_dir, runner_options=options, steps=LONG_RUN_STEPS, step_seconds=1.0)
+    run.wait_for("checkpoint 2", lambda: run.checkpoint() >= 2)
+    lost_at = time.monotonic()
+    made.lose_node()
+    try:
+        code = run.finish()
+    finally:
+        made.whole()  # the replacement, for the scenarios after this one
+    record = run.record()
+    figures = result("node_lost_no_replacement", run, code, time.monotonic() - lost_at)
+    return {
+        **figures,
+        "gave_up_after_s": figures["detected_s"],
+        "ended": record.get("ended"),
+        "waits": record["attempts"][0].get("waits") if record["attempts"] else None,
+    }
+
+
+def capacity_before_first_step(made: Cluster, run_dir: Path) -> dict[str, Any]:
+    """The run starts while a GPU node is missing (verl's placement groups wait for it); the node
+    comes only after the first-step bound (8 s) has passed: that time is capacity queueing, not a
+    hang, and the record shows it."""
+    made.whole()
+    made.lose_node()
+    # Once the GCS has declared the node dead: on 127.0.0.1 a driver could otherwise pick the
+    # dead node's raylet as its own (a test-only artefact: one machine, one address).
+    wait_for_gpus(made.head, WORLD_SIZE - 1)
+    bound_s = 8.0
+    options = ("--first-step-bound-s", str(bound_s), "--gpu-poll-s", "1")
+    run = start(made, run_dir, runner_options=options, steps=4, step_seconds=0.5)
+    # The GCS declares the lost node dead only after its health-check bound; then the runner
+    # counts the missing GPUs for twice the first-step bound.
+    run.wait_for(
+        "the runner to count a queued wait past the first-step bound",
+        lambda: (run.record()["attempts"] or [{}])[0]
+        .get("waits", {})
+        .get("capacity_before_first_step", 0)
+        > 2 * bound_s,
+    )
+    made.whole()
+    code = run.finish()
+    figures = result("capacity_before_first_step", run, code, None)
+    attempts = run.record()["attempts"]
+    return {
+        **figures,
+        "outcome": "trained" if code == 0 and len(attempts) == 1 else figures["outcome"],
+        "waits": attempts[0].get("waits") if attempts else None,
+    }
+
+
 SCENARIOS: dict[str, Callable[[Cluster, Path], dict[str, Any]]] = {
     "worker_node_lost": worker_node_lost,
     "hang": hang,
@@ -395,4 +450,6 @@ SCENARIOS: dict[str, Callable[[Cluster, Path], dict[str, Any]]] = {
     "runner_killed": runner_killed,
     "supervisor_killed": supervisor_killed,
     "second_runner": second_runner,
+    "node_lost_no_replacement": node_lost_no_replacement,
+    "capacity_before_first_step": capacity_before_first_step,
 }
