@@ -20,6 +20,7 @@ import copy
 import json
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -298,4 +299,33 @@ def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
     assert posted["spec"]["podSets"][0]["count"] == 2
     assert posted["metadata"]["name"].endswith("-a001")
+    assert consumed(api) == posted["metadata"]["name"]
+
+
+def test_a_node_lost_while_the_request_still_books_capacity_is_asked_for_once_it_no_longer_does(
+    api: CapacityApi,
+    rendered: tuple[dict[str, Any], Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before a restart the runner asks for the missing nodes; while the consumed request still
+    books capacity no request is made, and the question is asked again (every ASK_AGAIN_S)
+    until it no longer does: a node lost within the booking window still gets a request."""
+    monkeypatch.setattr(supervise, "ASK_AGAIN_S", 0.2)
+    stack_name = rendered[0]["request"]["metadata"]["name"]
+    api.requests[stack_name]["status"] = {"conditions": [{"type": "Accepted", "status": "True"}]}
+    said: list[str] = []
+    policy = supervise.Policy(0, float("inf"), float("inf"), gpus_needed=16)
+    runner = supervise.Supervisor(
+        ["true"], tmp_path, policy, supervise.Cluster("http://127.0.0.1:9"), said.append,
+        capacity=renewer(api, rendered, tmp_path, said),
+    )  # fmt: skip
+    assert runner._ask_for_nodes(16, 8, "a002") is False
+    assert runner._ask_for_nodes(16, 8, "a002") is False  # not yet asked again: no API call
+    assert [c[0] for c in api.calls] == ["GET", "GET"]
+    api.requests[stack_name]["status"] = {"conditions": [EXPIRED]}
+    time.sleep(0.3)
+    assert runner._ask_for_nodes(16, 8, "a002") is True
+    (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
+    assert posted["spec"]["podSets"][0]["count"] == 1
     assert consumed(api) == posted["metadata"]["name"]

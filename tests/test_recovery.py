@@ -10,6 +10,11 @@ Rules encoded, with their source:
   latest_checkpointed_iteration.txt (verl's trainer.resume_mode=auto).
 - Hydra (verl 0.6.1's config) refusing an override is final; so is the job's SIGTERM, which
   Ray's job stop sends to the entrypoint and its children (job_supervisor.py, Ray 2.47/2.49).
+- Ray SIGKILLs the entrypoint's process group when the JobSupervisor actor dies
+  (job_supervisor.py _exec_entrypoint, Ray 2.47/2.49); the trainer, in its own session, dies with
+  its runner only through PR_SET_PDEATHSIG, and Ray then ends the actors its driver owned.
+- A worker SIGKILLed on a real Ray 2.49 head is reported with the raylet's "killed by SIGKILL by
+  OOM killer" detail: process_killed, retried once per step.
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ TAIL_LINES = 400
 # The most entries Ray's state API serves (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER);
 # its default, 100, is fewer than a large run's actors, or nodes once dead ones are counted.
 STATE_LIST_LIMIT = 10_000
+# Standard flex-start: while the request the workers consume still books capacity, whether to
+# ask for new nodes is decided again this often (two Kubernetes API reads each time).
+ASK_AGAIN_S = float(os.environ.get("VERL_GKE_ASK_AGAIN_S", "30"))
 
 # --- verl's step line: a copy of jobs/verl_log.py's pattern (payloads cannot import jobs/;
 # tests/test_supervise.py checks that both parse the same lines alike).
@@ -586,6 +589,7 @@ class Supervisor:
         # Why the run ended without a further attempt when that is not the last attempt's cause
         # (the GPUs never came back): {"cause": NO_CAPACITY, "detail": ...}.
         self.ended: dict[str, Any] | None = None
+        self._ask_again_at = 0.0  # Standard flex-start: when to ask for missing nodes again
 
     def request_stop(self) -> None:
         """The job is being stopped (Ray sends the entrypoint SIGTERM: ray job stop,
@@ -815,13 +819,19 @@ class Supervisor:
 
     def _ask_for_nodes(self, need: float, have: float, suffix: str) -> bool:
         """Standard flex-start: a new ProvisioningRequest for the nodes missing, unless the one
-        the workers consume still books capacity; True once done (or nothing was missing).
+        the workers consume still books capacity; True once a request was made (or nothing was
+        missing). While the consumed one books capacity (its nodes may still come, for at most
+        provreq.BOOKING_WINDOW_S after it was Provisioned) the question is asked again every
+        ASK_AGAIN_S, so a node lost within that window still gets a request once it has passed.
         A failed call is said and tried again at the next poll."""
         assert self.capacity is not None
+        if time.monotonic() < self._ask_again_at:
+            return False
         try:
             missing = provreq.nodes_missing(self.capacity.spec, need, have)
-            if missing:
-                self.capacity.renew(missing, f"{int(time.time())}-{suffix}")
+            if missing and self.capacity.renew(missing, f"{int(time.time())}-{suffix}") is None:
+                self._ask_again_at = time.monotonic() + ASK_AGAIN_S
+                return False
             return True
         except provreq.KubeError as exc:
             self.say(
