@@ -276,7 +276,7 @@ def test_a_second_runner_on_the_folder_stops_the_first_before_it_trains(
 def test_a_lost_node_that_never_comes_back_ends_the_run_saying_why(
     cluster: scenarios.Cluster, tmp_path: Path
 ) -> None:
-    figures = scenarios.node_lost_no_replacement(cluster, tmp_path, wait_s=15.0)
+    figures = scenarios.node_lost_no_replacement(cluster, tmp_path, wait_s=5.0)
     assert figures["outcome"] == "not_retried" and figures["exit_code"] != 0, figures
     ended = figures["ended"]
     assert isinstance(ended, dict) and ended["cause"] == supervise.NO_CAPACITY, figures
@@ -284,7 +284,7 @@ def test_a_lost_node_that_never_comes_back_ends_the_run_saying_why(
     waits = figures["waits"]
     assert isinstance(waits, dict), figures
     assert waits["node_death_bound"] == 3 * (1.0 + 3.0)  # HEAD_ENV's health-check bound
-    assert 15.0 <= waits["capacity"] < 15.0 + 60, waits
+    assert 5.0 <= waits["capacity"] < 5.0 + 60, waits
     # What tools.run shows of the driver log's last record.
     record = recovery_log.latest_record((tmp_path / "runner.log").read_text())
     assert record is not None
@@ -299,4 +299,5 @@ def test_queueing_for_gpus_before_the_first_step_is_not_a_hang(
     figures = scenarios.capacity_before_first_step(cluster, tmp_path)
     assert figures["outcome"] == "trained" and figures["causes"] == ["succeeded"], figures
     waits = figures["waits"]
-    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 16, figures
+    # Queued past twice the first-step bound (4 s), then trained: no hang.
+    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 8, figures
