@@ -277,7 +277,7 @@ def test_a_lost_node_that_never_comes_back_ends_the_run_saying_why(
     cluster: scenarios.Cluster, tmp_path: Path
 ) -> None:
     figures = scenarios.node_lost_no_replacement(cluster, tmp_path, wait_s=5.0)
-    assert figures["outcome"] == "not_retried" and figures["exit_code"] != 0, figures
+    assert figures["outcome"] == "failed" and figures["exit_code"] != 0, figures
     ended = figures["ended"]
     assert isinstance(ended, dict) and ended["cause"] == supervise.NO_CAPACITY, figures
     assert "held 1 of the 2 GPUs" in ended["detail"], ended

@@ -713,9 +713,9 @@ class Supervisor:
                 if self.policy.gpus_needed > 0 and now >= next_count:
                     next_count = now + self.policy.gpu_poll_s
                     missing_since, queued = self._count_queueing(missing_since, queued, now)
-                    attempt.waits["capacity_before_first_step"] = round(
-                        queued + (now - missing_since if missing_since is not None else 0.0), 1
-                    )
+                    waited = queued + (now - missing_since if missing_since is not None else 0.0)
+                    if waited > 0:
+                        attempt.waits["capacity_before_first_step"] = round(waited, 1)
                     if missing_since is not None and now - missing_since > (
                         self.policy.capacity_wait_s
                     ):

@@ -403,6 +403,7 @@ def node_lost_no_replacement(made: Cluster, run_dir: Path, wait_s: float = 15.0)
     figures = result("node_lost_no_replacement", run, code, time.monotonic() - lost_at)
     return {
         **figures,
+        "outcome": "failed" if code != 0 else "resumed",
         "gave_up_after_s": figures["detected_s"],
         "ended": record.get("ended"),
         "waits": record["attempts"][0].get("waits") if record["attempts"] else None,
