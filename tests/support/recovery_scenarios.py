@@ -442,6 +442,54 @@ def capacity_before_first_step(made: Cluster, run_dir: Path) -> dict[str, Any]:
     }
 
 
+def flex_start_relost(made: Cluster, run_dir: Path) -> dict[str, Any]:
+    """Standard flex-start: a GPU node lost while the request the workers consume was Provisioned
+    less than provreq.BOOKING_WINDOW_S ago (it still books capacity, so no request is made at
+    first); the runner asks again every ASK_AGAIN_S and makes one once the window has passed.
+    The stand-in API server (tests/support/kube_api.py) plays the Kubernetes API; the replacement
+    node is started only after the runner's request, as queued provisioning does."""
+    from datetime import UTC, datetime, timedelta
+
+    from manifests import capacity
+    from manifests.ray_cluster import WORKER_GROUP
+    from payloads.export import provreq
+    from tests.support.kube_api import TOKEN, CapacityApi
+
+    name = "rec-gpu-capacity"
+    spec = {
+        "request": capacity.request_body("default", name, name, WORLD_SIZE),
+        "ray_cluster": "rec", "worker_group": WORKER_GROUP,
+        "consume_annotation": capacity.CONSUME_ANNOTATION, "gpus_per_node": 1,
+    }  # fmt: skip
+    # Provisioned so recently that the window is still open when the runner first asks (after
+    # checkpoint 2 and Ray's 12 s node-death bound here).
+    since = datetime.now(UTC) - timedelta(seconds=provreq.BOOKING_WINDOW_S - 45)
+    provisioned = {"type": "Provisioned", "status": "True",
+                   "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+    template = {"metadata": {"annotations": {capacity.CONSUME_ANNOTATION: name}}}
+    ray_cluster = {
+        "metadata": {"name": "rec"},
+        "spec": {"workerGroupSpecs": [{"groupName": WORKER_GROUP, "template": template}]},
+    }
+    requests = {name: {**spec["request"], "status": {"conditions": [provisioned]}}}
+    token = run_dir / "token"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    token.write_text(TOKEN)
+    with CapacityApi("default", ray_cluster, requests) as api:
+        options = (
+            "--capacity-request", json.dumps(spec),
+            "--kube-api-server", api.endpoint, "--kube-token-file", str(token),
+        )  # fmt: skip
+        figures = worker_node_lost(
+            made,
+            run_dir,
+            runner_options=options,
+            replace_after=lambda: any(call[0] == "POST" for call in api.calls),
+        )
+        posted = [call[3]["metadata"]["name"] for call in api.calls if call[0] == "POST"]
+    return {**figures, "scenario": "flex_start_relost", "requests_made": posted}
+
+
 SCENARIOS: dict[str, Callable[[Cluster, Path], dict[str, Any]]] = {
     "worker_node_lost": worker_node_lost,
     "hang": hang,
@@ -453,4 +501,5 @@ SCENARIOS: dict[str, Callable[[Cluster, Path], dict[str, Any]]] = {
     "second_runner": second_runner,
     "node_lost_no_replacement": node_lost_no_replacement,
     "capacity_before_first_step": capacity_before_first_step,
+    "flex_start_relost": flex_start_relost,
 }
