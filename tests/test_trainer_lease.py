@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from config import bucket_layout
 from payloads.export import run_grpo, trainer_lease
 
 RUNNER = Path(run_grpo.__file__)
@@ -93,3 +94,7 @@ def test_the_trainer_dies_with_the_process_that_started_it() -> None:
     if alive:  # never leave it behind
         os.kill(child, 9)
     assert not alive
+
+
+def test_the_lease_file_name_agrees_with_the_bucket_layout() -> None:
+    assert trainer_lease.LEASE_FILE == bucket_layout.LEASE_FILE
