@@ -22,7 +22,10 @@ RUNNER = Path(run_grpo.__file__)
 def _other_hosts_lease(run_dir: Path, renewed_at: float) -> None:
     body = {"host": "another-head-pod", "runner_pid": 7, "runner_start": "1", "trainer_pid": 8,
             "trainer_start": "2", "renewed_at": renewed_at}  # fmt: skip
-    (run_dir / trainer_lease.LEASE_FILE).write_text(json.dumps(body))
+    # Replaced whole, as Lease.write does: a reader never sees half a lease.
+    partial = run_dir / "lease.partial"
+    partial.write_text(json.dumps(body))
+    os.replace(partial, run_dir / trainer_lease.LEASE_FILE)
 
 
 def test_a_lease_another_host_keeps_renewing_refuses_the_runner(tmp_path: Path) -> None:
@@ -41,7 +44,7 @@ def test_a_lease_another_host_keeps_renewing_refuses_the_runner(tmp_path: Path) 
         "--identity", json.dumps({"world_size": 2}), "--length", json.dumps({"total_epochs": 1}),
         "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
     ]  # fmt: skip
-    env = {**os.environ, "VERL_GKE_LEASE_STALE_S": "1.5", "VERL_GKE_LEASE_RENEW_S": "0.5"}
+    env = {**os.environ, "VERL_GKE_LEASE_STALE_S": "4", "VERL_GKE_LEASE_RENEW_S": "1"}
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     finally:

@@ -169,7 +169,8 @@ def take_over(
             f"stale ({stale_s:.0f} s)"
         )
         time.sleep(min(10.0, stale_s / 4))
-        old = read(run_dir) or {}
+        # Unreadable or removed: the lease read last goes stale by itself, never sooner.
+        old = read(run_dir) or old
 
 
 def _stop(pid: int, grace_s: float, *, group: bool) -> None:
