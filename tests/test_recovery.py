@@ -299,5 +299,5 @@ def test_queueing_for_gpus_before_the_first_step_is_not_a_hang(
     figures = scenarios.capacity_before_first_step(cluster, tmp_path)
     assert figures["outcome"] == "trained" and figures["causes"] == ["succeeded"], figures
     waits = figures["waits"]
-    # Queued past twice the first-step bound (4 s), then trained: no hang.
-    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 8, figures
+    # Queued past the first-step bound (10 s), then trained: no hang.
+    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 12, figures
