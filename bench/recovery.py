@@ -4,7 +4,8 @@
 
 One JSON object per scenario and line: scenario, outcome (resumed | not_retried | failed),
 detected_s (node loss: from the SIGKILL to the supervisor's decision; hang: the silence that was
-declared a hang; user stop: from SIGTERM to the runner's exit), resumed_from_step,
+declared a hang; user stop: from SIGTERM to the runner's exit; runner_killed and
+supervisor_killed: from the SIGKILL to the trainer's death), resumed_from_step,
 last_checkpoint_step, attempts, causes, person_needed. The scenarios are described in
 tests/support/recovery_scenarios.py; one Ray head and two "GPU nodes" serve them all.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.recovery_scenarios import SCENARIOS, Cluster, cluster
+from tests.support.recovery_scenarios import RAY_VENV, SCENARIOS, Cluster, cluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         choices = ", ".join(SCENARIOS)
         parser.error(f"--only {','.join(unknown)}: not a scenario; choose from {choices}")
+    if not (RAY_VENV / "bin" / "ray").exists():
+        parser.error(
+            f"no Ray 2.49 virtualenv at {RAY_VENV}: run `bash .ci/setup` in this clone, or set "
+            "VERL_GKE_RAY_VENVS to the folder holding 2.49.0/"
+        )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="recovery-") as folder, cluster() as made:
         run(names, made, args.keep or Path(folder), args.json)

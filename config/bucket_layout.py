@@ -121,6 +121,7 @@ METRICS_ATTEMPTS_DIR = "metrics"  # earlier attempts' metrics.jsonl, moved here 
 TENSORBOARD_SUBDIR = "tensorboard"  # TENSORBOARD_DIR of the run
 RECOVERY_FILE = "recovery.json"  # the training attempts (payloads/export/supervise.py)
 STACKS_DIR = "stacks"  # stacks of a hung trainer, stacks/attempt-<n>/ (supervise.py)
+LEASE_FILE = "trainer.lease"  # the runner and trainer training here (trainer_lease.py)
 
 
 # Hugging Face model folders merged from a run's final checkpoint, one per experiment

@@ -332,8 +332,10 @@ class StackValues(BaseModel):
     def recovery_plan(self) -> recovery.RecoveryPlan:
         """Restart budget and hang bounds of the job's runner (config/recovery.py)."""
         return recovery.recovery_plan(
-            self.capacity, self.max_restarts, self.hang_minutes, self.first_step_minutes
-        )
+            self.capacity, self.max_restarts, self.hang_minutes, self.first_step_minutes,
+            queued_provisioning=self.capacity_plan.queued_provisioning,
+            capacity_wait_minutes=self.capacity_wait_minutes,
+        )  # fmt: skip
 
     @property
     def evaluation_settings(self) -> evaluation_setting.EvaluationSettings:

@@ -1,8 +1,10 @@
 """The runner's recovery record as its driver log carries it (standard library only).
 
 payloads/export/supervise.py prints, at the start and end of every training attempt, one line
-``verl-gke-recovery: {json}``: max_restarts, restarts_used, the hang bounds, stacks_dir and the
-attempts so far (number, started_at, ended_at, cause, resumed_from_step, steps_lost). The whole
+``verl-gke-recovery: {json}``: max_restarts, restarts_used, the hang bounds, stacks_dir, the
+capacity wait, why the run ended when no attempt's cause says it (``ended``: the GPUs did not
+come back) and the attempts so far (number, started_at, ended_at, cause, resumed_from_step,
+steps_lost, and the seconds waited by cause). The whole
 record is recovery.json in the run folder. The last line in the log is the current state.
 """
 
@@ -12,6 +14,13 @@ import json
 from typing import Any
 
 from payloads.export.supervise import LOG_PREFIX
+
+# How each wait of an attempt (supervise.Attempt.waits) is shown.
+WAIT_NAMES = {
+    "node_death_bound": "for Ray to declare the lost node dead",
+    "capacity": "for the GPUs to come back",
+    "capacity_before_first_step": "for GPUs before the first step (not counted as start-up)",
+}
 
 
 def latest_record(log_text: str) -> dict[str, Any] | None:
@@ -44,13 +53,23 @@ def describe(record: dict[str, Any]) -> list[tuple[str, str]]:
         start = f"from step {resumed}" if resumed is not None else "from the start"
         end = attempt.get("cause") or "running"
         lost = attempt.get("steps_lost") or 0
+        waits = attempt.get("waits") or {}
+        waited = ", ".join(
+            f"{WAIT_NAMES.get(cause, cause)} {seconds / 60:.1f} min"
+            for cause, seconds in waits.items()
+            if isinstance(seconds, int | float)
+        )
         rows.append(
             (
                 f"attempt {attempt.get('number')}",
                 f"{attempt.get('started_at')} {start}: {end}"
-                + (f", {lost} steps lost" if lost else ""),
+                + (f", {lost} steps lost" if lost else "")
+                + (f"; waited: {waited}" if waited else ""),
             )
         )
+    ended = record.get("ended")
+    if isinstance(ended, dict):
+        rows.append(("ended", f"{ended.get('cause')}: {ended.get('detail')}"))
     floor = record.get("hang_floor_s")
     if isinstance(floor, int | float):
         rows.append(

@@ -134,7 +134,8 @@ def runner_role_name(settings: StackSettings) -> str:
 def runner_role(settings: StackSettings) -> Manifest:
     """Exactly what the runner's calls need (payloads/export/provreq.py): create, list and
     delete its ProvisioningRequests, get the one the workers consume; get and patch the
-    RayCluster (the worker template's annotation)."""
+    RayCluster (the worker template's annotation); list the worker pods (which requests they
+    consume) and delete an unscheduled one that consumes a spent request."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -151,6 +152,7 @@ def runner_role(settings: StackSettings) -> Manifest:
                 "resourceNames": [settings.profile.ray_cluster_name],
                 "verbs": ["get", "patch"],
             },
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
         ],
     }
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from config.capacity import Capacity
+from config.recovery import AUTO_REPAIR_NOT_READY_MINUTES
 from planning.startup_links import Link, StartupLinks
 
 # A link that never ends (none today; bench/critical_path.py prints it as "never").
@@ -67,7 +68,7 @@ def replacement(capacity: Capacity, mode: str, table: StartupLinks) -> Link:
         f"(its queue time not modelled; {PROVREQ_SOURCE})",
         Capacity.ON_DEMAND: "the cluster autoscaler adds an on-demand node when the zone has one",
     }[capacity]
-    extra = 10.0 if capacity is Capacity.RESERVATION else 0.0
+    extra = AUTO_REPAIR_NOT_READY_MINUTES if capacity is Capacity.RESERVATION else 0.0
     return _link(
         "node-replaced",
         f"replacement node ({capacity.value})",

@@ -27,6 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from config.recovery import NODE_CREATION_MINUTES
 from training.memory_fit import BF16
 
 if TYPE_CHECKING:
@@ -641,7 +642,7 @@ def _gpu_node_links(autopilot: bool) -> tuple[Link, Link]:
     gpu_nodes = _link(
         "gpu-nodes",
         "GPU nodes (Autopilot, for the pending workers)" if autopilot else "GPU node pool",
-        35.0,
+        NODE_CREATION_MINUTES,
         "no published A3 Ultra/A4/A4X figure; NVIDIA/aicr#2065 reports ~35 min for a node pool "
         "to reach RUNNING (a CPU worker pool): conservative est., range 10-35",
         estimate=True,

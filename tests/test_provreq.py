@@ -20,6 +20,7 @@ import copy
 import json
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -210,6 +211,62 @@ def test_earlier_runner_requests_go_once_the_new_one_is_provisioned(
     assert ("DELETE", f"{renew.spec.requests_path(first)}") in [(c[0], c[1]) for c in api.calls]
 
 
+def _worker_pod(api: CapacityApi, name: str, consumes: str, node: str | None) -> None:
+    """A worker pod as KubeRay labels it (ray.io/cluster, ray.io/group: ray-operator
+    common/pod.go labelPod), consuming `consumes`; scheduled on `node`, or Pending without one."""
+    api.pods[name] = {
+        "metadata": {
+            "name": name,
+            "labels": {"ray.io/cluster": api.ray_cluster["metadata"]["name"],
+                       "ray.io/group": WORKER_GROUP, "ray.io/node-type": "worker"},
+            "annotations": {capacity_manifests.CONSUME_ANNOTATION: consumes},
+        },
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": "Running" if node else "Pending"},
+    }  # fmt: skip
+
+
+def test_an_earlier_request_whose_nodes_still_run_workers_is_kept(
+    api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    stack_name = rendered[0]["request"]["metadata"]["name"]
+    api.provisioned_on_create = False
+    said: list[str] = []
+    renew = renewer(api, rendered, tmp_path, said)
+    first = renew.renew(2, "1-a002")
+    assert first is not None
+    _worker_pod(api, "w-1", first, "gke-node-1")  # a surviving worker on first's node
+    api.requests[first]["status"] = {"conditions": [EXPIRED]}
+    renew.settle()
+    second = renew.renew(1, "2-a003")
+    assert second is not None
+    api.requests[second]["status"] = {"conditions": [{"type": "Provisioned", "status": "True"}]}
+    renew.settle()
+    assert set(api.requests) == {stack_name, first, second}
+    assert any(f"kept the earlier ProvisioningRequest {first}" in line for line in said), said
+
+
+def test_an_unscheduled_worker_on_a_spent_request_is_recreated_on_the_new_one(
+    api: CapacityApi, rendered: tuple[dict[str, Any], Any], tmp_path: Path
+) -> None:
+    """KubeRay recreated the lost worker before the template named the new request: the pod
+    consumes the spent request and waits forever (pods_filter.go). It is deleted, so KubeRay
+    recreates it from the patched template; the running worker stays."""
+    stack_name = rendered[0]["request"]["metadata"]["name"]
+    _worker_pod(api, "w-running", stack_name, "gke-node-1")
+    _worker_pod(api, "w-recreated", stack_name, None)
+    said: list[str] = []
+    name = renewer(api, rendered, tmp_path, said).renew(1, "1-a002")
+    assert name is not None
+    assert set(api.pods) == {"w-running"}
+    deletes = [c[1] for c in api.calls if c[0] == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/{api.namespace}/pods/w-recreated"]
+    # The pod is deleted only after the template names the new request.
+    order = [c[0] for c in api.calls]
+    assert order.index("PATCH") < order.index("DELETE")
+    assert any("deleted the unscheduled worker pod w-recreated" in line for line in said)
+
+
 def test_the_role_allows_exactly_the_runners_calls() -> None:
     result = flex_start()
     role = dict(result.one(ROLE).inputs)
@@ -229,6 +286,7 @@ def test_the_role_allows_exactly_the_runners_calls() -> None:
             "resourceNames": [ray_cluster["metadata"]["name"]],
             "verbs": ["get", "patch"],
         },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
     ]
     head = ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]
     assert binding["subjects"] == [
@@ -298,4 +356,33 @@ def test_a_later_run_after_scale_to_zero_asks_for_all_nodes_before_it_starts(
     (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
     assert posted["spec"]["podSets"][0]["count"] == 2
     assert posted["metadata"]["name"].endswith("-a001")
+    assert consumed(api) == posted["metadata"]["name"]
+
+
+def test_a_node_lost_while_the_request_still_books_capacity_is_asked_for_once_it_no_longer_does(
+    api: CapacityApi,
+    rendered: tuple[dict[str, Any], Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before a restart the runner asks for the missing nodes; while the consumed request still
+    books capacity no request is made, and the question is asked again (every ASK_AGAIN_S)
+    until it no longer does: a node lost within the booking window still gets a request."""
+    monkeypatch.setattr(supervise, "ASK_AGAIN_S", 0.2)
+    stack_name = rendered[0]["request"]["metadata"]["name"]
+    api.requests[stack_name]["status"] = {"conditions": [{"type": "Accepted", "status": "True"}]}
+    said: list[str] = []
+    policy = supervise.Policy(0, float("inf"), float("inf"), gpus_needed=16)
+    runner = supervise.Supervisor(
+        ["true"], tmp_path, policy, supervise.Cluster("http://127.0.0.1:9"), said.append,
+        capacity=renewer(api, rendered, tmp_path, said),
+    )  # fmt: skip
+    assert runner._ask_for_nodes(16, 8, "a002") is False
+    assert runner._ask_for_nodes(16, 8, "a002") is False  # not yet asked again: no API call
+    assert [c[0] for c in api.calls] == ["GET", "GET"]
+    api.requests[stack_name]["status"] = {"conditions": [EXPIRED]}
+    time.sleep(0.3)
+    assert runner._ask_for_nodes(16, 8, "a002") is True
+    (posted,) = [call[3] for call in api.calls if call[0] == "POST"]
+    assert posted["spec"]["podSets"][0]["count"] == 1
     assert consumed(api) == posted["metadata"]["name"]

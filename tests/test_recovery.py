@@ -10,6 +10,11 @@ Rules encoded, with their source:
   latest_checkpointed_iteration.txt (verl's trainer.resume_mode=auto).
 - Hydra (verl 0.6.1's config) refusing an override is final; so is the job's SIGTERM, which
   Ray's job stop sends to the entrypoint and its children (job_supervisor.py, Ray 2.47/2.49).
+- Ray SIGKILLs the entrypoint's process group when the JobSupervisor actor dies
+  (job_supervisor.py _exec_entrypoint, Ray 2.47/2.49); the trainer, in its own session, dies with
+  its runner only through PR_SET_PDEATHSIG, and Ray then ends the actors its driver owned.
+- A worker SIGKILLed on a real Ray 2.49 head is reported with the raylet's "killed by SIGKILL by
+  OOM killer" detail: process_killed, retried once per step.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from pathlib import Path
 import pytest
 
 from bench import recovery
+from jobs import recovery_log
 from manifests import capacity
 from manifests.ray_cluster import WORKER_GROUP
-from payloads.export import provreq, supervise
+from payloads.export import provreq, supervise, trainer_lease
 from tests.support import recovery_scenarios as scenarios
 from tests.support.kube_api import TOKEN, CapacityApi
 from tests.support.require import require
@@ -120,12 +126,26 @@ def test_a_stopped_job_is_not_restarted(
     assert not (tmp_path / "user_stop" / "training.done").exists()
 
 
-def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Path) -> None:
-    # Each attempt logs step 1 and then fails at step 2 with PyTorch's CUDA OOM text.
-    script = (
-        "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n"
-        "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB')"
-    )
+KILLED_WORKER = scenarios.REPO / "tests" / "job_fixtures" / "ray_worker_killed.py"
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"),
+    [
+        # PyTorch's CUDA OOM text (c10/cuda/CUDACachingAllocator.cpp).
+        (
+            "raise SystemExit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2')",
+            supervise.OUT_OF_MEMORY,
+        ),
+        # The trainer killed by SIGKILL, as the kernel's OOM killer does: no text at all.
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", supervise.PROCESS_KILLED),
+    ],
+)
+def test_a_failure_that_may_be_the_jobs_own_is_retried_once_per_step(
+    tmp_path: Path, failure: str, cause: str
+) -> None:
+    # Each attempt logs step 1 and then fails at step 2.
+    script = "print('step:1 - training/global_step:1 - timing_s/step:0.1', flush=True)\n" + failure
     command = [
         sys.executable, str(RUNNER), "--run-dir", str(tmp_path),
         "--identity", json.dumps({"world_size": 2}), "--max-restarts", "5",
@@ -134,8 +154,22 @@ def test_out_of_memory_at_the_same_step_twice_is_not_retried_again(tmp_path: Pat
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0, done.stderr
-    assert _causes(tmp_path) == [supervise.OUT_OF_MEMORY, supervise.OUT_OF_MEMORY]
-    assert "out of memory at step 2 twice" in done.stdout
+    assert _causes(tmp_path) == [cause, cause]
+    assert f"{cause} at step 2 twice" in done.stdout
+
+
+def test_a_ray_worker_killed_by_sigkill_is_named_from_rays_own_error(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    # The real Ray 2.49 error for an actor whose worker was SIGKILLed (the raylet's "Worker
+    # unexpectedly exits ... killed by SIGKILL by OOM killer ..." detail), through the runner.
+    python = str(scenarios.RAY_VENV / "bin" / "python")
+    run = scenarios.start(cluster, tmp_path, trainer=[python, str(KILLED_WORKER)], max_restarts=3)
+    code = run.finish()
+    log = run.log_text()
+    assert code != 0 and "killed by SIGKILL by OOM killer" in log, log
+    assert _causes(tmp_path) == [supervise.PROCESS_KILLED, supervise.PROCESS_KILLED], log
+    assert "process_killed at step 2 twice" in log
 
 
 def test_on_flex_start_the_lost_node_is_asked_for_again_before_the_restart(
@@ -190,3 +224,80 @@ def test_on_flex_start_the_lost_node_is_asked_for_again_before_the_restart(
         # Provisioned (the stand-in says so on create): the earlier runner request is deleted,
         # the stack's own (Pulumi's) is kept.
         assert set(api.requests) == {stack_request, name}
+
+
+def _assert_resumed_alone(figures: dict[str, object]) -> None:
+    assert figures["outcome"] == "resumed", figures
+    # The trainer died with its runner (the kernel's PR_SET_PDEATHSIG, at once; bounded
+    # generously for a loaded machine, far below the run's 600 steps of 1 s) and trained on no
+    # further: at most the save under way when the runner died.
+    assert isinstance(figures["detected_s"], float) and figures["detected_s"] < 60, figures
+    at_kill, at_death = figures["checkpoint_at_kill"], figures["checkpoint_at_death"]
+    assert isinstance(at_kill, int) and isinstance(at_death, int), figures
+    assert at_death <= at_kill + 1, figures
+    assert figures["checkpoint_3s_later"] == at_death, figures
+    resumed = figures["resumed_from_step"]
+    assert isinstance(resumed, int) and resumed >= 2, figures
+
+
+def test_the_trainer_dies_with_its_runner_and_the_next_runner_resumes(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.runner_killed(cluster, tmp_path)
+    _assert_resumed_alone(figures)
+    assert (tmp_path / "training.done").is_file()
+    assert not (tmp_path / trainer_lease.LEASE_FILE).exists()  # released at the end
+
+
+def test_killing_rays_job_supervisor_actor_ends_the_trainer_too(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.supervisor_killed(cluster, tmp_path)
+    _assert_resumed_alone(figures)
+    assert "FAILED" in str(figures["job_status"]), figures
+
+
+def test_a_second_runner_on_the_folder_stops_the_first_before_it_trains(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.second_runner(cluster, tmp_path)
+    assert figures["outcome"] == "resumed" and figures["exit_code"] == 0, figures
+    resumed = figures["resumed_from_step"]
+    assert isinstance(resumed, int) and resumed >= 2, figures
+    assert figures["first_trainer_gone_before_second_started"], figures
+    assert figures["first_runner_exit"] != 0, figures  # stopped, as a user stop
+    first_log = (tmp_path / "runner.log").read_text()
+    assert "(user_stop)" in first_log, first_log
+    second_log = (tmp_path / "runner-2.log").read_text()
+    assert "still running here: stopping it" in second_log, second_log
+    assert (tmp_path / "training.done").is_file()
+
+
+def test_a_lost_node_that_never_comes_back_ends_the_run_saying_why(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.node_lost_no_replacement(cluster, tmp_path, wait_s=5.0)
+    assert figures["outcome"] == "failed" and figures["exit_code"] != 0, figures
+    ended = figures["ended"]
+    assert isinstance(ended, dict) and ended["cause"] == supervise.NO_CAPACITY, figures
+    assert "held 1 of the 2 GPUs" in ended["detail"], ended
+    waits = figures["waits"]
+    assert isinstance(waits, dict), figures
+    assert waits["node_death_bound"] == 3 * (1.0 + 3.0)  # HEAD_ENV's health-check bound
+    assert 5.0 <= waits["capacity"] < 5.0 + 60, waits
+    # What tools.run shows of the driver log's last record.
+    record = recovery_log.latest_record((tmp_path / "runner.log").read_text())
+    assert record is not None
+    rows = dict(recovery_log.describe(record))
+    assert rows["ended"].startswith("no_capacity: the cluster's alive nodes held 1 of the 2")
+    assert "for the GPUs to come back" in rows["attempt 1"], rows
+
+
+def test_queueing_for_gpus_before_the_first_step_is_not_a_hang(
+    cluster: scenarios.Cluster, tmp_path: Path
+) -> None:
+    figures = scenarios.capacity_before_first_step(cluster, tmp_path)
+    assert figures["outcome"] == "trained" and figures["causes"] == ["succeeded"], figures
+    waits = figures["waits"]
+    # Queued past the first-step bound (10 s), then trained: no hang.
+    assert isinstance(waits, dict) and waits["capacity_before_first_step"] > 12, figures

@@ -47,3 +47,24 @@ def test_the_supervisors_line_is_read_back_and_shown(tmp_path: Path) -> None:
 def test_a_log_without_the_line_shows_no_recovery_rows() -> None:
     view = run.summarize("sid", "http://dash", "RUNNING", "", 1000, None, "step:1\n", "whole log")
     assert view.recovery is None and "attempts" not in run.render_text(view)
+
+
+def test_each_wait_is_shown_under_its_cause_and_a_give_up_is_said() -> None:
+    record = {
+        "max_restarts": 3, "restarts_used": 0, "hang_floor_s": 1800, "hang_factor": 3.0,
+        "first_step_bound_s": 7200, "stacks_dir": "/c/run/stacks",
+        "ended": {"cause": "no_capacity", "detail": "the cluster's alive nodes held 8 of 16"},
+        "attempts": [
+            {"number": 1, "started_at": "t0", "cause": "node_lost", "resumed_from_step": None,
+             "waits": {"capacity_before_first_step": 600.0, "node_death_bound": 65.0,
+                       "capacity": 2700.0}},
+        ],
+    }  # fmt: skip
+    rows = dict(recovery_log.describe(record))
+    assert rows["attempts"] == "1 (0 of 3 restarts used)"
+    assert rows["attempt 1"] == (
+        "t0 from the start: node_lost; waited: for GPUs before the first step (not counted as "
+        "start-up) 10.0 min, for Ray to declare the lost node dead 1.1 min, for the GPUs to come "
+        "back 45.0 min"
+    )
+    assert rows["ended"] == "no_capacity: the cluster's alive nodes held 8 of 16"

@@ -61,3 +61,37 @@ def test_the_plan_shows_the_hang_bound_and_the_stack_dump_location(
     line = next(line for line in out.splitlines() if line.startswith("Recovery:"))
     assert "no new step within max(40 min, 3 x the slowest step)" in line
     assert "/stacks/" in line and "at most 3 times" in line
+
+
+STANDARD_FLEX = {
+    "verl-gke:reservation": "", "verl-gke:capacity": "flexStart", "verl-gke:mode": "standard",
+    "verl-gke:capacityWaitMinutes": "120",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "wait_minutes"),
+    [
+        # Node creation ~35 min (est., the conservative end of 10-35) + the worker's start 10 min.
+        (CONFIG, 45),
+        ({**CONFIG, "verl-gke:capacity": "flexStart", "verl-gke:mode": "autopilot"}, 45),
+        # a4's own reservation: the node comes back after GKE auto-repair's ~10 min NotReady.
+        ({}, 55),
+        # Standard flex-start queues a new ProvisioningRequest first: the stack's own wait.
+        (STANDARD_FLEX, 120),
+    ],
+)
+def test_the_lost_node_wait_follows_the_capacity_mode(
+    overrides: dict[str, str], wait_minutes: int
+) -> None:
+    args = _runner_args(overrides)
+    assert supervise.policy_from(args).capacity_wait_s == wait_minutes * 60
+
+
+def test_the_plan_shows_the_lost_node_wait(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["a4", "--set", "verl-gke:capacity=spot", "--set", "verl-gke:reservation="]
+    assert plan_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("Recovery:"))
+    assert "GPUs missing after a lost node are waited for 45 min" in line
+    assert "time without the worker group's GPUs not counted" in line

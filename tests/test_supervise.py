@@ -26,7 +26,7 @@ import pytest
 from config import bucket_layout
 from jobs import verl_log
 from payloads.export import supervise
-from tests.support.require import require, verl_installed
+from tests.support.require import require, verl_installed, verl_python
 
 RAY_VENVS = Path(
     os.environ.get("VERL_GKE_RAY_VENVS", Path(__file__).resolve().parents[1] / ".venv-ray")
@@ -169,6 +169,221 @@ def test_memory_wins_over_the_dead_worker_it_caused() -> None:
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB",
     ]
     assert supervise.classify(tail) == supervise.OUT_OF_MEMORY
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_a_node_death_outranks_a_memory_line_earlier_in_the_tail(version: str) -> None:
+    # vLLM or torch may print an out-of-memory line it recovered from; the node that died
+    # afterwards ended the attempt (retried to the budget, not once per step).
+    death = _binary_text(_ray_site(version) / GCS_SERVER, b"The actor died because its node")
+    tail = [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB",
+        "step:4 - training/global_step:4 - timing_s/step:9.0",
+        f"ray.exceptions.ActorDiedError: {death}0f3a",
+    ]
+    assert supervise.classify(tail) == supervise.NODE_LOST
+
+
+# Ray's own exception classes, built and printed by the pinned releases (ray/exceptions.py):
+# what a driver prints as a traceback's last line. ObjectFreedError is the program's own misuse.
+RAY_OBJECT_ERRORS = """
+import ray.exceptions as e
+ref = "c8ef45ccd0112571ffffffffffffffffffffffff0100000001000000"
+for name in ("ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError",
+             "ObjectReconstructionFailedMaxAttemptsExceededError", "ObjectFetchTimedOutError",
+             "ObjectFreedError"):
+    text = str(getattr(e, name)(ref, b"", "")).replace(chr(10), " ")
+    print(f"{name}\tray.exceptions.{name}: {text}")
+print(f"RaySystemError\tray.exceptions.RaySystemError: {e.RaySystemError('lost GCS')}")
+"""
+
+
+def _ray_prints(version: str, code: str) -> dict[str, str]:
+    python = RAY_VENVS / version / "bin" / "python"
+    require(python.exists(), f"Ray {version} virtualenv at {python}")
+    done = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    return dict(line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_objects_lost_with_a_node_and_rays_system_errors_are_retried(version: str) -> None:
+    printed = _ray_prints(version, RAY_OBJECT_ERRORS)
+    for name in (
+        "ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError",
+        "ObjectReconstructionFailedMaxAttemptsExceededError", "ObjectFetchTimedOutError",
+    ):  # fmt: skip
+        # The text alone, and the text with its class name: both name the cause.
+        message = printed[name].split(": ", 1)[1]
+        assert supervise.classify(["Traceback (most recent call last):", message]) == (
+            supervise.OBJECTS_LOST
+        ), printed[name]
+        assert supervise.classify([printed[name]]) == supervise.OBJECTS_LOST
+    assert supervise.classify([printed["ObjectFreedError"].split(": ", 1)[1]]) == (
+        supervise.UNKNOWN
+    )
+    assert supervise.classify([printed["RaySystemError"]]) == supervise.RAY_FATAL
+    assert {supervise.OBJECTS_LOST, supervise.RAY_FATAL} <= supervise.RETRIED
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_rays_core_worker_fatal_errors_are_retried(version: str) -> None:
+    # A RAY_CHECK that failed, as Ray's logging prints it: "[date] (pid) file.cc:line: " then the
+    # check's text (Ray 2.49 prefixes it with its "unexpected system state" sentence).
+    check = _binary_text(_ray_site(version) / "_raylet.so", b" Check failed: !core_worker_process")
+    shutdown = _binary_text(_ray_site(version) / "_raylet.so", b"The core worker has already")
+    # Two strings of the binary, printed one after the other, then the status.
+    no_raylet = "".join(
+        _binary_text(_ray_site(version) / "_raylet.so", start)
+        for start in (b"Failed to get the system config from raylet", b"it is dead. Worker")
+    )
+    for line in (
+        f"[2026-12-07 21:00:00,000 C 77 77] core_worker_process.cc:233: {check}",
+        shutdown,
+        f"[2026-12-07 22:14:27,744 E 10273 10364] core_worker_process.cc:863: {no_raylet}",
+    ):
+        assert supervise.classify(["*** StackTrace Information ***", line]) == supervise.RAY_FATAL
+
+
+@pytest.mark.parametrize("version", PINNED_RAY)
+def test_a_worker_killed_by_the_kernel_or_crashed_is_retried_once_per_step(version: str) -> None:
+    # The raylet's words for a worker whose connection ended without an exit (node_manager):
+    # what ActorDiedError carries when the kernel's OOM killer SIGKILLed the worker or it crashed.
+    causes = _binary_text(_ray_site(version) / RAYLET, b". There are some potential root causes.")
+    line = (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. "
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
+        f"Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of "
+        f"file{causes}"
+    )
+    assert supervise.classify([line]) == supervise.PROCESS_KILLED
+    # Ray's crash handler in its processes: "*** %s received at time=%ld%s ***" (_raylet.so).
+    handler = _binary_text(_ray_site(version) / "_raylet.so", b"*** %s received at time")
+    segv = handler.replace("%s", "SIGSEGV", 1).replace("%ld", "1765141200").replace("%s", "")
+    assert supervise.classify(["(WorkerDict pid=9) " + segv]) == supervise.PROCESS_KILLED
+    assert supervise.PROCESS_KILLED in supervise.ONCE_PER_STEP
+
+
+def test_a_python_segfault_and_a_kernel_kill_are_process_kills(tmp_path: Path) -> None:
+    # CPython's own crash report (faulthandler, as Ray enables it in its workers) and exit status.
+    crash = "import faulthandler, ctypes; faulthandler.enable(); ctypes.string_at(0)"
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True)
+    assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr
+    assert supervise.classify(done.stderr.splitlines()) == supervise.PROCESS_KILLED
+    # Killed by SIGKILL (the kernel's OOM killer) with a harmless Python error line earlier: the
+    # signal ended it, not verl.
+    tail = ["KeyError: 'optional_metric' (ignored)", "step:3 - timing_s/step:1.0"]
+    assert supervise.classify(tail, exit_code=-9) == supervise.PROCESS_KILLED
+    assert supervise.classify(tail, exit_code=-15) == supervise.UNKNOWN  # someone's SIGTERM
+
+
+# cudaGetErrorString of libcudart.so.12 (nvidia-cuda-runtime-cu12 12.8.90, the CUDA of verl 0.6's
+# cu128 base image), read with ctypes on a machine without a GPU: cudaErrorMemoryAllocation (2)
+# "out of memory", cudaErrorLaunchFailure (719) "unspecified launch failure",
+# cudaErrorIllegalAddress (700) "an illegal memory access was encountered",
+# cudaErrorECCUncorrectable (214) "uncorrectable ECC error encountered",
+# cudaErrorNvlinkUncorrectable (220) "uncorrectable NVLink error detected during the execution".
+# PyTorch prints them as "CUDA error: <text>" (c10/cuda/CUDAException.cpp
+# c10_cuda_check_implementation); NCCL's CUDACHECK as "Cuda failure '<text>'".
+CUDA_RUNTIME = {
+    "cudaErrorMemoryAllocation": "out of memory",
+    "cudaErrorLaunchFailure": "unspecified launch failure",
+    "cudaErrorIllegalAddress": "an illegal memory access was encountered",
+    "cudaErrorECCUncorrectable": "uncorrectable ECC error encountered",
+    "cudaErrorNvlinkUncorrectable": "uncorrectable NVLink error detected during the execution",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_RUNTIME))
+def test_the_cuda_runtimes_own_errors(name: str) -> None:
+    text = CUDA_RUNTIME[name]
+    expected = (
+        supervise.OUT_OF_MEMORY if name == "cudaErrorMemoryAllocation" else (supervise.CUDA_FAULT)
+    )
+    torch_line = f"RuntimeError: CUDA error: {text}"
+    nccl_line = (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2010, unhandled "
+        f"cuda error; Last error: Cuda failure '{text}'"
+    )
+    for line in (torch_line, nccl_line):  # the CUDA cause outranks the NCCL error it caused
+        assert supervise.classify(["Traceback (most recent call last):", line]) == expected
+    assert expected in supervise.ONCE_PER_STEP
+
+
+def test_a_gpu_that_fell_off_the_bus_is_a_cuda_fault() -> None:
+    # The NVIDIA driver's kernel log line for Xid 79 (NVIDIA's Xid catalog), where a tool prints it.
+    line = "NVRM: Xid (PCI:0000:04:00): 79, pid=1911, GPU has fallen off the bus."
+    assert supervise.classify([line]) == supervise.CUDA_FAULT
+
+
+# An OSError as Python prints it, raised with the errno's own text (glibc strerror).
+FS_ERROR = """
+import errno, os, sys
+code = getattr(errno, sys.argv[1])
+raise OSError(code, os.strerror(code), sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("name", ["EIO", "ENOTCONN", "ESTALE"])
+def test_file_system_errors_on_the_checkpoint_mount_are_retried_once_per_step(
+    tmp_path: Path, name: str
+) -> None:
+    mount = supervise.mount_point(tmp_path)
+    on_mount = tmp_path / "global_step_40" / "actor" / "model_world_size_16_rank_3.pt"
+    elsewhere = Path("/proc/self/no_such_file") if mount != Path("/proc") else Path("/dev/x")
+
+    def printed(path: Path) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", FS_ERROR, name, str(path)], capture_output=True, text=True
+        )
+        return done.stderr.splitlines()
+
+    if mount != Path("/"):
+        assert supervise.classify(printed(on_mount), 1, mount) == supervise.CHECKPOINT_IO
+    assert supervise.classify(printed(on_mount), 1, tmp_path) == supervise.CHECKPOINT_IO
+    assert supervise.classify(printed(elsewhere), 1, tmp_path) == supervise.UNKNOWN
+    # An error without a file name (a write() on an open file) counts too.
+    assert supervise.classify([printed(on_mount)[-1].split(": '")[0]], 1, tmp_path) == (
+        supervise.CHECKPOINT_IO
+    )
+    assert supervise.CHECKPOINT_IO in supervise.ONCE_PER_STEP
+
+
+VERL_REFUSALS = """
+import sys
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.reward import get_custom_reward_fn
+reward = {"custom_reward_function": {"path": "/no/such/reward.py", "name": "f"}}
+try:  # verl 0.6.1 reads config.custom_reward_function, 0.9.0 config.reward.custom_reward_function
+    get_custom_reward_fn(OmegaConf.create({**reward, "reward": reward}))
+except FileNotFoundError:
+    import traceback; traceback.print_exc()
+print("=====", file=sys.stderr, flush=True)
+torch.load("/checkpoints/run/global_step_4/actor/model_world_size_2_rank_0.pt")
+"""
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.9.0"])
+def test_only_verls_own_missing_file_is_verl_refusing_its_input(release: str) -> None:
+    """verl's get_custom_reward_fn raises FileNotFoundError for a reward file that does not exist
+    (verl/trainer/ppo/reward.py at 0.6.1; verl/utils/import_utils.py load_module at 0.9.0): verl
+    refused its input. The same error from
+    torch.load of a checkpoint shard (torch/serialization.py) is the environment's: not verl's
+    refusal (and not retried either: unknown)."""
+    python = verl_python(release)
+    done = subprocess.run(
+        [str(python), "-c", VERL_REFUSALS], capture_output=True, text=True, timeout=600
+    )
+    verl_part, _, torch_part = done.stderr.partition("=====")
+    assert "FileNotFoundError" in verl_part and "/no/such/reward.py" in verl_part, done.stderr
+    assert supervise.classify(verl_part.splitlines(), 1) == supervise.VERL_REFUSED
+    assert "FileNotFoundError" in torch_part and "torch/serialization.py" in torch_part
+    assert supervise.classify(torch_part.splitlines(), 1) == supervise.UNKNOWN
+    # Any line of that kind elsewhere in the tail changes nothing.
+    tail = ["KeyError: 'x'", "TypeError: y", "FileNotFoundError: z", "last line"]
+    assert supervise.classify(tail, 1) == supervise.UNKNOWN
 
 
 def test_hang_bound_is_a_multiple_of_the_slowest_step_with_a_floor() -> None:

@@ -15,7 +15,9 @@ annotation at it. KubeRay builds each new worker pod from the group's template a
 recreate running pods when the template changes (ray-operator/controllers/ray/
 raycluster_controller.go at v1.7.0: shouldRecreatePodsForUpgrade only with
 upgradeStrategy Recreate, which the RayCluster does not set). The runner's earlier requests are
-deleted once the new one is Provisioned or Failed.
+deleted once the new one is Provisioned or Failed, unless a live worker pod still consumes them;
+worker pods left unscheduled on an earlier request (KubeRay recreated them before the template
+named the new one) are deleted so that KubeRay recreates them on the new request.
 
 Stdlib only. In the pod: the API server from KUBERNETES_SERVICE_HOST/PORT, the service account's
 token (re-read for every call: kubelet rotates it) and TLS verified against its ca.crt.
@@ -119,6 +121,16 @@ class CapacitySpec:
         tail = f"/{name}" if name else ""
         return f"/apis/{api}/namespaces/{self.namespace}/provisioningrequests{tail}"
 
+    def worker_pods_path(self) -> str:
+        """This worker group's pods: KubeRay labels each pod it creates with ray.io/cluster and
+        ray.io/group (ray-operator controllers/ray/common/pod.go labelPod; utils constants
+        RayClusterLabelKey, RayNodeGroupLabelKey)."""
+        selector = f"ray.io/cluster%3D{self.ray_cluster},ray.io/group%3D{self.worker_group}"
+        return f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={selector}"
+
+    def pod_path(self, name: str) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+
     def cluster_path(self) -> str:
         return f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.ray_cluster}"
 
@@ -207,7 +219,37 @@ class CapacityRenewer:
         self.client.call("PATCH", self.spec.cluster_path(), patch, "application/json-patch+json")
         self.pending, self.unpatched = name, None
         self.say(f"asked for {count} GPU node(s) again: ProvisioningRequest {name}")
+        self._recreate_unscheduled(name)
         return name
+
+    def _live_pods(self) -> list[dict[str, Any]]:
+        listed = self.client.call("GET", self.spec.worker_pods_path()) or {}
+        return [
+            pod
+            for pod in listed.get("items", [])
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not pod["metadata"].get("deletionTimestamp")
+        ]
+
+    def _consumes(self, pod: dict[str, Any]) -> str | None:
+        return (pod["metadata"].get("annotations") or {}).get(self.spec.consume_annotation)
+
+    def _recreate_unscheduled(self, name: str) -> None:
+        """Delete the group's worker pods that no node was found for and that consume another
+        request: KubeRay may have recreated a lost worker from the template before it named
+        `name`, and it does not rebuild existing pods when the template changes; it recreates a
+        deleted worker pod from the current template (replicas). A pod consuming a request never
+        triggers an ordinary scale-up (pods_filter.go), so without this it waits forever."""
+        for pod in self._live_pods():
+            scheduled = bool((pod.get("spec") or {}).get("nodeName"))
+            if scheduled or self._consumes(pod) in (None, name):
+                continue
+            pod_name = pod["metadata"]["name"]
+            self.client.call("DELETE", self.spec.pod_path(pod_name))
+            self.say(
+                f"deleted the unscheduled worker pod {pod_name} (it consumed "
+                f"{self._consumes(pod)}): KubeRay recreates it consuming {name}"
+            )
 
     def settle(self) -> None:
         """Once the pending request is Provisioned or Failed, delete the runner's others."""
@@ -219,13 +261,20 @@ class CapacityRenewer:
         elif not condition_true(request, PROVISIONED):
             return
         keep, self.pending = self.pending, None
+        # A request whose nodes still run workers stays: what GKE does to the nodes of a deleted
+        # queued-provisioning request is GKE's own code, not read here.
+        in_use = {self._consumes(pod) for pod in self._live_pods()}
         selector = f"?labelSelector={RUNNER_LABEL}%3D{RUNNER_VALUE}"
         listed = self.client.call("GET", self.spec.requests_path() + selector) or {}
         for item in listed.get("items", []):
             name = item["metadata"]["name"]
-            if name != keep:
-                self.client.call("DELETE", self.spec.requests_path(name))
-                self.say(f"deleted the earlier ProvisioningRequest {name}")
+            if name == keep:
+                continue
+            if name in in_use:
+                self.say(f"kept the earlier ProvisioningRequest {name}: workers still consume it")
+                continue
+            self.client.call("DELETE", self.spec.requests_path(name))
+            self.say(f"deleted the earlier ProvisioningRequest {name}")
 
 
 def _conditions(request: dict[str, Any] | None) -> str:

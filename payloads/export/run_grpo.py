@@ -37,6 +37,8 @@
 6. Training runs under supervise.py: a lost node, a dead Ray actor, an NCCL error or a hang
    restarts it (at most --max-restarts times, resuming from verl's latest checkpoint); the
    attempts are recorded in recovery.json.
+7. One trainer per run folder (trainer_lease.py): the trainer dies with this runner, and a
+   runner that finds an earlier one's trainer still alive in the folder stops it first.
 
 Stdlib only: this folder is all the head gets (the Ray job's working_dir).
 """
@@ -59,9 +61,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from . import supervise  # imported as payloads.export.run_grpo (the program, tests)
+    from . import supervise, trainer_lease  # imported as payloads.export.run_grpo (program, tests)
 except ImportError:
     import supervise  # run as a script on the head: this folder is sys.path[0]
+    import trainer_lease
 
 # The names config/bucket_layout.py gives them (tests/test_run_grpo.py checks they agree).
 RUN_IDENTITY_FILE = "verl-gke-run.json"
@@ -84,6 +87,8 @@ DATA_FILE = "verl-gke-data.json"
 IDENTITY_MISMATCH = 3
 # Exit status when the trainer exited 0 before verl's last step was saved.
 NOT_FINISHED = 4
+# Exit status when another host's runner keeps the run folder's lease (trainer_lease.py).
+LEASE_HELD = 5
 # The environment variable naming the rehearsal's record (training/assembly.py sets it).
 REHEARSAL_RECORD_ENV = "VERL_GKE_REHEARSAL_RECORD"
 
@@ -321,11 +326,24 @@ def train(
         _say(changed)
     _say(f"training: {' '.join(command[:3])} ... ({len(command)} arguments)")
     policy = policy or supervise.Policy(0, float("inf"), float("inf"))
-    with pruning(run_dir, keep):
-        returncode = supervise.supervise(
-            command, run_dir, policy, dashboard_url, _say, lambda: _keep_metrics(run_dir),
-            capacity=capacity,
-        )
+    try:
+        with (
+            trainer_lease.held(run_dir, _say, policy.stop_grace_s) as lease,
+            pruning(run_dir, keep),
+        ):
+            returncode = supervise.supervise(
+                command,
+                run_dir,
+                policy,
+                dashboard_url,
+                _say,
+                lambda: _keep_metrics(run_dir),
+                capacity=capacity,
+                on_trainer=lease.set_trainer,
+            )
+    except trainer_lease.LeaseHeldError as held:
+        _say(f"refused: {held}")
+        return LEASE_HELD
     if returncode != 0:
         how, status = signal_exit(returncode)
         _say(f"training {how}")
@@ -519,8 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     capacity = supervise.capacity_from(args, _say)
     length = run_length(args.rehearsal_record, args.length)
     returncode = train(
-        args.run_dir, args.identity, command, length, args.keep_checkpoints,
-        policy, args.dashboard_url, capacity,
+        args.run_dir,
+        args.identity,
+        command,
+        length,
+        args.keep_checkpoints,
+        policy,
+        args.dashboard_url,
+        capacity,
     )
     if returncode != 0 or args.export_target is None:
         return returncode

@@ -48,9 +48,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from . import provreq  # imported as payloads.export.supervise (the program, tests)
+    from . import provreq, trainer_lease  # imported as payloads.export.supervise (program, tests)
 except ImportError:
     import provreq  # run as a script on the head: this folder is sys.path[0]
+    import trainer_lease
 
 # The record's summary is also printed to the driver log on this prefix, one JSON object per line
 # (jobs/recovery_log.py reads the last one for tools.run and the provider).
@@ -62,6 +63,9 @@ TAIL_LINES = 400
 # The most entries Ray's state API serves (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER);
 # its default, 100, is fewer than a large run's actors, or nodes once dead ones are counted.
 STATE_LIST_LIMIT = 10_000
+# Standard flex-start: while the request the workers consume still books capacity, whether to
+# ask for new nodes is decided again this often (two Kubernetes API reads each time).
+ASK_AGAIN_S = float(os.environ.get("VERL_GKE_ASK_AGAIN_S", "30"))
 
 # --- verl's step line: a copy of jobs/verl_log.py's pattern (payloads cannot import jobs/;
 # tests/test_supervise.py checks that both parse the same lines alike).
@@ -93,19 +97,42 @@ def training_step(line: str) -> int | None:
 # --- Causes of an attempt's end.
 SUCCEEDED = "succeeded"
 NODE_LOST = "node_lost"
+OBJECTS_LOST = "objects_lost"
 ACTOR_DIED = "ray_actor_died"
+RAY_FATAL = "ray_core_fatal"
 NCCL_ERROR = "nccl_error"
 HANG = "hang"
 OUT_OF_MEMORY = "out_of_memory"
+CUDA_FAULT = "cuda_fault"
+PROCESS_KILLED = "process_killed"
+CHECKPOINT_IO = "checkpoint_io_error"
 CONFIG_ERROR = "config_error"
+NO_CAPACITY = "no_capacity"
 VERL_REFUSED = "verl_refused_input"
 USER_STOP = "user_stop"
 UNKNOWN = "unknown"
-RETRIED = frozenset({NODE_LOST, ACTOR_DIED, NCCL_ERROR, HANG, OUT_OF_MEMORY})
+RETRIED = frozenset(
+    {
+        NODE_LOST, OBJECTS_LOST, ACTOR_DIED, RAY_FATAL, NCCL_ERROR, HANG,
+        OUT_OF_MEMORY, CUDA_FAULT, PROCESS_KILLED, CHECKPOINT_IO,
+    }
+)  # fmt: skip
+# Causes that may be the hardware's or the job's own: retried once per step, the second end with
+# the same cause at the same step is final (a fault of the machine rarely repeats at one step; a
+# fault of the model, the data or the settings does).
+ONCE_PER_STEP = frozenset({OUT_OF_MEMORY, CUDA_FAULT, PROCESS_KILLED, CHECKPOINT_IO})
+# A trainer killed by one of these signals (subprocess's -S) with no text that names a cause:
+# the kernel's OOM killer (SIGKILL) or a crash (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE).
+# SIGTERM and SIGINT are someone stopping it: not a crash.
+_CRASH_SIGNALS = frozenset(
+    {signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
+)
 
 # Checked in this order on the last TAIL_LINES lines; the first cause with a match wins.
-# Configuration first: Hydra/OmegaConf refuse an override before any Ray actor exists. Memory
-# before the actor texts: Ray reports a worker killed for memory as a dead worker too.
+# Configuration first: Hydra/OmegaConf refuse an override before any Ray actor exists. A lost node
+# before everything it causes (objects lost, dead actors, failed collectives) and before any
+# memory line the tail may also hold. Memory and CUDA faults before the actor texts: Ray reports a
+# worker killed for them as a dead worker too.
 _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # hydra/_internal/config_loader_impl.py "Could not override '<key>'." and Hydra's
     # ConfigCompositionException; omegaconf/dictconfig.py "Key '<key>' is not in struct";
@@ -117,21 +144,67 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|omegaconf\.errors\.\w+|MissingMandatoryValue|Error merging override"
         ),
     ),
-    # PyTorch c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate",
-    # torch.OutOfMemoryError; Ray 2.47/2.49 raylet "Task was killed due to the node running low
-    # on memory." (ray.exceptions.OutOfMemoryError).
-    (
-        OUT_OF_MEMORY,
-        re.compile(
-            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError"
-            r"|killed due to the node running low on memory|ray\.exceptions\.OutOfMemoryError"
-        ),
-    ),
     # Ray 2.47/2.49 gcs_server (GcsActorManager): "The actor died because its node has died.
     # Node Id: ..."; ray/exceptions.py NodeDiedError; "The task's local raylet died."
     (
         NODE_LOST,
         re.compile(r"because its node has died|NodeDiedError|local raylet died"),
+    ),
+    # Ray 2.47/2.49 ray/exceptions.py ObjectLostError "All copies of <id> have been lost due to
+    # node failure", OwnerDiedError "The object's owner has exited", ObjectReconstructionFailed*
+    # "The object cannot be reconstructed", ObjectFetchTimedOutError. Not ObjectFreedError or
+    # ReferenceCountingAssertionError (the program's own misuse; "This should not happen").
+    (
+        OBJECTS_LOST,
+        re.compile(
+            r"have been lost due to node failure|The object's owner has exited"
+            r"|The object cannot be reconstructed|Fetch for object \w+ timed out"
+            r"|ray\.exceptions\.(?:ObjectLostError|OwnerDiedError|ObjectFetchTimedOutError"
+            r"|ObjectReconstructionFailed\w*Error)"
+        ),
+    ),
+    # PyTorch c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to allocate",
+    # torch.OutOfMemoryError; the CUDA runtime's own (cudaErrorMemoryAllocation, whose
+    # cudaGetErrorString is "out of memory": libcudart 12.8) as c10/cuda/CUDAException.cpp
+    # prints it, "CUDA error: out of memory", and as NCCL's CUDACHECK does, "Cuda failure 'out of
+    # memory'"; Ray 2.47/2.49 raylet "Task was killed due to the node running low on memory."
+    # (ray.exceptions.OutOfMemoryError).
+    (
+        OUT_OF_MEMORY,
+        re.compile(
+            r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError"
+            r"|CUDA error: out of memory|Cuda failure '?out of memory"
+            r"|killed due to the node running low on memory|ray\.exceptions\.OutOfMemoryError"
+        ),
+    ),
+    # The CUDA runtime's faults of the device (cudaGetErrorString, libcudart 12.8):
+    # cudaErrorLaunchFailure "unspecified launch failure", cudaErrorIllegalAddress "an illegal
+    # memory access was encountered", cudaErrorECCUncorrectable "uncorrectable ECC error
+    # encountered", cudaErrorNvlinkUncorrectable "uncorrectable NVLink error detected during the
+    # execution", cudaErrorIllegalInstruction "an illegal instruction was encountered"; the
+    # NVIDIA driver's kernel log "NVRM: Xid (...)" and Xid 79 "GPU has fallen off the bus"
+    # (NVIDIA's Xid catalog), where a tool prints them.
+    (
+        CUDA_FAULT,
+        re.compile(
+            r"unspecified launch failure|an illegal memory access was encountered"
+            r"|uncorrectable ECC error encountered|uncorrectable NVLink error"
+            r"|an illegal instruction was encountered|fallen off the bus|NVRM: Xid\b"
+        ),
+    ),
+    # A worker killed by the kernel or crashed: Ray 2.47/2.49 raylet (node_manager) "Worker
+    # unexpectedly exits with a connection error code ... There are some potential root causes.
+    # (1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop
+    # --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other
+    # unexpected errors."; the crash handler Ray installs in its processes (_raylet.so, raylet:
+    # "*** SIGSEGV received at time=..."); CPython's faulthandler "Fatal Python error:
+    # Segmentation fault".
+    (
+        PROCESS_KILLED,
+        re.compile(
+            r"killed by SIGKILL by OOM killer|\*\*\* SIG(?:SEGV|BUS|ILL|FPE) received at time"
+            r"|Fatal Python error: (?:Segmentation fault|Bus error)"
+        ),
     ),
     # PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp "Watchdog caught collective
     # operation timeout", NCCLUtils "NCCL error in:", torch.distributed.DistBackendError.
@@ -140,6 +213,22 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"NCCL error|Watchdog caught collective operation timeout|DistBackendError"
             r"|ncclInternalError|ncclSystemError|ncclRemoteError|ncclUnhandledCudaError"
+        ),
+    ),
+    # Ray's C++ core worker ended itself: a RAY_CHECK that failed (" Check failed: ", Ray
+    # 2.47/2.49 _raylet.so and raylet; Ray 2.49 prefixes "An unexpected system state has
+    # occurred. You have likely discovered a bug in Ray."), a worker used after its core worker
+    # shut down ("The core worker has already been shutdown.", _raylet.so), a core worker whose
+    # raylet is gone ("Failed to get the system config from raylet because it is dead. Worker
+    # will terminate.", _raylet.so core_worker_process.cc; a driver that picked a lost node's
+    # raylet printed it in tests/test_recovery.py), and ray.exceptions.RaySystemError ("System
+    # error: ...", ray/exceptions.py).
+    (
+        RAY_FATAL,
+        re.compile(
+            r"\bCheck failed: |The core worker has already been shutdown"
+            r"|from raylet because it is dead\. Worker will terminate"
+            r"|ray\.exceptions\.RaySystemError|^RaySystemError: System error"
         ),
     ),
     # Ray 2.47/2.49 ray/exceptions.py ActorDiedError.BASE_ERROR_MSG "The actor died
@@ -160,25 +249,86 @@ _MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?!: The actor died because of an error raised in its creation task)"
         ),
     ),
-    # verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
-    # verl/utils/config.py, trainer/ppo/ray_trainer.py: ValueError; many asserts): a Python
-    # error as the traceback's last line.
-    (
-        VERL_REFUSED,
-        re.compile(
-            r"^(?:[\w.]+\.)?(?:ValueError|AssertionError|KeyError|TypeError|FileNotFoundError"
-            r"|NotImplementedError)\b"
-        ),
-    ),
 )
 
+# An errno of the file system, as Python prints an OSError: "[Errno 5] Input/output error"
+# (EIO: what a FUSE file system answers for a failed call; gcsfuse serves FUSE through
+# jacobsa/fuse, which answers any error that is not an errno with EIO), "[Errno 107] Transport
+# endpoint is not connected" (ENOTCONN: the kernel's answer once the FUSE daemon is gone),
+# "[Errno 116] Stale file handle" (ESTALE). The texts are glibc's strerror. The path, when the
+# line names one, must be on the checkpoint folder's mount.
+_FS_ERROR = re.compile(
+    r"\[Errno (?:5|107|116)\] (?:Input/output error|Transport endpoint is not connected"
+    r"|Stale file handle)(?:: '([^']*)')?"
+)
+# The last line of a Python traceback: "[module.]Name: message" or "[module.]Name".
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception))(?::\s|$)")
+_FRAME_LINE = re.compile(r'^File "([^"]+)", line \d+')
+# verl checks its input in Python and raises (verl 0.6.1 verl/workers/config/actor.py,
+# verl/utils/config.py, trainer/ppo/ray_trainer.py: ValueError; many asserts): the traceback's
+# last exception is one of these.
+_VERL_CHECKS = frozenset({"ValueError", "AssertionError", "NotImplementedError"})
+# Errors that a missing key, file or wrong type of the input raises, and the environment too
+# (a checkpoint mount that lost a file, a Ray object of the wrong kind): verl refused its input
+# only when verl's own code raised it (the traceback's last frame is under a verl/ folder).
+_INPUT_OR_ENVIRONMENT = frozenset({"KeyError", "TypeError", "FileNotFoundError"})
 
-def classify(tail: Iterable[str]) -> str:
-    """The cause named by a failed attempt's last lines of output (UNKNOWN when none is)."""
+
+def mount_point(path: Path) -> Path:
+    """The mount the folder lives on (the checkpoint bucket's GCS FUSE mount in a pod)."""
+    current = path.resolve()
+    while not os.path.ismount(current) and current != current.parent:
+        current = current.parent
+    return current
+
+
+def _checkpoint_io(lines: list[str], checkpoint_mount: Path | None) -> bool:
+    for line in lines:
+        found = _FS_ERROR.search(line)
+        if found is None:
+            continue
+        named = found.group(1)
+        if named is None or checkpoint_mount is None:
+            return True
+        if Path(named) == checkpoint_mount or checkpoint_mount in Path(named).parents:
+            return True
+    return False
+
+
+def _verl_refused(lines: list[str]) -> bool:
+    """Whether the tail's last Python exception is verl refusing its input."""
+    for index in range(len(lines) - 1, -1, -1):
+        found = _EXCEPTION_LINE.match(lines[index])
+        if found is None:
+            continue
+        name = found.group(1)
+        if name in _VERL_CHECKS:
+            return True
+        if name not in _INPUT_OR_ENVIRONMENT:
+            return False
+        frames = (_FRAME_LINE.match(line) for line in reversed(lines[:index]))
+        raised_in = next((frame.group(1) for frame in frames if frame is not None), "")
+        return "/verl/" in raised_in
+    return False
+
+
+def classify(
+    tail: Iterable[str], exit_code: int | None = None, checkpoint_mount: Path | None = None
+) -> str:
+    """The cause named by a failed attempt's last lines of output and its exit status (-S:
+    killed by signal S); UNKNOWN when none is. `checkpoint_mount`: the mount of the run folder,
+    where a file-system error counts as the checkpoint storage's."""
     lines = [_ANSI.sub("", line).strip() for line in tail]
     for cause, pattern in _MARKERS:
         if any(pattern.search(line) for line in lines):
             return cause
+    if _checkpoint_io(lines, checkpoint_mount):
+        return CHECKPOINT_IO
+    if exit_code is not None and exit_code < 0:
+        # Killed by a signal: no Python exception ended it, whatever the tail holds.
+        return PROCESS_KILLED if -exit_code in _CRASH_SIGNALS else UNKNOWN
+    if _verl_refused(lines):
+        return VERL_REFUSED
     return UNKNOWN
 
 
@@ -197,7 +347,8 @@ class Policy:
     hang_floor_s: float  # the least hang bound once steps have been seen
     hang_factor: float = 3.0
     gpus_needed: float = 0.0  # GPUs the worker group holds (world size)
-    capacity_wait_s: float = 3600.0  # at most this long for them before a restart
+    capacity_wait_s: float = 3600.0  # at most this long for them (before a restart or a step)
+    gpu_poll_s: float = 30.0  # before the first step: how often the GPUs are counted
     stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
     poll_s: float = 1.0
     # verl v0.6.1 fit() saves a checkpoint (and validates) before it prints the step's line
@@ -227,11 +378,17 @@ class Attempt:
     steps_lost: int = 0
     detected_s: float | None = None  # from the last step (or start) to the decision
     stacks: str | None = None
-    waited_for_gpus_s: float = 0.0
+    # Seconds waited, by cause: "node_death_bound" (Ray's health-check bound before the GPUs are
+    # counted), "capacity" (GPUs missing after it, before this attempt's restart),
+    # "capacity_before_first_step" (GPUs missing while the attempt waited for its first step;
+    # not counted against the first-step bound).
+    waits: dict[str, float] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list, repr=False)
 
 
-_SUMMARY_KEYS = ("number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost")
+_SUMMARY_KEYS = (
+    "number", "started_at", "ended_at", "cause", "resumed_from_step", "steps_lost", "waits",
+)  # fmt: skip
 
 
 class Cluster:
@@ -345,7 +502,8 @@ def latest_checkpoint(run_dir: Path) -> int | None:
 
 class _Trainer:
     """One attempt: verl's trainer in its own process group, its output passed through to ours
-    and read for step lines and the failure's last lines."""
+    and read for step lines and the failure's last lines. It dies with this process
+    (trainer_lease.die_with_parent: the kernel SIGKILLs it when the runner dies)."""
 
     def __init__(self, command: list[str]) -> None:
         self.started = time.monotonic()
@@ -354,7 +512,11 @@ class _Trainer:
         self.total_steps = 0  # verl's printed step count (0: not seen yet)
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=trainer_lease.die_with_parent(),  # one prctl call, libc loaded before
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -410,8 +572,10 @@ class Supervisor:
         before_attempt: Callable[[], None] = lambda: None,
         *,
         capacity: provreq.CapacityRenewer | None = None,
+        on_trainer: Callable[[int], None] = lambda pid: None,
     ) -> None:
         self.command = command
+        self.on_trainer = on_trainer
         self.before_attempt = before_attempt
         self.run_dir = run_dir
         self.policy = policy
@@ -421,6 +585,11 @@ class Supervisor:
         self.attempts: list[Attempt] = []
         self.stopping = threading.Event()
         self._current: _Trainer | None = None
+        self.checkpoint_mount = mount_point(run_dir)
+        # Why the run ended without a further attempt when that is not the last attempt's cause
+        # (the GPUs never came back): {"cause": NO_CAPACITY, "detail": ...}.
+        self.ended: dict[str, Any] | None = None
+        self._ask_again_at = 0.0  # Standard flex-start: when to ask for missing nodes again
 
     def request_stop(self) -> None:
         """The job is being stopped (Ray sends the entrypoint SIGTERM: ray job stop,
@@ -475,10 +644,13 @@ class Supervisor:
     def _attempt(self, attempt: Attempt) -> int:
         trainer = _Trainer(self.command)
         self._current = trainer
+        self.on_trainer(trainer.process.pid)
         if self.stopping.is_set():
             trainer.stop(self.policy.stop_grace_s)
-        hang_after = self._watch(trainer)
-        if hang_after is not None:
+        hang_after = self._watch(trainer, attempt)
+        if attempt.cause == NO_CAPACITY:
+            trainer.stop(self.policy.stop_grace_s)
+        elif hang_after is not None:
             folder = self.run_dir / STACKS_DIR / f"attempt-{attempt.number:03d}"
             self.say(f"no training step for {hang_after:.0f} s: hung; stacks -> {folder}")
             self.cluster.dump_stacks(folder, trainer.process.pid)
@@ -497,16 +669,27 @@ class Supervisor:
         attempt.detected_s = round(hang_after or (time.monotonic() - since), 1)
         if self.stopping.is_set():
             attempt.cause = USER_STOP
+        elif attempt.cause == NO_CAPACITY:
+            pass
         elif hang_after is not None:
             attempt.cause = HANG
         elif code == 0:
             attempt.cause = SUCCEEDED
         else:
-            attempt.cause = classify(tail)
+            attempt.cause = classify(tail, code, self.checkpoint_mount)
         return code
 
-    def _watch(self, trainer: _Trainer) -> float | None:
-        """Until the trainer exits (None) or hangs (seconds since its last step)."""
+    def _watch(self, trainer: _Trainer, attempt: Attempt) -> float | None:
+        """Until the trainer exits (None) or hangs (seconds since its last step). Before the
+        first step, time while the cluster lacks the worker group's GPUs is capacity queueing
+        (verl's placement groups wait for them without bound), not start-up: it is left out of
+        the first-step bound and recorded; longer than capacity_wait_s ends the attempt as
+        NO_CAPACITY."""
+        queued = 0.0
+        missing_since: float | None = None
+        next_count = saved = trainer.started
+        # The record shows a queueing wait while it lasts (one summary line a minute at most).
+        save_every_s = min(60.0, 5 * self.policy.gpu_poll_s)
         while True:
             try:
                 trainer.process.wait(timeout=self.policy.poll_s)
@@ -516,6 +699,7 @@ class Supervisor:
             if self.stopping.is_set():
                 return None
             steps, _ = trainer.progress()
+            now = time.monotonic()
             if steps:
                 bound = self.policy.step_bound(
                     steps[-1][0] + 1,
@@ -526,29 +710,76 @@ class Supervisor:
                 )
                 since = steps[-1][1]
             else:
-                bound, since = self.policy.first_step_bound_s, trainer.started
-            silent = time.monotonic() - since
+                if self.policy.gpus_needed > 0 and now >= next_count:
+                    next_count = now + self.policy.gpu_poll_s
+                    missing_since, queued = self._count_queueing(missing_since, queued, now)
+                    waited = queued + (now - missing_since if missing_since is not None else 0.0)
+                    if waited > 0:
+                        attempt.waits["capacity_before_first_step"] = round(waited, 1)
+                    if missing_since is not None and now - missing_since > (
+                        self.policy.capacity_wait_s
+                    ):
+                        self._give_up(attempt, now - missing_since)
+                        return None
+                    if missing_since is not None and now - saved >= save_every_s:
+                        saved = now
+                        self._save()
+                waiting = queued + (now - missing_since if missing_since is not None else 0.0)
+                bound, since = self.policy.first_step_bound_s, trainer.started + waiting
+            silent = now - since
             if silent > bound:
                 return silent
 
+    def _count_queueing(
+        self, missing_since: float | None, queued: float, now: float
+    ) -> tuple[float | None, float]:
+        """(since when GPUs have been missing, or None; seconds queued before that)."""
+        try:
+            have = self.cluster.alive_gpus()
+        except Exception:  # the dashboard not answering: the time counts as start-up
+            return missing_since, queued
+        if have >= self.policy.gpus_needed:
+            if missing_since is not None:
+                queued += now - missing_since
+            return None, queued
+        return (now if missing_since is None else missing_since), queued
+
+    def _give_up(self, attempt: Attempt, waited_s: float, have: float | None = None) -> None:
+        """The run ends: the GPUs did not come within the capacity wait (before a restart, the
+        ended attempt keeps its own cause; before a first step, the attempt ends NO_CAPACITY)."""
+        if attempt.cause is None:
+            attempt.cause = NO_CAPACITY
+        need = f"the {self.policy.gpus_needed:g} GPUs the worker group needs"
+        held = f"held {have:g} of {need}" if have is not None else f"did not hold {need}"
+        detail = (
+            f"the cluster's alive nodes {held} for {waited_s:.0f} s (capacity wait "
+            f"{self.policy.capacity_wait_s:.0f} s): giving up; check the GPU node pool (kubectl "
+            "get nodes, the RayCluster's worker pods)"
+        )
+        self.ended = {"cause": NO_CAPACITY, "after_attempt": attempt.number, "detail": detail}
+        self.say(detail)
+        self._save()
+
     def _refusal(self, attempt: Attempt) -> str | None:
         """Why this end is not retried; None when a restart follows."""
+        if attempt.cause == NO_CAPACITY:
+            return "not retried: no GPUs for the worker group (above)"
         if attempt.cause not in RETRIED:
             return "not retried: a restart cannot fix it"
-        if attempt.cause == OUT_OF_MEMORY:
+        if attempt.cause in ONCE_PER_STEP:
             failed_at = (attempt.last_step or 0) + 1
             earlier = [
-                (a.last_step or 0) + 1 for a in self.attempts[:-1] if a.cause == OUT_OF_MEMORY
+                (a.last_step or 0) + 1 for a in self.attempts[:-1] if a.cause == attempt.cause
             ]
             if failed_at in earlier:
-                return f"not retried: out of memory at step {failed_at} twice"
+                return f"not retried: {attempt.cause} at step {failed_at} twice"
         if self.restarts_used() >= self.policy.max_restarts:
             return f"not retried: all {self.policy.max_restarts} restarts used"
         return None
 
     def _wait_for_gpus(self, attempt: Attempt) -> bool:
-        """Until the cluster's alive nodes hold the worker group's GPUs again."""
-        started = time.monotonic()
+        """Until the cluster's alive nodes hold the worker group's GPUs again; each wait is
+        recorded under its cause (Attempt.waits)."""
         need = self.policy.gpus_needed
         asked = self.capacity is None
         # A node lost before the attempt ended is counted as ALIVE until the GCS declares it
@@ -556,7 +787,10 @@ class Supervisor:
         grace = self.cluster.death_grace_s() if need > 0 else 0.0
         if grace > 0:
             self.say(f"counting the GPUs in {grace:.0f} s (Ray's node health checks)")
+            attempt.waits["node_death_bound"] = round(grace, 1)
+            self._save()
         self.stopping.wait(grace)
+        started = saved = time.monotonic()
         while not self.stopping.is_set():
             try:
                 have = self.cluster.alive_gpus() if need > 0 else need
@@ -567,29 +801,37 @@ class Supervisor:
                 asked = self._ask_for_nodes(need, have, f"a{attempt.number + 1:03d}")
             elif self.capacity is not None:
                 self._settle()
+            waited = time.monotonic() - started
             if have >= need:
-                attempt.waited_for_gpus_s = round(time.monotonic() - started, 1)
+                attempt.waits["capacity"] = round(waited, 1)
                 self._save()
                 return True
-            if time.monotonic() - started > self.policy.capacity_wait_s:
-                self.say(
-                    f"the cluster holds {have:g} of the {need:g} GPUs the worker group needs "
-                    f"after {self.policy.capacity_wait_s:.0f} s: giving up; check the GPU node "
-                    "pool (kubectl get nodes, the RayCluster's worker pods)"
-                )
+            if waited > self.policy.capacity_wait_s:
+                attempt.waits["capacity"] = round(waited, 1)
+                self._give_up(attempt, waited, max(have, 0.0))
                 return False
+            if time.monotonic() - saved >= 60:  # the record shows the wait while it lasts
+                saved = time.monotonic()
+                attempt.waits["capacity"] = round(waited, 1)
+                self._save()
             time.sleep(max(self.policy.poll_s, 2.0))
         return False
 
     def _ask_for_nodes(self, need: float, have: float, suffix: str) -> bool:
         """Standard flex-start: a new ProvisioningRequest for the nodes missing, unless the one
-        the workers consume still books capacity; True once done (or nothing was missing).
+        the workers consume still books capacity; True once a request was made (or nothing was
+        missing). While the consumed one books capacity (its nodes may still come, for at most
+        provreq.BOOKING_WINDOW_S after it was Provisioned) the question is asked again every
+        ASK_AGAIN_S, so a node lost within that window still gets a request once it has passed.
         A failed call is said and tried again at the next poll."""
         assert self.capacity is not None
+        if time.monotonic() < self._ask_again_at:
+            return False
         try:
             missing = provreq.nodes_missing(self.capacity.spec, need, have)
-            if missing:
-                self.capacity.renew(missing, f"{int(time.time())}-{suffix}")
+            if missing and self.capacity.renew(missing, f"{int(time.time())}-{suffix}") is None:
+                self._ask_again_at = time.monotonic() + ASK_AGAIN_S
+                return False
             return True
         except provreq.KubeError as exc:
             self.say(
@@ -614,6 +856,8 @@ class Supervisor:
             "hang_floor_s": _finite(self.policy.hang_floor_s),
             "hang_factor": self.policy.hang_factor,
             "stacks_dir": str(self.run_dir / STACKS_DIR),
+            "capacity_wait_s": self.policy.capacity_wait_s,
+            "ended": self.ended,
             "attempts": [asdict(attempt) for attempt in self.attempts],
         }
         summary = {key: value for key, value in record.items() if key != "attempts"}
@@ -645,6 +889,7 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--hang-factor", type=float, default=3.0)
     group.add_argument("--gpus-needed", type=float, default=0.0)
     group.add_argument("--capacity-wait-s", type=float, default=3600.0)
+    group.add_argument("--gpu-poll-s", type=float, default=30.0)
     group.add_argument("--save-freq", type=int, default=0)
     group.add_argument("--save-allowance-s", type=float, default=0.0)
     group.add_argument("--total-steps", type=int, default=0)
@@ -698,6 +943,7 @@ def policy_from(args: Any) -> Policy:
         hang_factor=args.hang_factor,
         gpus_needed=args.gpus_needed,
         capacity_wait_s=args.capacity_wait_s,
+        gpu_poll_s=args.gpu_poll_s,
         save_freq=args.save_freq,
         save_allowance_s=args.save_allowance_s,
         total_steps=args.total_steps,
@@ -713,13 +959,15 @@ def supervise(
     before_attempt: Callable[[], None] = lambda: None,
     *,
     capacity: provreq.CapacityRenewer | None = None,
+    on_trainer: Callable[[int], None] = lambda pid: None,
 ) -> int:
-    """Run the attempts, calling before_attempt() before each; SIGTERM (how Ray stops a job's
-    entrypoint and its children, dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends
-    them without a restart."""
+    """Run the attempts, calling before_attempt() before each and on_trainer(pid) once each
+    trainer started; SIGTERM (how Ray stops a job's entrypoint and its children,
+    dashboard/modules/job/job_supervisor.py at Ray 2.47/2.49) ends them without a restart."""
     supervisor = Supervisor(
-        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt, capacity=capacity
-    )
+        command, run_dir, policy, Cluster(dashboard_url), say, before_attempt,
+        capacity=capacity, on_trainer=on_trainer,
+    )  # fmt: skip
     if threading.current_thread() is not threading.main_thread():
         return supervisor.run()  # only the main thread may set a signal handler
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.request_stop())

@@ -45,6 +45,16 @@ class Worker:
         (actor / name).write_text(f"step {step}\n")
 
 
+def say(line: str) -> None:
+    """Print a line; a closed stdout (the runner gone) does not stop training. verl's step lines
+    come from its TaskRunner actor through the driver's Ray log thread (verl/trainer/main_ppo.py
+    runs fit() in the TaskRunner), so a broken pipe never reaches verl's training loop."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
 def resume_step(run_dir: Path) -> int:
     try:
         return int((run_dir / TRACKER).read_text().strip())
@@ -54,8 +64,7 @@ def resume_step(run_dir: Path) -> int:
 
 def workers(world_size: int) -> list[ray.actor.ActorHandle]:
     groups = [
-        placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK")
-        for _ in range(world_size)
+        placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK") for _ in range(world_size)
     ]
     ray.get([group.ready() for group in groups])
     return [
@@ -81,7 +90,7 @@ def main() -> int:
     ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     start = resume_step(args.run_dir)
     if start:
-        print(f"Load from checkpoint folder: {args.run_dir / f'global_step_{start}'}", flush=True)
+        say(f"Load from checkpoint folder: {args.run_dir / f'global_step_{start}'}")
     group = workers(args.world_size)
     hang_marker = args.run_dir / "hang-once"
     for step in range(start + 1, args.steps + 1):
@@ -95,10 +104,9 @@ def main() -> int:
             ray.get([worker.save.remote(str(args.run_dir), step) for worker in group])
             (args.run_dir / TRACKER).write_text(str(step))
         seconds = time.monotonic() - began
-        print(
+        say(
             f"step:{step} - actor/pg_loss:-0.01 - training/global_step:{step} "
-            f"- timing_s/step:{seconds:.3f}",
-            flush=True,
+            f"- timing_s/step:{seconds:.3f}"
         )
     return 0
 

@@ -233,6 +233,9 @@ class CapacityApi(_LocalServer):
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     provisioned_on_create: bool = True
     forbidden_patches: int = 0  # the next this many RayCluster patches get 403, as without RBAC
+    # Worker pods by name (metadata with labels and annotations, spec.nodeName, status.phase),
+    # listed by label selector and deleted as the API server does.
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str, str, Any]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
 
@@ -251,8 +254,11 @@ class CapacityApi(_LocalServer):
             url.path,
         )
         cluster = self.ray_cluster["metadata"]["name"]
+        pods = re.fullmatch(rf"/api/v1/namespaces/{ns}/pods(?:/([^/]+))?", url.path)
         if provreq:
             self._requests(handler, provreq.group(1), url.query, body)
+        elif pods:
+            self._pods(handler, pods.group(1), url.query)
         elif url.path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{cluster}":
             self._cluster(handler, kind, body)
         else:
@@ -289,6 +295,23 @@ class CapacityApi(_LocalServer):
             _reply(handler, 200, self.requests.pop(name))
         else:
             _reply(handler, 405, _status(405, "MethodNotAllowed", method))
+
+    def _pods(self, handler: BaseHTTPRequestHandler, name: str | None, query: str) -> None:
+        if handler.command == "GET" and name is None:
+            selector = parse_qs(query).get("labelSelector", [""])[0]
+            wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
+            items = [
+                pod
+                for pod in self.pods.values()
+                if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+            _reply(handler, 200, {"kind": "PodList", "items": items})
+        elif handler.command == "DELETE" and name in self.pods:
+            _reply(handler, 200, self.pods.pop(name))
+        elif handler.command == "DELETE":
+            _reply(handler, 404, _not_found("pods", str(name)))
+        else:
+            _reply(handler, 405, _status(405, "MethodNotAllowed", handler.command))
 
     def _cluster(self, handler: BaseHTTPRequestHandler, kind: str, body: Any) -> None:
         if handler.command == "GET":
