@@ -123,6 +123,17 @@ def test_a_lower_score_within_the_interval_is_not_flagged() -> None:
     assert summary["regressed"] is False
 
 
+def test_the_flag_reads_the_interval_before_it_is_rounded_for_the_report() -> None:
+    # A reward below 1e-6 apart: the trained model scores 4e-7 below its base on every prompt,
+    # so the difference interval is [-4e-7, -4e-7], wholly below 0; the report rounds it to 6
+    # decimals (-0.0), which must not clear the flag.
+    base = part([4e-7] * 5, [[4e-7]] * 5)
+    trained = part([0.0] * 5, [[0.0]] * 5)
+    summary = eval_report.summarize({"base": base, "trained": trained}, samples=1)
+    assert summary["difference"]["mean_at_k"]["high"] == 0.0
+    assert summary["regressed"] is True
+
+
 def test_greedy_only_makes_greedy_the_flagged_metric() -> None:
     base = part([1, 1, 1], [[], [], []])
     trained = part([0, 0, 0], [[], [], []])
