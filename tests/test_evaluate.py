@@ -464,7 +464,11 @@ def test_the_vllm_backend_decodes_token_ids_and_samples_as_the_rollout(tmp_path:
     assert (sampled["n"], sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
         2, 0.8, 0.9, 20,
     )  # fmt: skip
-    assert sampled["seed"] == 5
+    # The seed is the engine's, as verl's rollout sets it (vllm_rollout_spmd.py: LLM(seed=...),
+    # SamplingParams from the config's keys except "seed"): one per-request seed would give every
+    # prompt the same random stream (vLLM's per-request generator).
+    assert "seed" not in sampled and "seed" not in generate[0]["params"]
+    assert [call["seed"] for call in recorded if call["call"] == "LLM"] == [5]
 
 
 # --- the held-out rows, through verl's own RLHFDataset ---------------------------------------
