@@ -123,6 +123,17 @@ def test_a_lower_score_within_the_interval_is_not_flagged() -> None:
     assert summary["regressed"] is False
 
 
+def test_the_flag_reads_the_interval_before_it_is_rounded_for_the_report() -> None:
+    # A reward below 1e-6 apart: the trained model scores 4e-7 below its base on every prompt,
+    # so the difference interval is [-4e-7, -4e-7], wholly below 0; the report rounds it to 6
+    # decimals (-0.0), which must not clear the flag.
+    base = part([4e-7] * 5, [[4e-7]] * 5)
+    trained = part([0.0] * 5, [[0.0]] * 5)
+    summary = eval_report.summarize({"base": base, "trained": trained}, samples=1)
+    assert summary["difference"]["mean_at_k"]["high"] == 0.0
+    assert summary["regressed"] is True
+
+
 def test_greedy_only_makes_greedy_the_flagged_metric() -> None:
     base = part([1, 1, 1], [[], [], []])
     trained = part([0, 0, 0], [[], [], []])
@@ -453,7 +464,11 @@ def test_the_vllm_backend_decodes_token_ids_and_samples_as_the_rollout(tmp_path:
     assert (sampled["n"], sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
         2, 0.8, 0.9, 20,
     )  # fmt: skip
-    assert sampled["seed"] == 5
+    # The seed is the engine's, as verl's rollout sets it (vllm_rollout_spmd.py: LLM(seed=...),
+    # SamplingParams from the config's keys except "seed"): one per-request seed would give every
+    # prompt the same random stream (vLLM's per-request generator).
+    assert "seed" not in sampled and "seed" not in generate[0]["params"]
+    assert [call["seed"] for call in recorded if call["call"] == "LLM"] == [5]
 
 
 # --- the held-out rows, through verl's own RLHFDataset ---------------------------------------

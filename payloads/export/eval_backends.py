@@ -81,14 +81,18 @@ class VllmGenerator:
         sampled: list[Any] = [None] * len(prompts)
         if request.samples > 0:
             # The rollout's top_p and top_k as verl's vLLM rollout passes them to SamplingParams
-            # (verl's -1 top_k is vLLM's "off" too).
+            # (verl's -1 top_k is vLLM's "off" too: SamplingParams accepts -1 and 0 as disabled).
+            # No per-request seed: the engine's LLM(seed=) seeds the sampling, as in verl's rollout
+            # (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.6.1: SamplingParams from
+            # the config's keys except "seed"); one per-request seed would give every prompt's
+            # j-th sample the same random stream (vLLM's per-request generator), correlating the
+            # prompts the interval takes as independent.
             params = SamplingParams(
                 n=request.samples,
                 temperature=request.temperature,
                 top_p=request.top_p,
                 top_k=request.top_k,
                 max_tokens=request.max_new_tokens,
-                seed=request.seed,
             )
             sampled = self.llm.generate(prompts, params, use_tqdm=False)
         return [

@@ -132,13 +132,13 @@ def summarize(parts: dict[str, dict[str, Any]], samples: int) -> dict[str, Any]:
     out: dict[str, Any] = {"prompts": len(base), "primary": metrics[-1]}
     for role, rows in (("base", base), ("trained", trained)):
         out[role] = {m: _rounded(t_interval([value(r, m) for r in rows])) for m in metrics}
-    out["difference"] = {
-        m: _rounded(
-            t_interval([value(t, m) - value(b, m) for b, t in zip(base, trained, strict=True)])
-        )
+    differences = {
+        m: t_interval([value(t, m) - value(b, m) for b, t in zip(base, trained, strict=True)])
         for m in metrics
     }
-    high = out["difference"][out["primary"]]["high"]
+    out["difference"] = {m: _rounded(interval) for m, interval in differences.items()}
+    # The flag reads the interval itself, not its 6-decimal rounding for the report.
+    high = differences[out["primary"]].high
     out["regressed"] = high is not None and high < 0
     return out
 

@@ -64,9 +64,9 @@ Generation backend (VERL_GKE_EVAL_BACKEND): "vllm" (default; vllm.LLM with tenso
 --tensor-parallel, SamplingParams(n=k)), "hf" (transformers generate: where vLLM is not
 installed; VERL_GKE_EVAL_HF_BATCH prompts per batch, default 16, each with its k samples), or
 "<module>:<factory>" (a factory with the same signature as the two built in: tests use a
-scripted one). --seed seeds the sampling (vLLM's per-request seed; torch's for hf). Stdlib at
-module level: vllm, transformers, torch, hydra, datasets and verl are imported only in the child
-that generates.
+scripted one). --seed seeds the sampling (vLLM's engine seed, LLM(seed=), as verl's rollout
+sets it; torch's for hf). Stdlib at module level: vllm, transformers, torch, hydra, datasets and
+verl are imported only in the child that generates.
 
 This file is the CLI and the parent; its parts, beside it in the job's working_dir: the report and
 its statistics (eval_report.py), the backends (eval_backends.py), one model's rows, prompts and
