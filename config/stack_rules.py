@@ -397,15 +397,29 @@ def _check_authorized_networks(s: StackValues) -> str | None:
         if problem is None:
             continue
         shown = ",".join(s.authorized_networks)
-        fixed = ",".join(cluster_security.corrected_cidrs(s.authorized_networks))
+        fixed = cluster_security.corrected_cidrs(s.authorized_networks)
         fix = (
-            s.fix("authorized_networks", fixed)
+            _authorized_networks_fix(key, s.authorized_networks, fixed, s.stack)
             if fixed
             else f"pulumi config rm {key} -s {s.stack} (the endpoint is then open to the "
             f"internet), or set your machine's IPv4 address as A.B.C.D/32"
         )
         return f"{key} = {shown!r}: {cidr!r} is {problem[0]}. Fix: {fix}"
     return None
+
+
+def _authorized_networks_fix(key: str, given: list[str], fixed: list[str], stack: str) -> str:
+    """The commands that store `fixed` as Pulumi.yaml declares the key, `array<string>`: one
+    `--path '[i]'` item per range (a plain `pulumi config set` stores a string, which Pulumi
+    refuses for an array before the program runs)."""
+    if len(fixed) == len(given):
+        changed = [(i, item) for i, item in enumerate(fixed) if item != given[i]]
+        start = []
+    else:
+        changed = list(enumerate(fixed))
+        start = [f"pulumi config rm {key} -s {stack}"]
+    items = [f"pulumi config set --path '{key}[{i}]' {item} -s {stack}" for i, item in changed]
+    return ", then ".join(start + items)
 
 
 def _cidr_size_problem(s: StackValues, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
