@@ -284,8 +284,10 @@ _DURATION = re.compile(
 
 
 def number_in(text: str) -> float | None:
-    """The number of an amount written with a currency sign, unit or thousands separators."""
-    match = _AMOUNT.fullmatch(text.strip())
+    """The number of an amount written with a currency sign, unit or thousands separators (a
+    comma before 1 or 2 final digits is a decimal comma: `41,50` is 41.5, `1,200` is 1200)."""
+    text = re.sub(r"^([^,]*[0-9]),([0-9]{1,2})(?![0-9])([^,]*)$", r"\1.\2\3", text.strip())
+    match = _AMOUNT.fullmatch(text)
     if match is None or match["number"] in ("", "+", "-"):
         return None
     number = float(match["number"].replace(",", ""))

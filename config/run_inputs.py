@@ -10,6 +10,7 @@ Pure apart from reading the reward file (parsed with `ast`, never imported).
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import hashlib
 import json
@@ -232,6 +233,31 @@ class RewardChoice:
 # --- parsing ------------------------------------------------------------------------------------
 
 
+# One `role:column` or `role=column` pair of a mapping typed without JSON's braces and quotes.
+_COLUMN_PAIR = re.compile(
+    r"""\s*["']?(?P<role>\w+)["']?\s*[:=]\s*["']?(?P<column>[^"',]+?)["']?\s*"""
+)
+
+
+def _columns_meant(text: str) -> str:
+    """The mapping a refused `verl-gke:datasetColumns` most likely meant, as JSON text: the
+    user's own pairs (JSON, or `prompt:problem,answer:answer`), a role it lacks from
+    COLUMNS_EXAMPLE; COLUMNS_EXAMPLE itself where the pairs are still refused."""
+    pairs: dict[str, str] = {}
+    with contextlib.suppress(json.JSONDecodeError):
+        raw = json.loads(text)
+        if isinstance(raw, dict):
+            pairs = {str(k): v for k, v in raw.items() if isinstance(v, str)}
+    if not pairs:
+        for part in text.strip().strip("{}").split(","):
+            match = _COLUMN_PAIR.fullmatch(part)
+            if match is None:
+                return COLUMNS_EXAMPLE
+            pairs[match["role"]] = match["column"]
+    meant = json.dumps({**json.loads(COLUMNS_EXAMPLE), **pairs}, separators=(",", ":"))
+    return meant if parse_columns(meant)[0] is not None else COLUMNS_EXAMPLE
+
+
 def parse_columns(text: str) -> tuple[DatasetColumns | None, str | None]:
     """(columns, None) or (None, why) for the JSON text of verl-gke:datasetColumns."""
     try:
@@ -322,9 +348,10 @@ def dataset_problems(
         ]
     columns, why = parse_columns(columns_text)
     if columns is None:
+        meant = _columns_meant(columns_text)
         return [
             f"{COLUMNS_KEY} = {columns_text!r}: {why}. Fix: "
-            f"{_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} (your column names; optional keys "
+            f"{_fix(COLUMNS_KEY, meant, stack)} (your column names; optional keys "
             'trainSplit, testSplit, subset, instruction, e.g. "subset":"main")'
         ]
     if (unknown := _unknown_columns(dataset, columns_text, reward, stack)) is not None:

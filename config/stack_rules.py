@@ -279,7 +279,14 @@ def _check_cluster_name(s: StackValues) -> str | None:
         "lowercase letters, digits and hyphens, starting with a letter",
         MAX_CLUSTER_NAME,
     )
-    return problem and f"{problem} Fix: {s.fix('cluster_name', 'verl-' + s.profile_name)}"
+    if not problem:
+        return None
+    # The name typed in the allowed characters (`My_Cluster` -> `my-cluster`), else the default.
+    meant = re.sub(r"[^a-z0-9]+", "-", s.cluster_name.lower()).lstrip("-0123456789")
+    meant = meant[:MAX_CLUSTER_NAME].rstrip("-")
+    if not (_GCE_NAME.match(meant) and len(meant) <= MAX_CLUSTER_NAME):
+        meant = "verl-" + s.profile_name
+    return f"{problem} Fix: {s.fix('cluster_name', meant)}"
 
 
 def _check_namespace(s: StackValues, profile: AcceleratorProfile) -> str | None:
@@ -311,6 +318,8 @@ def _check_bucket(s: StackValues) -> str | None:
     name = s.bucket_name
     if _bucket_ok(name):
         return None
+    if name == f"{s.project}-{s.cluster_name}" and _check_cluster_name(s) is not None:
+        return None  # the default name of a refused clusterName: its fix mends both
     return (
         f"{config_key('bucket_name')} = {name!r}: GCS bucket names are 3-63 lowercase letters, "
         f"digits, hyphens or underscores, start and end with a letter or digit, and must not "

@@ -124,6 +124,35 @@ def _accepted(stack: str, words: list[str]) -> None:
         ),
         ("a4", ["--set", "verl-gke:job.logger=console,tensorboard"], '"tensorboard"'),
         ("a4", ["--set", "verl-gke:job.trainBatchSize=1k"], "trainBatchSize=1024"),
+        ("a4", ["--set", "verl-gke:gpuNodeHourlyUsd=41,50"], "gpuNodeHourlyUsd=41.5"),
+        # The name in the allowed characters, not the default; one problem, not the bucket's too.
+        ("a4", ["--set", "verl-gke:clusterName=My_Cluster"], "clusterName=my-cluster"),
+        # The mapping typed without JSON, or lacking a role: the user's own columns kept (with a
+        # reward, since my-org/math has no verl score).
+        (
+            "a3u",
+            [
+                "--set",
+                "verl-gke:dataset=my-org/math",
+                "--set",
+                "verl-gke:reward=docs/examples/exact_match.py:compute_score",
+                "--set",
+                "verl-gke:datasetColumns=prompt:problem,answer:solution",
+            ],
+            '"prompt":"problem","answer":"solution"',
+        ),
+        (
+            "a3u",
+            [
+                "--set",
+                "verl-gke:dataset=my-org/math",
+                "--set",
+                "verl-gke:reward=docs/examples/exact_match.py:compute_score",
+                "--set",
+                'verl-gke:datasetColumns={"prompt":"problem"}',
+            ],
+            '"prompt":"problem"',
+        ),
         # The longest response the context holds does not fit memory: a length that does.
         ("a4", ["--set", "verl-gke:job.maxResponseLength=32768"], "maxResponseLength="),
     ],
