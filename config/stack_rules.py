@@ -174,6 +174,14 @@ def _check_mode(s: StackValues, profile: AcceleratorProfile) -> str | None:
 
 def _check_reservation(s: StackValues, profile: AcceleratorProfile) -> str | None:
     if s.reservation is None:
+        support = profile.capacity.get(s.mode)
+        if s.capacity is not Capacity.RESERVATION and (
+            support is None or s.capacity not in support.supported
+        ):
+            # _check_capacity (or _check_mode) refuses it, with `reservation` as the way there;
+            # a reservation placeholder was set aside only because of that capacity
+            # (config/settings.py _drop_unused_reservation_placeholder).
+            return None
         if profile.reservation_required:
             return (
                 f"{config_key('reservation')} is not set: {profile.name} machines "
@@ -221,7 +229,7 @@ def _check_capacity(s: StackValues, profile: AcceleratorProfile) -> str | None:
         allowed = ", ".join(c.value for c in support.supported)
         other = next((p for p in PROFILES.values() if s.capacity in _supported_anywhere(p)), None)
         elsewhere = (
-            f", or a profile that offers it (e.g. {other.name}: verl-gke:profile {other.name})"
+            f", or a profile that offers it (e.g. {other.name}: {s.fix('profile', other.name)})"
             if other
             else ""
         )

@@ -125,6 +125,8 @@ def _accepted(stack: str, words: list[str]) -> None:
         ("a4", ["--set", "verl-gke:job.logger=console,tensorboard"], '"tensorboard"'),
         ("a4", ["--set", "verl-gke:job.trainBatchSize=1k"], "trainBatchSize=1024"),
         ("a4", ["--set", "verl-gke:gpuNodeHourlyUsd=41,50"], "gpuNodeHourlyUsd=41.5"),
+        # One refusal: the stack file's reservation placeholder is not "not set".
+        ("a4x", ["--set", "verl-gke:capacity=spot"], "capacity=reservation"),
         # The name in the allowed characters, not the default; one problem, not the bucket's too.
         ("a4", ["--set", "verl-gke:clusterName=My_Cluster"], "clusterName=my-cluster"),
         # The mapping typed without JSON, or lacking a role: the user's own columns kept (with a
@@ -220,3 +222,14 @@ def test_a_reward_function_typo_gets_the_closest_function_verl_can_call(tmp_path
 def test_a_missing_reward_file_keeps_its_path_and_function_in_the_fix(tmp_path: Path) -> None:
     (problem,) = reward_problems("rewards/mine.py:score", "a3u", tmp_path)
     assert "create rewards/mine.py there with `def score(data_source," in problem
+
+
+def test_a_capacity_another_profile_offers_names_that_profile_as_a_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = ["--set", "verl-gke:capacity=spot"]
+    assert plan_cli.main(["a4x", *typed]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "Fix: " in line]
+    other = line.split(", or ", 1)[1]
+    assert "--set verl-gke:profile=a4" in other, line
+    _accepted("a4x", [*typed, "--set", "verl-gke:profile=a4"])
