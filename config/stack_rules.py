@@ -191,11 +191,17 @@ def _check_reservation(s: StackValues, profile: AcceleratorProfile) -> str | Non
         return None
     if _RESERVATION.match(s.reservation):
         return None
+    # Compute Engine names are lowercase: the name typed in lowercase, without spaces or a
+    # URL's prefix, where that is a reservation reference.
+    meant = re.sub(r"^https://www\.googleapis\.com/compute/v1/", "", s.reservation.strip())
+    meant = re.sub(r"reservationblocks", "reservationBlocks", meant.lower())
+    meant = re.sub(r"reservationsubblocks", "reservationSubBlocks", meant).replace("_", "-")
+    fix = meant if _RESERVATION.match(meant) else "my-reservation"
     return (
         f"{config_key('reservation')} = {s.reservation!r}: expected NAME, "
         f"NAME/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK] or "
         f"projects/PROJECT/reservations/NAME[/...] (lowercase "
-        f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
+        f"letters, digits, hyphens). Fix: {s.fix('reservation', fix)}"
     )
 
 

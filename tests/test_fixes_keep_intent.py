@@ -125,6 +125,12 @@ def _accepted(stack: str, words: list[str]) -> None:
         ("a4", ["--set", "verl-gke:job.logger=console,tensorboard"], '"tensorboard"'),
         ("a4", ["--set", "verl-gke:job.trainBatchSize=1k"], "trainBatchSize=1024"),
         ("a4", ["--set", "verl-gke:gpuNodeHourlyUsd=41,50"], "gpuNodeHourlyUsd=41.5"),
+        ("a4", ["--set", "verl-gke:evaluation=false"], "evaluation.enabled=false"),
+        (
+            "a4",
+            ["--set", "verl-gke:reservation=projects/my-project/reservations/My-Res"],
+            "reservation=projects/my-project/reservations/my-res",
+        ),
         # One refusal: the stack file's reservation placeholder is not "not set".
         ("a4x", ["--set", "verl-gke:capacity=spot"], "capacity=reservation"),
         # The name in the allowed characters, not the default; one problem, not the bucket's too.
