@@ -633,7 +633,19 @@ def _input_class_problems(s: StackValues, profile: AcceleratorProfile) -> list[s
         _check_image(s, name, getattr(profile, name)) for name in image_fields()
     ]
     problems.append(_reason(s, "ray_version", input_rules.ray_version_problem, profile.ray_version))
-    problems.append(_reason(s, "verl_ref", input_rules.git_ref_problem, profile.verl_ref))
+    # verl's release tags carry a `v` (v0.6.1, v0.9.0: config/verl_source.py VLLM_FOR_REF); a
+    # bare release number names no ref, and the data-prep Job's checkout would fail.
+    bare_release = re.fullmatch(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:\.post[0-9]+)?", s.verl_ref)
+    verl_ref_fix = f"v{s.verl_ref}" if bare_release else profile.verl_ref
+    problems.append(
+        _reason(s, "verl_ref", input_rules.git_ref_problem, verl_ref_fix)
+        or (
+            f"{config_key('verl_ref')} = {s.verl_ref!r}: not one of verl's tags, which begin "
+            f"with v. Fix: {s.fix('verl_ref', verl_ref_fix)}"
+            if bare_release
+            else None
+        )
+    )
     problems.extend(_model_revision_problems(s))
     model = input_rules.model_problem(s.model, DEFAULT_MODEL)
     if model is not None and "@" not in s.model:

@@ -126,6 +126,7 @@ def _accepted(stack: str, words: list[str]) -> None:
         ("a4", ["--set", "verl-gke:job.trainBatchSize=1k"], "trainBatchSize=1024"),
         ("a4", ["--set", "verl-gke:gpuNodeHourlyUsd=41,50"], "gpuNodeHourlyUsd=41.5"),
         ("a4", ["--set", "verl-gke:evaluation=false"], "evaluation.enabled=false"),
+        ("a4", ["--set", "verl-gke:verlRef=0.6.1"], "verlRef=v0.6.1"),
         (
             "a4",
             ["--set", "verl-gke:reservation=projects/my-project/reservations/My-Res"],
