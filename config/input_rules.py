@@ -247,6 +247,11 @@ def number_candidates(value: object, whole: bool = True, minutes: bool = False) 
     if text.lower() in NUMBER_WORDS:
         return [str(NUMBER_WORDS[text.lower()])]
     found = [str(duration)] if minutes and (duration := duration_minutes(text)) else []
+    if whole and (thousands := _THOUSANDS.fullmatch(text)):
+        # `32k` tokens is 32768 (lengths are powers of two), else 32000: the first one the
+        # setting's rules accept is the fix.
+        count = float(thousands["number"])
+        found += [str(round(count * 1024)), str(round(count * 1000))]
     number = number_in(text)
     if number is not None:
         found.append(str(round(number)) if whole else repr(number))
@@ -267,6 +272,8 @@ _AMOUNT = re.compile(
     r"(?:usd|dollars?)?\s*(?:/\s*(?:h|hr|hour))?$",
     re.IGNORECASE,
 )
+# A count with a thousands suffix: `32k`, `1.5K`.
+_THOUSANDS = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)\s*[kK]")
 # A duration: `2h`, `90m`, `1h30m`, `1.5 hours`, `2 hrs`, `1d`.
 _DURATION = re.compile(
     r"^(?:(?P<days>[0-9]+(?:\.[0-9]+)?)\s*d(?:ays?)?)?\s*"
@@ -277,8 +284,10 @@ _DURATION = re.compile(
 
 
 def number_in(text: str) -> float | None:
-    """The number of an amount written with a currency sign, unit or thousands separators."""
-    match = _AMOUNT.fullmatch(text.strip())
+    """The number of an amount written with a currency sign, unit or thousands separators (a
+    comma before 1 or 2 final digits is a decimal comma: `41,50` is 41.5, `1,200` is 1200)."""
+    text = re.sub(r"^([^,]*[0-9]),([0-9]{1,2})(?![0-9])([^,]*)$", r"\1.\2\3", text.strip())
+    match = _AMOUNT.fullmatch(text)
     if match is None or match["number"] in ("", "+", "-"):
         return None
     number = float(match["number"].replace(",", ""))
@@ -383,7 +392,16 @@ def unknown_key_hint(key: str, stack: str, known: list[str], value: str | None =
     short = {k.split(":", 1)[1].lower(): k for k in known}
     close = difflib.get_close_matches(typed.lower(), list(short), n=1, cutoff=0.8)
     if close:
-        return f"did you mean {short[close[0]]}? Fix: {remove}, then set {short[close[0]]}"
+        meant = short[close[0]]
+        # The value typed goes to the key meant; a secret's never appears in a message.
+        secret = re.search(r"(token|secret|password|apikey|api_key)$", meant, re.IGNORECASE)
+        if secret:
+            then = f"pulumi config set --secret {meant} VALUE -s {stack}"
+        elif value:
+            then = f"pulumi config set {meant} {value} -s {stack}"
+        else:
+            then = f"set {meant}"
+        return f"did you mean {meant}? Fix: {remove}, then {then}"
     return f"valid keys: {', '.join(known)}. Fix: {remove}"
 
 

@@ -10,6 +10,7 @@ Pure apart from reading the reward file (parsed with `ast`, never imported).
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import hashlib
 import json
@@ -232,6 +233,31 @@ class RewardChoice:
 # --- parsing ------------------------------------------------------------------------------------
 
 
+# One `role:column` or `role=column` pair of a mapping typed without JSON's braces and quotes.
+_COLUMN_PAIR = re.compile(
+    r"""\s*["']?(?P<role>\w+)["']?\s*[:=]\s*["']?(?P<column>[^"',]+?)["']?\s*"""
+)
+
+
+def _columns_meant(text: str) -> str:
+    """The mapping a refused `verl-gke:datasetColumns` most likely meant, as JSON text: the
+    user's own pairs (JSON, or `prompt:problem,answer:answer`), a role it lacks from
+    COLUMNS_EXAMPLE; COLUMNS_EXAMPLE itself where the pairs are still refused."""
+    pairs: dict[str, str] = {}
+    with contextlib.suppress(json.JSONDecodeError):
+        raw = json.loads(text)
+        if isinstance(raw, dict):
+            pairs = {str(k): v for k, v in raw.items() if isinstance(v, str)}
+    if not pairs:
+        for part in text.strip().strip("{}").split(","):
+            match = _COLUMN_PAIR.fullmatch(part)
+            if match is None:
+                return COLUMNS_EXAMPLE
+            pairs[match["role"]] = match["column"]
+    meant = json.dumps({**json.loads(COLUMNS_EXAMPLE), **pairs}, separators=(",", ":"))
+    return meant if parse_columns(meant)[0] is not None else COLUMNS_EXAMPLE
+
+
 def parse_columns(text: str) -> tuple[DatasetColumns | None, str | None]:
     """(columns, None) or (None, why) for the JSON text of verl-gke:datasetColumns."""
     try:
@@ -322,9 +348,10 @@ def dataset_problems(
         ]
     columns, why = parse_columns(columns_text)
     if columns is None:
+        meant = _columns_meant(columns_text)
         return [
             f"{COLUMNS_KEY} = {columns_text!r}: {why}. Fix: "
-            f"{_fix(COLUMNS_KEY, COLUMNS_EXAMPLE, stack)} (your column names; optional keys "
+            f"{_fix(COLUMNS_KEY, meant, stack)} (your column names; optional keys "
             'trainSplit, testSplit, subset, instruction, e.g. "subset":"main")'
         ]
     if (unknown := _unknown_columns(dataset, columns_text, reward, stack)) is not None:
@@ -469,9 +496,18 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
     path = (project_dir / match["file"]).resolve()
     where = f"{REWARD_KEY} = {reward!r}"
     if not path.is_relative_to(project_dir) or not path.is_file():
+        found = _reward_elsewhere(match["file"], match["function"], project_dir)
+        if found is not None:
+            fix = f"pulumi config set {REWARD_KEY} '{found}' -s {stack}"
+        else:
+            fix = (
+                f"create {match['file']} there with `def {match['function']}(data_source, "
+                "solution_str, ground_truth, extra_info=None, **kwargs)` (docs/own-run.md), or "
+                f"use the example: {fix}"
+            )
         return [
             f"{where}: {match['file']} is not a file of this project ({project_dir}); the path "
-            f"is relative to the folder of Pulumi.yaml. Fix: create it there and {fix}"
+            f"is relative to the folder of Pulumi.yaml. Fix: {fix}"
         ]
     try:
         tree = ast.parse(path.read_bytes(), filename=match["file"])
@@ -485,11 +521,21 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
         defined = sorted(
             n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         )
+        # Only a function verl can call with its reward keywords is a fix; the closest in
+        # spelling to the one typed first.
+        callable_ = [
+            name
+            for name in dict.fromkeys(defined)
+            if (bound := _function(tree, name)) is not None and signature_problem(bound) is None
+        ]
+        ranked = difflib.get_close_matches(match["function"], callable_, n=1, cutoff=0) or [
+            "compute_score"
+        ]
         return [
             f"{where}: {match['file']} defines no top-level function {match['function']} "
             f"(it defines {defined}). Fix: pulumi config set {REWARD_KEY} "
-            f"'{match['file']}:{defined[0] if defined else 'compute_score'}' -s {stack}"
-            + ("" if defined else " after adding that function")
+            f"'{match['file']}:{ranked[0]}' -s {stack}"
+            + ("" if callable_ else " after adding that function")
         ]
     why = signature_problem(node)
     if why is None:
@@ -499,6 +545,16 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
         f"`def {node.name}(data_source, solution_str, ground_truth, extra_info=None, "
         "**kwargs)`"
     ]
+
+
+def _reward_elsewhere(file: str, function: str, project_dir: Path) -> str | None:
+    """The project's reward file of the same name in the examples' folder, `FILE.py:FUNCTION`,
+    for a reward whose path was typed without its folder (`exact_match.py:compute_score`)."""
+    example_dir = Path(REWARD_EXAMPLE.split(":", 1)[0]).parent
+    candidate = example_dir / Path(file).name
+    if candidate.as_posix() == file or not (project_dir / candidate).is_file():
+        return None
+    return f"{candidate.as_posix()}:{function}"
 
 
 def _reward_in_file(file: str, project_dir: Path) -> str | None:

@@ -395,6 +395,12 @@ def _type_error_fix(
     # Booleans get their default, never a guess (deleteBucketOnDestroy=2 must not become true).
     candidates += _default_candidates(alias, raw)
     stack = raw.get("stack", "STACK")
+    switch = input_rules.boolean_meant(item["input"]) if alias == "evaluation" else None
+    if switch is not None:
+        # `evaluation=false`: the object's switch, which --path sets.
+        whole = json.dumps({"enabled": switch == "true"})
+        if _field_accepts(raw, alias, key, whole, job_check):
+            return f"pulumi config set --path {key}.enabled {switch} -s {stack}"
     for candidate in candidates:
         if _field_accepts(raw, alias, key, candidate, job_check):
             return f"pulumi config set {key} {candidate} -s {stack}"

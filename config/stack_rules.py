@@ -174,6 +174,14 @@ def _check_mode(s: StackValues, profile: AcceleratorProfile) -> str | None:
 
 def _check_reservation(s: StackValues, profile: AcceleratorProfile) -> str | None:
     if s.reservation is None:
+        support = profile.capacity.get(s.mode)
+        if s.capacity is not Capacity.RESERVATION and (
+            support is None or s.capacity not in support.supported
+        ):
+            # _check_capacity (or _check_mode) refuses it, with `reservation` as the way there;
+            # a reservation placeholder was set aside only because of that capacity
+            # (config/settings.py _drop_unused_reservation_placeholder).
+            return None
         if profile.reservation_required:
             return (
                 f"{config_key('reservation')} is not set: {profile.name} machines "
@@ -183,11 +191,17 @@ def _check_reservation(s: StackValues, profile: AcceleratorProfile) -> str | Non
         return None
     if _RESERVATION.match(s.reservation):
         return None
+    # Compute Engine names are lowercase: the name typed in lowercase, without spaces or a
+    # URL's prefix, where that is a reservation reference.
+    meant = re.sub(r"^https://www\.googleapis\.com/compute/v1/", "", s.reservation.strip())
+    meant = re.sub(r"reservationblocks", "reservationBlocks", meant.lower())
+    meant = re.sub(r"reservationsubblocks", "reservationSubBlocks", meant).replace("_", "-")
+    fix = meant if _RESERVATION.match(meant) else "my-reservation"
     return (
         f"{config_key('reservation')} = {s.reservation!r}: expected NAME, "
         f"NAME/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK] or "
         f"projects/PROJECT/reservations/NAME[/...] (lowercase "
-        f"letters, digits, hyphens). Fix: {s.fix('reservation', 'my-reservation')}"
+        f"letters, digits, hyphens). Fix: {s.fix('reservation', fix)}"
     )
 
 
@@ -221,7 +235,7 @@ def _check_capacity(s: StackValues, profile: AcceleratorProfile) -> str | None:
         allowed = ", ".join(c.value for c in support.supported)
         other = next((p for p in PROFILES.values() if s.capacity in _supported_anywhere(p)), None)
         elsewhere = (
-            f", or a profile that offers it (e.g. {other.name}: verl-gke:profile {other.name})"
+            f", or a profile that offers it (e.g. {other.name}: {s.fix('profile', other.name)})"
             if other
             else ""
         )
@@ -279,7 +293,14 @@ def _check_cluster_name(s: StackValues) -> str | None:
         "lowercase letters, digits and hyphens, starting with a letter",
         MAX_CLUSTER_NAME,
     )
-    return problem and f"{problem} Fix: {s.fix('cluster_name', 'verl-' + s.profile_name)}"
+    if not problem:
+        return None
+    # The name typed in the allowed characters (`My_Cluster` -> `my-cluster`), else the default.
+    meant = re.sub(r"[^a-z0-9]+", "-", s.cluster_name.lower()).lstrip("-0123456789")
+    meant = meant[:MAX_CLUSTER_NAME].rstrip("-")
+    if not (_GCE_NAME.match(meant) and len(meant) <= MAX_CLUSTER_NAME):
+        meant = "verl-" + s.profile_name
+    return f"{problem} Fix: {s.fix('cluster_name', meant)}"
 
 
 def _check_namespace(s: StackValues, profile: AcceleratorProfile) -> str | None:
@@ -311,6 +332,8 @@ def _check_bucket(s: StackValues) -> str | None:
     name = s.bucket_name
     if _bucket_ok(name):
         return None
+    if name == f"{s.project}-{s.cluster_name}" and _check_cluster_name(s) is not None:
+        return None  # the default name of a refused clusterName: its fix mends both
     return (
         f"{config_key('bucket_name')} = {name!r}: GCS bucket names are 3-63 lowercase letters, "
         f"digits, hyphens or underscores, start and end with a letter or digit, and must not "
@@ -397,15 +420,29 @@ def _check_authorized_networks(s: StackValues) -> str | None:
         if problem is None:
             continue
         shown = ",".join(s.authorized_networks)
-        fixed = ",".join(cluster_security.corrected_cidrs(s.authorized_networks))
+        fixed = cluster_security.corrected_cidrs(s.authorized_networks)
         fix = (
-            s.fix("authorized_networks", fixed)
+            _authorized_networks_fix(key, s.authorized_networks, fixed, s.stack)
             if fixed
             else f"pulumi config rm {key} -s {s.stack} (the endpoint is then open to the "
             f"internet), or set your machine's IPv4 address as A.B.C.D/32"
         )
         return f"{key} = {shown!r}: {cidr!r} is {problem[0]}. Fix: {fix}"
     return None
+
+
+def _authorized_networks_fix(key: str, given: list[str], fixed: list[str], stack: str) -> str:
+    """The commands that store `fixed` as Pulumi.yaml declares the key, `array<string>`: one
+    `--path '[i]'` item per range (a plain `pulumi config set` stores a string, which Pulumi
+    refuses for an array before the program runs)."""
+    if len(fixed) == len(given):
+        changed = [(i, item) for i, item in enumerate(fixed) if item != given[i]]
+        start = []
+    else:
+        changed = list(enumerate(fixed))
+        start = [f"pulumi config rm {key} -s {stack}"]
+    items = [f"pulumi config set --path '{key}[{i}]' {item} -s {stack}" for i, item in changed]
+    return ", then ".join(start + items)
 
 
 def _cidr_size_problem(s: StackValues, networks: dict[str, ipaddress.IPv4Network]) -> str | None:
@@ -596,7 +633,19 @@ def _input_class_problems(s: StackValues, profile: AcceleratorProfile) -> list[s
         _check_image(s, name, getattr(profile, name)) for name in image_fields()
     ]
     problems.append(_reason(s, "ray_version", input_rules.ray_version_problem, profile.ray_version))
-    problems.append(_reason(s, "verl_ref", input_rules.git_ref_problem, profile.verl_ref))
+    # verl's release tags carry a `v` (v0.6.1, v0.9.0: config/verl_source.py VLLM_FOR_REF); a
+    # bare release number names no ref, and the data-prep Job's checkout would fail.
+    bare_release = re.fullmatch(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:\.post[0-9]+)?", s.verl_ref)
+    verl_ref_fix = f"v{s.verl_ref}" if bare_release else profile.verl_ref
+    problems.append(
+        _reason(s, "verl_ref", input_rules.git_ref_problem, verl_ref_fix)
+        or (
+            f"{config_key('verl_ref')} = {s.verl_ref!r}: not one of verl's tags, which begin "
+            f"with v. Fix: {s.fix('verl_ref', verl_ref_fix)}"
+            if bare_release
+            else None
+        )
+    )
     problems.extend(_model_revision_problems(s))
     model = input_rules.model_problem(s.model, DEFAULT_MODEL)
     if model is not None and "@" not in s.model:

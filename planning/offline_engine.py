@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -342,7 +343,7 @@ def type_fix(stack: str, config_with: Callable[[str, Any], dict[str, str]]) -> T
             return f"pulumi config set --secret {key} '<your-{name}>' -s {stack}"
         text = value if isinstance(value, str) else pulumi_config.scalar_text(value)
         if declaration.get("type") == "array" and isinstance(value, str):
-            items = [item for item in re.split(r"[,\s]+", text) if item]
+            items = _list_items(text)
             if items and accepted(key, items):
                 return ", then ".join(
                     f"pulumi config set --path '{key}[{index}]' {item} -s {stack}"
@@ -360,6 +361,17 @@ def type_fix(stack: str, config_with: Callable[[str, Any], dict[str, str]]) -> T
         return None
 
     return fix
+
+
+def _list_items(text: str) -> list[str]:
+    """The items a user meant by a list typed as one string: JSON text (`["a","b"]`, what
+    `pulumi config set` without `--path` stores as a string) or comma/space-separated."""
+    if text.strip().startswith("["):
+        with contextlib.suppress(json.JSONDecodeError):
+            parsed = json.loads(text)
+            if isinstance(parsed, list):
+                return [str(item).strip() for item in parsed if str(item).strip()]
+    return [item for item in re.split(r"[,\s]+", text) if item]
 
 
 def project_config(project_dir: Path = REPO_ROOT) -> dict[str, str]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
+from config.run_inputs import reward_problems
 from config.settings import load_settings
 from planning.offline_engine import REPO_ROOT, stack_config
 from tools import plan as plan_cli
@@ -102,6 +104,64 @@ def _accepted(stack: str, words: list[str]) -> None:
             ["--set", 'verl-gke:job.logger=["console","wandb"]'],
             "wandbApiKey=<your-wandb-api-key>",
         ),
+        # Found by a newcomer's 30 mistakes (issue 38, adv38): each fix kept the meaning.
+        (
+            "a4x",
+            ["--set", 'verl-gke:authorizedNetworks=["203.0.113.7/32","198.51.100.0/24"]'],
+            "authorizedNetworks[1]=198.51.100.0/24",
+        ),
+        # An address without /N: the item set as an item (a plain string fails array<string>).
+        (
+            "a4x",
+            ["--set", "verl-gke:authorizedNetworks[0]=203.0.113.7"],
+            "authorizedNetworks[0]=203.0.113.7/32",
+        ),
+        ("a4", ["--set", "verl-gke:mdoel=Qwen/Qwen3-8B"], "model=Qwen/Qwen3-8B"),
+        (
+            "a3u",
+            ["--set", "verl-gke:reward=exact_match.py:compute_score"],
+            "reward=docs/examples/exact_match.py:compute_score",
+        ),
+        ("a4", ["--set", "verl-gke:job.logger=console,tensorboard"], '"tensorboard"'),
+        ("a4", ["--set", "verl-gke:job.trainBatchSize=1k"], "trainBatchSize=1024"),
+        ("a4", ["--set", "verl-gke:gpuNodeHourlyUsd=41,50"], "gpuNodeHourlyUsd=41.5"),
+        ("a4", ["--set", "verl-gke:evaluation=false"], "evaluation.enabled=false"),
+        ("a4", ["--set", "verl-gke:verlRef=0.6.1"], "verlRef=v0.6.1"),
+        (
+            "a4",
+            ["--set", "verl-gke:reservation=projects/my-project/reservations/My-Res"],
+            "reservation=projects/my-project/reservations/my-res",
+        ),
+        # One refusal: the stack file's reservation placeholder is not "not set".
+        ("a4x", ["--set", "verl-gke:capacity=spot"], "capacity=reservation"),
+        # The name in the allowed characters, not the default; one problem, not the bucket's too.
+        ("a4", ["--set", "verl-gke:clusterName=My_Cluster"], "clusterName=my-cluster"),
+        # The mapping typed without JSON, or lacking a role: the user's own columns kept (with a
+        # reward, since my-org/math has no verl score).
+        (
+            "a3u",
+            [
+                "--set",
+                "verl-gke:dataset=my-org/math",
+                "--set",
+                "verl-gke:reward=docs/examples/exact_match.py:compute_score",
+                "--set",
+                "verl-gke:datasetColumns=prompt:problem,answer:solution",
+            ],
+            '"prompt":"problem","answer":"solution"',
+        ),
+        (
+            "a3u",
+            [
+                "--set",
+                "verl-gke:dataset=my-org/math",
+                "--set",
+                "verl-gke:reward=docs/examples/exact_match.py:compute_score",
+                "--set",
+                'verl-gke:datasetColumns={"prompt":"problem"}',
+            ],
+            '"prompt":"problem"',
+        ),
         # The longest response the context holds does not fit memory: a length that does.
         ("a4", ["--set", "verl-gke:job.maxResponseLength=32768"], "maxResponseLength="),
     ],
@@ -140,3 +200,43 @@ def test_the_context_length_fix_is_the_longest_length_every_rule_takes(
     doubled = ["--set", f"verl-gke:job.maxResponseLength={min(2 * length, 32768 - 512)}"]
     with pytest.raises(ValueError, match="memory"):
         _accepted("a4", doubled)
+
+
+def test_a_modelled_key_in_extra_overrides_moves_with_its_value(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = ["--set", 'verl-gke:job.extraOverrides=["actor_rollout_ref.actor.optim.lr=2e-6"]']
+    assert plan_cli.main(["a4", *typed]) == 2
+    fix = _printed_fix(capsys.readouterr().err)
+    assert fix == ["--set", "verl-gke:job.lr=2e-6"]
+    # "remove it from verl-gke:job.extraOverrides": the override leaves, the setting takes it.
+    _accepted("a4", fix)
+
+
+def test_a_reward_function_typo_gets_the_closest_function_verl_can_call(tmp_path: Path) -> None:
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "mine.py").write_text(
+        "def extract(text):\n    return text.strip()\n\n\n"
+        "def my_reward(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(extract(solution_str) == ground_truth)\n"
+    )
+    (problem,) = reward_problems("rewards/mine.py:my_rewards", "a3u", tmp_path)
+    fixed = re.search(r"verl-gke:reward '([^']+)'", problem)
+    assert fixed is not None and fixed[1] == "rewards/mine.py:my_reward", problem
+    assert reward_problems(fixed[1], "a3u", tmp_path) == []
+
+
+def test_a_missing_reward_file_keeps_its_path_and_function_in_the_fix(tmp_path: Path) -> None:
+    (problem,) = reward_problems("rewards/mine.py:score", "a3u", tmp_path)
+    assert "create rewards/mine.py there with `def score(data_source," in problem
+
+
+def test_a_capacity_another_profile_offers_names_that_profile_as_a_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = ["--set", "verl-gke:capacity=spot"]
+    assert plan_cli.main(["a4x", *typed]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "Fix: " in line]
+    other = line.split(", or ", 1)[1]
+    assert "--set verl-gke:profile=a4" in other, line
+    _accepted("a4x", [*typed, "--set", "verl-gke:profile=a4"])

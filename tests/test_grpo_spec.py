@@ -422,7 +422,7 @@ def test_new_experiment_gets_its_own_checkpoint_folder() -> None:
         (["trainer.nnodes=3"], "set verl-gke:gpuNodes instead"),
         (
             ["actor_rollout_ref.ref.use_torch_compile=True"],
-            "set verl-gke:job.useTorchCompile instead",
+            "then pulumi config set --path verl-gke:job.useTorchCompile true",
         ),
         (["a.b=1", "a.b=2"], "overridden twice"),
         (["a.b=1\nc.d=2"], "not a Hydra override"),

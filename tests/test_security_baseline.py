@@ -19,8 +19,10 @@ Sources (config/cluster_security.py has the quotes):
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +39,9 @@ from config.profiles import PROFILES, Mode
 from config.settings import SettingsError, StackSettings, load_settings
 from config.stack_rules import MAX_CLUSTER_NAME
 from config.stack_values import version_tuple
-from planning.offline_engine import PlanResult
+from planning import pulumi_config
+from planning.offline_engine import REPO_ROOT, PlanResult, _declarations
+from planning.pulumi_config import ConfigSet
 from tests.program import COMBINATIONS, REAL, plan
 from tools.plan import plan_report
 
@@ -47,7 +51,12 @@ ACCOUNT = "gcp:serviceaccount/account:Account"
 PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
 REPO_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 KEY = "verl-gke:authorizedNetworks"
-_FIX = re.compile(r"Fix: pulumi config (?:set (?P<key>\S+) (?P<value>\S+)|rm (?P<rm>\S+)) -s ")
+_COMMAND = re.compile(
+    r"pulumi config (?:set (?:--path '(?P<path>[^']+)'|(?P<key>\S+)) (?P<value>\S+)|rm (?P<rm>\S+))"
+    r" -s "
+)
+# Pulumi.yaml's declaration of the key.
+DECLARED = _declarations(REPO_ROOT)[KEY]
 # GKE "Configure GKE node service accounts" (minimum), "Use Image streaming" (Service Usage
 # Consumer for a custom node account) and Artifact Registry (image pulls).
 NODE_ROLES_ALLOWED = {
@@ -92,17 +101,27 @@ def test_ranges_that_cannot_admit_a_client_are_refused_before_anything_with_an_a
     # Refused by the provider, or accepted by it (::/0) yet matching no client of an IPv4
     # endpoint.
     assert not provider_accepts(value) or not reaches_ipv4_endpoint(value)
-    config = {**REAL, KEY: f"198.51.100.0/24,{value}"}
+    # The list as Pulumi.yaml's array<string> holds it (the program reads it as JSON text).
+    values: dict[str, Any] = {KEY: ["198.51.100.0/24", value]}
+    config = {**REAL, KEY: json.dumps(values[KEY])}
     with pytest.raises(SettingsError) as caught:
         load_settings("a4", config, offline=False)
     message = str(caught.value)
     assert f"{KEY} = " in message and repr(value) in message
-    fix = _FIX.search(message)
-    assert fix, message
-    if fix["rm"]:
-        config.pop(fix["rm"])
-    else:
-        config[fix["key"]] = fix["value"]
+    # The fix's first alternative, each command applied as the CLI writes it.
+    commands = list(_COMMAND.finditer(message.split("Fix: ", 1)[1].split(", or ")[0]))
+    assert commands, message
+    for command in commands:
+        if command["rm"]:
+            values.pop(command["rm"])
+        else:
+            item = command["path"] or command["key"]
+            change = ConfigSet(item, command["value"], path=bool(command["path"]))
+            pulumi_config.apply(values, change)
+    assert pulumi_config.type_problems("a4", {KEY: DECLARED}, values) == []
+    config = {**REAL, **{key: json.dumps(v) for key, v in values.items()}}
+    if KEY not in values:
+        config.pop(KEY)
     accepted = load_settings("a4", config, offline=False).settings.authorized_networks
     assert all(provider_accepts(cidr) and reaches_ipv4_endpoint(cidr) for cidr in accepted)
 

@@ -390,7 +390,17 @@ def _owned_override_problem(
 ) -> str:
     settings = list(dict.fromkeys(setting_of(modelled[o]) for o in owned))
     if owned == [key]:
-        return f"{key} is a modelled setting; remove it here and set {settings[0]} instead"
+        alias = modelled[key]
+        then = f"set {settings[0]} instead"
+        typed = value.strip()
+        if settings[0] == _setting(alias) and typed:
+            # The value typed, under its setting; Hydra reads True/False as booleans.
+            meant: object = typed.lower() == "true" if typed.lower() in ("true", "false") else typed
+            then = set_command(alias, meant)
+        return (
+            f"{key} is a modelled setting. Fix: remove it from {_setting('extraOverrides')}, "
+            f"then {then}"
+        )
     if not owned[0].startswith(f"{key}."):
         return (
             f"{key} lies inside {owned[0]}, which {settings[0]} sets. Fix: remove it and set "
@@ -697,6 +707,11 @@ def _value_fix(item: Any, values: Mapping[str, Any]) -> str:
         # `[a,b]` as a shell leaves '["a","b"]' typed without quotes: the items it names.
         bare = text[1:-1].split(",") if text.startswith("[") and text.endswith("]") else [text]
         candidates.insert(0, json.dumps([part.strip().strip("'\"") for part in bare]))
+        if "=" not in text and "," in text and not text.startswith("["):
+            # `console,wandb`: a comma-separated list of plain names (an override, `k=v`, can
+            # hold commas of its own and stays one item).
+            names = [part.strip() for part in text.split(",") if part.strip()]
+            candidates.insert(0, json.dumps(names))
     for candidate in candidates:
         try:
             GrpoSpec.model_validate({**values, alias: candidate})
