@@ -320,7 +320,12 @@ def rehearsal_lines(result: dict[str, Any] | str) -> list[str]:
             "run's dataset size is known only to the data-prep Job"
         )
         counted = (
-            "the whole run below is priced at this count"
+            # The rows kept are the example rows' (a stand-in tokenizer), never the run's own:
+            # verl drops the run's prompts longer than data.max_prompt_length, the data-prep
+            # Job counts them (payloads/data_prep/prep_checks.py check_prompt_lengths).
+            f"the whole run below is priced at this count, at most the run's: verl drops "
+            f"{sized}'s own prompts longer than verl-gke:job.maxPromptLength tokens of the "
+            "model's tokenizer, which the data-prep Job counts before training"
             if sized
             else "this is not the run's length; the whole run below is the program's estimate"
         )

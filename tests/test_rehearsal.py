@@ -740,6 +740,19 @@ def test_the_offline_plan_counts_gsm8ks_own_rows_so_a_shorter_run_is_not_refused
     assert (length["last_step"], length["save_steps"], length["final_save"]) == (30, [20, 30], True)
 
 
+def test_the_offline_plan_does_not_pass_the_example_rows_lengths_off_as_gsm8ks() -> None:
+    # Held-out (adv34): maxPromptLength=64 on GSM8K. The example rows are ~27 words, so verl's
+    # filter keeps all 7,473 copies; GSM8K's own prompts (its question, verl's instruction and the
+    # model's chat template) are mostly longer, and verl drops them. The plan may price at the
+    # count only as an upper bound, and says who counts the run's own rows.
+    _, _, record = _offline_plan(stack_config=(("verl-gke:job", '{"maxPromptLength": 64}'),))
+    assert isinstance(record, dict), record
+    assert record["data"]["train_rows_kept"] == run_inputs.GSM8K_ROWS["train"]
+    rows_line = next(line for line in rehearsal_lines(record) if line.startswith("  rows: "))
+    assert "priced at this count, at most the run's" in rows_line
+    assert "the data-prep Job counts before training" in rows_line
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_unknown_kl_loss_type_is_refused_by_verls_own_kl_penalty(release: str) -> None:
     # Held-out: no config check reads actor.kl_loss_type; core_algos.kl_penalty raises
