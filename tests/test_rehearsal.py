@@ -112,6 +112,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
         None,
         {},
     ),
+    # resume_path without a resume_from_path: verl's "resume ckpt must be str type".
+    "resume-path-unset": (["trainer.resume_mode=resume_path"], None, {}),
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
@@ -405,6 +407,20 @@ def test_resume_path_starts_every_attempt_at_its_step_as_verl_does(release: str)
     problem = _only_problem(_record(release, "resume-path-bad"))
     assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
     assert "resume ckpt must specify the global_steps" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resume_path_without_a_path_is_fixed_by_a_command_that_sets_one(release: str) -> None:
+    # Held-out (adv34): trainer.resume_mode=resume_path alone. verl's own _load_checkpoint
+    # asserts resume_from_path is a str; the fix keeps the resume (a command that appends the
+    # path after the user's override), or drops resume_path.
+    problem = _only_problem(_record(release, "resume-path-unset"))
+    assert "resume ckpt must be str type" in problem["message"]
+    assert problem["fix"].startswith(
+        "pulumi config set --path verl-gke:job.extraOverrides[1] trainer.resume_from_path="
+    ), problem["fix"]
+    assert "/global_step_" in problem["fix"]
+    assert problem["fix"].endswith("pulumi config rm --path verl-gke:job.extraOverrides[0]")
 
 
 @pytest.mark.parametrize("release", RELEASES)
