@@ -276,6 +276,13 @@ def _unchecked(result: dict[str, Any]) -> list[str]:
         for note in result.get("notes") or []
         if "rows_are_the_runs false" in note
     ]
+    # A resume_from_path under a mount this machine lacks (verl_scripts/rehearsal_length.py
+    # _resume_folder_found): its actor/ folder is checked in the Job, which mounts it.
+    lines += [
+        f"{note} (the training image's rehearsal checks its actor/ folder)"
+        for note in result.get("notes") or []
+        if note.endswith("is not mounted here, not checked")
+    ]
     lines.append(
         "the model's own tokenizer and chat template: the model is not downloaded for the plan, "
         "so a stand-in tokenizer (a word per token, a chat template) with the model's context "

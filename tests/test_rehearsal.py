@@ -769,6 +769,18 @@ def test_the_offline_plan_does_not_pass_the_example_rows_lengths_off_as_gsm8ks()
     assert "the data-prep Job counts before training" in rows_line
 
 
+def test_the_offline_plan_says_a_resume_folder_it_cannot_see_was_not_checked() -> None:
+    # Held-out (adv34): resume_path from /data/old/global_step_20. verl's _load_checkpoint
+    # resumes at step 20; the folder's actor/ is not on this machine, and the plan says so.
+    _, _, record = _offline_plan(
+        ("trainer.resume_mode=resume_path", "trainer.resume_from_path=/data/old/global_step_20")
+    )
+    assert isinstance(record, dict) and record["ok"], record
+    assert record["length"]["resumed_from"] == 20
+    unchecked = [line for line in rehearsal_lines(record) if "not checked here" in line]
+    assert any("/data/old/global_step_20" in line and "actor/" in line for line in unchecked)
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_unknown_kl_loss_type_is_refused_by_verls_own_kl_penalty(release: str) -> None:
     # Held-out: no config check reads actor.kl_loss_type; core_algos.kl_penalty raises
