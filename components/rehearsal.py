@@ -24,7 +24,9 @@ from training.rehearsal_context import rehearsal_context
 # Pulumi waits for the Job to complete: the training image's pull on a node that lacks it
 # (A4X: a GPU node), verl's imports, the tokenizer over the dataset and the reward's samples;
 # minutes, with retries of a failed pod.
-JOB_TIMEOUTS = pulumi.CustomTimeouts(create="45m", update="45m")
+# As long as the Job may be active (manifests/rehearsal.py ACTIVE_DEADLINE_S).
+_WAIT = f"{manifests.ACTIVE_DEADLINE_S // 60}m"
+JOB_TIMEOUTS = pulumi.CustomTimeouts(create=_WAIT, update=_WAIT)
 
 
 @dataclass(frozen=True)

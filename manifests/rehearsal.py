@@ -46,6 +46,12 @@ SCRIPT_DIR = "/scripts"
 # The wrapper exits 0 once the record is written (ok or not; jobs/rehearsal_verdict.py judges
 # it), so a failed pod is a rehearsal that wrote none (a pod killed, the mount not ready): retried.
 BACKOFF_LIMIT = 2
+# How long the Job may be active, from its start (its pods' image pulls, the verl copy's wait for
+# data prep's marker and the rehearsal included): `pulumi up` waits this long for it
+# (components/rehearsal.py), and past it Kubernetes terminates its pods and fails the Job
+# (batch/v1 JobSpec.activeDeadlineSeconds, reason DeadlineExceeded), so a pod stuck waiting
+# holds no CPU node after `pulumi up` has given up on it.
+ACTIVE_DEADLINE_S = 45 * 60
 # Hugging Face caches of the pod: it reads the model from the bucket and downloads nothing.
 HF_HOME = "/tmp/huggingface"
 
@@ -213,6 +219,7 @@ def rehearsal_job(
         ),
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
+            "activeDeadlineSeconds": ACTIVE_DEADLINE_S,
             "template": {
                 "metadata": {
                     "labels": labels(COMPONENT),

@@ -276,6 +276,13 @@ def _unchecked(result: dict[str, Any]) -> list[str]:
         for note in result.get("notes") or []
         if "rows_are_the_runs false" in note
     ]
+    # A resume_from_path under a mount this machine lacks (verl_scripts/rehearsal_length.py
+    # _resume_folder_found): its actor/ folder is checked in the Job, which mounts it.
+    lines += [
+        f"{note} (the training image's rehearsal checks its actor/ folder)"
+        for note in result.get("notes") or []
+        if note.endswith("is not mounted here, not checked")
+    ]
     lines.append(
         "the model's own tokenizer and chat template: the model is not downloaded for the plan, "
         "so a stand-in tokenizer (a word per token, a chat template) with the model's context "
@@ -320,7 +327,12 @@ def rehearsal_lines(result: dict[str, Any] | str) -> list[str]:
             "run's dataset size is known only to the data-prep Job"
         )
         counted = (
-            "the whole run below is priced at this count"
+            # The rows kept are the example rows' (a stand-in tokenizer), never the run's own:
+            # verl drops the run's prompts longer than data.max_prompt_length, the data-prep
+            # Job counts them (payloads/data_prep/prep_checks.py check_prompt_lengths).
+            f"the whole run below is priced at this count, at most the run's: verl drops "
+            f"{sized}'s own prompts longer than verl-gke:job.maxPromptLength tokens of the "
+            "model's tokenizer, which the data-prep Job counts before training"
             if sized
             else "this is not the run's length; the whole run below is the program's estimate"
         )

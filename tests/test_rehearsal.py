@@ -112,6 +112,8 @@ CASES: dict[str, tuple[list[str], tuple[str, str] | None, dict[str, Any]]] = {
         None,
         {},
     ),
+    # resume_path without a resume_from_path: verl's "resume ckpt must be str type".
+    "resume-path-unset": (["trainer.resume_mode=resume_path"], None, {}),
     # verl 0.9.0's legacy trainer (RayPPOTrainer, as at 0.6.1) instead of the V1 default.
     "legacy-steps-100": (["trainer.total_training_steps=100", "trainer.use_v1=False"], None, {}),
     "none-reward": ([], (TEST_REWARDS, "none_when_wrong"), {}),
@@ -405,6 +407,20 @@ def test_resume_path_starts_every_attempt_at_its_step_as_verl_does(release: str)
     problem = _only_problem(_record(release, "resume-path-bad"))
     assert problem["setting"] == "verl-gke:job.extraOverrides[1]"
     assert "resume ckpt must specify the global_steps" in problem["message"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resume_path_without_a_path_is_fixed_by_a_command_that_sets_one(release: str) -> None:
+    # Held-out (adv34): trainer.resume_mode=resume_path alone. verl's own _load_checkpoint
+    # asserts resume_from_path is a str; the fix keeps the resume (a command that appends the
+    # path after the user's override), or drops resume_path.
+    problem = _only_problem(_record(release, "resume-path-unset"))
+    assert "resume ckpt must be str type" in problem["message"]
+    assert problem["fix"].startswith(
+        "pulumi config set --path verl-gke:job.extraOverrides[1] trainer.resume_from_path="
+    ), problem["fix"]
+    assert "/global_step_" in problem["fix"]
+    assert problem["fix"].endswith("pulumi config rm --path verl-gke:job.extraOverrides[0]")
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -738,6 +754,31 @@ def test_the_offline_plan_counts_gsm8ks_own_rows_so_a_shorter_run_is_not_refused
     assert record["ok"], record["problems"]
     length = record["length"]
     assert (length["last_step"], length["save_steps"], length["final_save"]) == (30, [20, 30], True)
+
+
+def test_the_offline_plan_does_not_pass_the_example_rows_lengths_off_as_gsm8ks() -> None:
+    # Held-out (adv34): maxPromptLength=64 on GSM8K. The example rows are ~27 words, so verl's
+    # filter keeps all 7,473 copies; GSM8K's own prompts (its question, verl's instruction and the
+    # model's chat template) are mostly longer, and verl drops them. The plan may price at the
+    # count only as an upper bound, and says who counts the run's own rows.
+    _, _, record = _offline_plan(stack_config=(("verl-gke:job", '{"maxPromptLength": 64}'),))
+    assert isinstance(record, dict), record
+    assert record["data"]["train_rows_kept"] == run_inputs.GSM8K_ROWS["train"]
+    rows_line = next(line for line in rehearsal_lines(record) if line.startswith("  rows: "))
+    assert "priced at this count, at most the run's" in rows_line
+    assert "the data-prep Job counts before training" in rows_line
+
+
+def test_the_offline_plan_says_a_resume_folder_it_cannot_see_was_not_checked() -> None:
+    # Held-out (adv34): resume_path from /data/old/global_step_20. verl's _load_checkpoint
+    # resumes at step 20; the folder's actor/ is not on this machine, and the plan says so.
+    _, _, record = _offline_plan(
+        ("trainer.resume_mode=resume_path", "trainer.resume_from_path=/data/old/global_step_20")
+    )
+    assert isinstance(record, dict) and record["ok"], record
+    assert record["length"]["resumed_from"] == 20
+    unchecked = [line for line in rehearsal_lines(record) if "not checked here" in line]
+    assert any("/data/old/global_step_20" in line and "actor/" in line for line in unchecked)
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -311,3 +311,14 @@ def test_the_configmap_carries_every_module_of_the_steps_and_runs_flat(tmp_path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rehearsal_scripts, "read_scripts", lambda: changed)
         assert training_job(settings).rehearsal_record != before
+
+
+def test_the_job_is_stopped_when_pulumi_up_stops_waiting_for_it() -> None:
+    # A pod stuck (a mount that never comes up, the verl copy's wait for data prep's marker)
+    # would hold its CPU node after `pulumi up` gave up: batch/v1 activeDeadlineSeconds ends it
+    # at the same time as the Job's Pulumi wait.
+    job = rehearsal(plan("a3u", "standard"))
+    deadline = job.inputs["spec"]["activeDeadlineSeconds"]
+    assert isinstance(deadline, int) and deadline > 0
+    waits = {job.custom_timeouts.get(op) for op in ("create", "update")}
+    assert waits == {f"{deadline // 60}m"} and deadline % 60 == 0

@@ -25,7 +25,7 @@ import difflib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
@@ -247,10 +247,9 @@ class GrpoSpec(BaseModel):
             key = match["key"]
             if key in FIXED_OVERRIDES:
                 raise ValueError(
-                    f"{where}: {key}={FIXED_OVERRIDES[key]} is set for every run: without it "
-                    f"one prompt longer than {_setting('maxPromptLength')} stops the run on the "
-                    f"GPUs (verl raises on it). Fix: remove it; to keep longer prompts raise "
-                    f"{_setting('maxPromptLength')}"
+                    f"{where}: {key}={FIXED_OVERRIDES[key]} is set for every run: "
+                    f"{_unfiltered_prompt(self.extra_overrides)}. Fix: remove it; to keep "
+                    f"longer prompts raise {_setting('maxPromptLength')}"
                 )
             owned = _owned_keys_under(key, modelled)
             if owned:
@@ -347,6 +346,33 @@ _HYDRA_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # builds the datasets, measuring them as __getitem__ and the agent loop do; the data-prep Job
 # counts them first and refuses a dataset left smaller than one batch (payloads/data_prep/).
 FIXED_OVERRIDES: Mapping[str, str] = MappingProxyType({"data.filter_overlong_prompts": "True"})
+
+# verl 0.6.1's postprocess_data (verl/utils/torch_functional.py, called by RLHFDataset.__getitem__)
+# cuts a prompt longer than max_length with data.truncation left, right or middle and raises
+# NotImplementedError with error; 0.9.0's agent loop left-truncates it whatever data.truncation
+# says (AgentLoopBase._cap_text_prompt_length, verl/experimental/agent_loop/agent_loop.py).
+_CUTTING_TRUNCATIONS = ("left", "right", "middle")
+
+
+def _unfiltered_prompt(extra_overrides: Sequence[str]) -> str:
+    """What verl does with a prompt longer than data.max_prompt_length when nothing drops it."""
+    truncation = "error"
+    for override in extra_overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key.strip() == "data.truncation":
+            truncation = value.strip().strip("'\"")
+    longer = f"a prompt longer than {_setting('maxPromptLength')}"
+    if truncation in _CUTTING_TRUNCATIONS:
+        return (
+            f"without it verl keeps {longer} and cuts it to that length (data.truncation="
+            f"{truncation} at verl 0.6.1, left-truncated by 0.9.0's agent loop): the model "
+            "trains on cut prompts, and the data-prep Job's prompt counts and the memory fit "
+            "assume every prompt fits"
+        )
+    return (
+        f"without it {longer} stops the run on the GPUs at verl 0.6.1 (data.truncation="
+        f"{truncation} raises on it) and is left-truncated by 0.9.0's agent loop"
+    )
 
 
 def _alias(field_name: str) -> str:

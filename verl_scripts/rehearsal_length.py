@@ -109,6 +109,9 @@ def _too_few_rows(config: Any, kept: int, message: str) -> ProblemFoundError:
 
 
 RESUME_PATH = "trainer.resume_from_path"
+# What resume_from_path names: a step folder verl's _save_checkpoint wrote under
+# trainer.default_local_dir (ray_trainer.py: global_step_{self.global_steps}).
+_SAVED_STEP = "<run folder>/global_step_<N>"
 
 
 def _trainer_module(config: Any) -> tuple[str, str]:
@@ -150,8 +153,8 @@ def start_step(
                 RESUME_PATH,
                 OmegaConf.select(config, RESUME_PATH),
                 f"AssertionError: {error} ({where}, with trainer.resume_mode = resume_path)",
-                "a checkpoint folder verl saved, .../global_step_<N>, for "
-                f"{RESUME_PATH}; or {fix_for(context, 'trainer.resume_mode', None)}",
+                f"{fix_for(context, RESUME_PATH, _SAVED_STEP)} (a folder verl saved), or "
+                f"{fix_for(context, 'trainer.resume_mode', None)}",
             ) from error
     step = int(loader.global_steps or 0)
     if str(config.trainer.resume_mode) == "resume_path":
