@@ -502,6 +502,26 @@ def test_hub_source_goes_through_snapshot_download(
     assert held and not any(name.endswith(".safetensors") for name in held)
 
 
+def test_a_hub_answer_without_a_commit_stops_before_any_file_is_fetched(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
+    hub = tmp_path / "hub"
+    (hub / "org").mkdir(parents=True)
+    shutil.copytree(model_source, hub / "org" / "tiny-model")
+    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+
+    failed = run_prep(
+        data, verl_repo.path, "v0.2.0", "hub", env_extra={**env, "FAKE_HUB_NO_SHA": "1"}
+    )
+
+    assert failed.returncode == 1
+    last = failed.stderr.strip().splitlines()[-1]
+    assert "gave no commit for org/tiny-model at main" in last
+    assert "pulumi config set verl-gke:modelRevision" in last
+    assert not calls.exists()  # nothing downloaded at a revision named "None"
+
+
 def test_a_pinned_revision_is_downloaded_into_a_folder_that_names_it(
     tmp_path: Path, verl_repo: VerlRepo, model_source: Path
 ) -> None:

@@ -210,7 +210,15 @@ def resolve_commit(model: str, revision: str | None, token: str | None) -> str:
     downloaded at the same commit as the files the rehearsal checked."""
     from huggingface_hub import model_info  # in the image; tests use a local stand-in
 
-    return str(model_info(model, revision=revision, token=token).sha)
+    # ModelInfo.sha is Optional (huggingface_hub hf_api.py ModelInfo, 0.36.2 and 1.33.0).
+    sha = model_info(model, revision=revision, token=token).sha
+    if not sha:
+        raise common.StepError(
+            f"the Hub gave no commit for {model} at {revision or 'main'}: the weights could not be "
+            "pinned to the files the rehearsal checked. Fix: pulumi config set "
+            "verl-gke:modelRevision <40-hex commit of the model>"
+        )
+    return sha
 
 
 def files_commit(root: Path, model_folder: str, inputs: dict[str, str]) -> str | None:

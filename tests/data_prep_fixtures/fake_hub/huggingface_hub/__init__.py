@@ -57,4 +57,6 @@ def model_info(repo_id: str, *, revision: str | None = None, token: str | None =
         return types.SimpleNamespace(id=repo_id, sha=revision)
     if not (Path(os.environ["FAKE_HUB_ROOT"]) / repo_id).is_dir():
         raise FileNotFoundError(f"404 Client Error: repository {repo_id} not found")
+    if os.environ.get("FAKE_HUB_NO_SHA"):  # ModelInfo.sha is Optional in the real one
+        return types.SimpleNamespace(id=repo_id, sha=None)
     return types.SimpleNamespace(id=repo_id, sha=hashlib.sha1(repo_id.encode()).hexdigest())
