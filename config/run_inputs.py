@@ -518,25 +518,7 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
         ]
     node = _function(tree, match["function"])
     if node is None:
-        defined = sorted(
-            n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        )
-        # Only a function verl can call with its reward keywords is a fix; the closest in
-        # spelling to the one typed first.
-        callable_ = [
-            name
-            for name in dict.fromkeys(defined)
-            if (bound := _function(tree, name)) is not None and signature_problem(bound) is None
-        ]
-        ranked = difflib.get_close_matches(match["function"], callable_, n=1, cutoff=0) or [
-            "compute_score"
-        ]
-        return [
-            f"{where}: {match['file']} defines no top-level function {match['function']} "
-            f"(it defines {defined}). Fix: pulumi config set {REWARD_KEY} "
-            f"'{match['file']}:{ranked[0]}' -s {stack}"
-            + ("" if callable_ else " after adding that function")
-        ]
+        return [_missing_function(where, match["file"], match["function"], tree, stack)]
     why = signature_problem(node)
     if why is None:
         return []
@@ -545,6 +527,25 @@ def reward_problems(reward: str | None, stack: str, project_dir: Path = PROJECT_
         f"`def {node.name}(data_source, solution_str, ground_truth, extra_info=None, "
         "**kwargs)`"
     ]
+
+
+def _missing_function(where: str, file: str, function: str, tree: ast.Module, stack: str) -> str:
+    """The reward file has no such function: the fix names the one verl can call with its reward
+    keywords that is closest in spelling to the one typed."""
+    defined = sorted(
+        n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
+    callable_ = [
+        name
+        for name in dict.fromkeys(defined)
+        if (bound := _function(tree, name)) is not None and signature_problem(bound) is None
+    ]
+    ranked = difflib.get_close_matches(function, callable_, n=1, cutoff=0) or ["compute_score"]
+    return (
+        f"{where}: {file} defines no top-level function {function} (it defines {defined}). "
+        f"Fix: pulumi config set {REWARD_KEY} '{file}:{ranked[0]}' -s {stack}"
+        + ("" if callable_ else " after adding that function")
+    )
 
 
 def _reward_elsewhere(file: str, function: str, project_dir: Path) -> str | None:
