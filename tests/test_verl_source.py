@@ -18,6 +18,7 @@ import dataclasses
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,15 +164,11 @@ def test_the_vllm_table_is_verls_own_requirement(release: str) -> None:
 STACK = "a4"
 
 
-def _copy(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    markers: list[dict[str, Any]],
-    timeout_s: float,
-) -> tuple[subprocess.CompletedProcess[str] | None, str, Path]:
-    """Run the script for v0.9.0 with data prep's marker of each of `markers` (its inputs) in
-    place; (its result, or None while it still waited after timeout_s; stdout; the node-local
-    folder)."""
+def _copy_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, markers: list[dict[str, Any]]
+) -> tuple[str, Path]:
+    """The copy script for v0.9.0 with data prep's marker of each of `markers` (its inputs) in
+    place, and the node-local folder it copies into."""
     checkout, local, prep = tmp_path / "verl", tmp_path / "local", tmp_path / "markers"
     (checkout / "verl").mkdir(parents=True)
     (checkout / "verl" / "__init__.py").write_text("")
@@ -184,14 +181,16 @@ def _copy(
     monkeypatch.setattr(fuse_mounts, "PREP_MARKERS", str(prep))
     monkeypatch.setattr(fuse_mounts, "verl_checkout", lambda stack: str(checkout))
     monkeypatch.setattr(fuse_mounts, "VERL_NODE_LOCAL", str(local))
-    script = fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0", STACK)
-    try:
-        done = subprocess.run(
-            ["bash", "-c", script], capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired as waiting:
-        return None, str(waiting.stdout or b"", "utf-8", "replace"), local
-    return done, done.stdout, local
+    return fuse_mounts.verl_copy_script(verl_source.VERL_REPO, "v0.9.0", STACK), local
+
+
+def _copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, markers: list[dict[str, Any]]
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the copy script to its end (the deadline only ends a hang: a slow machine passes)."""
+    script, local = _copy_script(tmp_path, monkeypatch, markers)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    return done, local
 
 
 @pytest.mark.integration
@@ -199,9 +198,9 @@ def test_the_copy_takes_only_a_tree_of_its_own_ref(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = verl_source.VERL_REPO
-    # The deadline only ends a hang: a slow machine passes.
-    done, out, local = _copy(tmp_path, monkeypatch, [{"repo": repo, "ref": "v0.9.0"}], 300)
-    assert done is not None and done.returncode == 0, out
+    done, local = _copy(tmp_path, monkeypatch, [{"repo": repo, "ref": "v0.9.0"}])
+    out = done.stdout
+    assert done.returncode == 0, out
     assert (local / "verl" / "__init__.py").is_file()
     assert f"{repo} at v0.9.0" in out
 
@@ -219,10 +218,23 @@ def test_the_copy_takes_only_a_tree_of_its_own_ref(
 def test_the_copy_waits_while_the_marker_is_absent_or_of_another_ref(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, markers: list[dict[str, Any]]
 ) -> None:
-    done, out, local = _copy(tmp_path, monkeypatch, markers, 15)
-    assert done is None  # still waiting when the test gave up on it
-    assert "waiting for data prep" in out and "at v0.9.0" in out
-    assert not any(local.iterdir())
+    script, local = _copy_script(tmp_path, monkeypatch, markers)
+    waiting = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert waiting.stdout is not None
+        # The script checks, says it waits, then sleeps: its first "waiting" line means the
+        # first check found no marker of its own. The deadline only ends a hang.
+        line = ""
+        deadline = time.monotonic() + 300
+        while "waiting for data prep" not in line and time.monotonic() < deadline:
+            line = waiting.stdout.readline()
+            assert line or waiting.poll() is None, "the copy ended instead of waiting"
+        assert "waiting for data prep" in line and "at v0.9.0" in line
+        assert waiting.poll() is None  # still waiting
+        assert not any(local.iterdir())
+    finally:
+        waiting.kill()
+        waiting.wait()
 
 
 @pytest.mark.integration
@@ -239,9 +251,9 @@ def test_the_copy_of_a_new_ref_waits_for_a_marker_name_the_old_ref_never_had(
         repo, "v0.9.0", STACK
     )
     # Alone, the old ref's marker keeps the copy waiting (the test above); beside the new
-    # ref's, the copy runs. The deadline only ends a hang: a slow machine passes.
-    done, out, local = _copy(tmp_path, monkeypatch, [old, new], 300)
-    assert done is not None and done.returncode == 0, out
+    # ref's, the copy runs.
+    done, local = _copy(tmp_path, monkeypatch, [old, new])
+    assert done.returncode == 0, done.stdout
     assert (local / "verl" / "__init__.py").is_file()
     assert Path(fuse_mounts.verl_prep_marker(repo, "v0.6.1", STACK)).is_file()  # _copy's folder
 
