@@ -502,6 +502,29 @@ def test_hub_source_goes_through_snapshot_download(
     assert held and not any(name.endswith(".safetensors") for name in held)
 
 
+def test_model_files_copied_from_the_weights_keep_the_weights_commit(
+    tmp_path: Path, verl_repo: VerlRepo, model_source: Path
+) -> None:
+    """The files step takes the files from a finished weights folder: the commit the weights were
+    downloaded at goes with them, so a later weights download (the folder invalidated) fetches
+    that commit, not the branch's head at the time."""
+    data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
+    hub = tmp_path / "hub"
+    (hub / "org").mkdir(parents=True)
+    shutil.copytree(model_source, hub / "org" / "tiny-model")
+    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+    ok(run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env))
+    commit = hashlib.sha1(b"org/tiny-model").hexdigest()
+    assert marker(data, f"model-{MODEL_FOLDER}")["outputs"]["commit"] == commit  # type: ignore[index]
+
+    (data / ".prep" / f"model-files-{MODEL_FOLDER}.done").unlink()
+    shutil.rmtree(data / "model-files" / MODEL_FOLDER)
+    out = ok(run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env))
+
+    assert str(data / MODEL_FOLDER) in "\n".join(step_lines(out, "model-files"))
+    assert marker(data, f"model-files-{MODEL_FOLDER}")["outputs"]["commit"] == commit  # type: ignore[index]
+
+
 def test_a_hub_answer_without_a_commit_stops_before_any_file_is_fetched(
     tmp_path: Path, verl_repo: VerlRepo, model_source: Path
 ) -> None:

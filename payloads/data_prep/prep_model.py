@@ -223,7 +223,12 @@ def resolve_commit(model: str, revision: str | None, token: str | None) -> str:
 
 def files_commit(root: Path, model_folder: str, inputs: dict[str, str]) -> str | None:
     """The commit the model-files step downloaded for these inputs, if it recorded one."""
-    marker = common.read_json(common.marker_path(root, files_marker_name(model_folder)))
+    return recorded_commit(root, files_marker_name(model_folder), inputs)
+
+
+def recorded_commit(root: Path, marker_name: str, inputs: dict[str, str]) -> str | None:
+    """The commit a model step's marker recorded for these inputs, if any."""
+    marker = common.read_json(common.marker_path(root, marker_name))
     if marker is None or marker.get("inputs") != inputs:
         return None
     outputs = marker.get("outputs")
@@ -261,6 +266,8 @@ def prepare_model_files(
         and (weights / "config.json").is_file()
     ):
         origin = str(weights)
+        # The weights' commit goes on with their files: a later weights download takes it.
+        commit = recorded_commit(root, f"model-{model_folder}", inputs)
         copy_from_directory(step, weights, dest, weights=False)
     elif source == "hub":
         commit = revision or resolve_commit(model, revision, token)
@@ -303,6 +310,7 @@ def prepare_model(
     common.log(step, f"started: {model} from {source} -> {final} (staging {staging})")
     reset_or_resume(step, root, name, inputs, staging, final)
     staging.mkdir(parents=True, exist_ok=True)
+    at: str | None = None
     with progress_log(step, staging):
         if source == "hub":
             # The files the rehearsal checked came from this commit (model-files step).
@@ -322,6 +330,8 @@ def prepare_model(
         "bytes": size,
         "weight_files": shards,
     }
+    if source == "hub" and at is not None:
+        outputs["commit"] = at
     marker = common.write_marker(root, name, inputs, outputs, started)
     (root / common.PREP_DIR / f"{name}.staging.json").unlink(missing_ok=True)
     common.log(step, f"done in {time.monotonic() - started:.1f}s: {final}; marker {marker}")
