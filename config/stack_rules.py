@@ -445,7 +445,8 @@ def _authorized_networks_fix(key: str, given: list[str], fixed: list[str], stack
         start = []
     elif dropped and dropped == list(range(len(fixed), len(given))):
         # Only the last items have no accepted form: remove those (the last one first), keep
-        # the others at their index.
+        # the others at their index (`config rm --path 'KEY[i]'` removes the item: pulumi/pulumi
+        # sdk/go/common/resource/config/object.go, object.Delete).
         changed = [(i, item) for i, item in enumerate(fixed) if item != given[i]]
         start = [
             f"pulumi config rm --path '{key}[{i}]' -s {stack} (or give it an IPv4 range)"

@@ -129,6 +129,10 @@ def _accepted(stack: str, words: list[str]) -> None:
             ],
             "verl-gke:authorizedNetworks[1]",
         ),
+        # An optional switch (declared a string, so it may stay unset) read as Pulumi reads a
+        # boolean: `on` refused, its meaning kept.
+        ("a4", ["--set", "verl-gke:imageStreaming=on"], "imageStreaming=true"),
+        ("a4", ["--set", "verl-gke:imageStreaming=off"], "imageStreaming=false"),
         # A zone typed as the region: the region it is in, the zone kept as the zone.
         ("a4", ["--set", "gcp:region=us-central1-b"], "verl-gke:zone=us-central1-b"),
         (

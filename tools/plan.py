@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sets = config_sets(parser, args)
     # A list typed item by item ('KEY[i]=...') is not the list typed whole (offline_fixes).
-    typed = {change.key for change in sets} | {c.root for c in sets if "[" not in c.key}
+    typed = {c.key for c in sets} | {c.root for c in sets if not c.key.startswith(f"{c.root}[")}
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
     given = {change.text: marker(change.key) for change in sets if change.secret and change.text}
     markers = {**secret_markers({change.key: change.text for change in sets}), **given}
