@@ -12,6 +12,8 @@ import ipaddress
 import math
 import re
 
+from pydantic_core import PydanticCustomError
+
 # --- image references ------------------------------------------------------------------------
 # [HOST[:PORT]/]PATH[:TAG][@sha256:DIGEST], lowercase path components (Docker distribution
 # reference grammar); a tag or a digest is required, since an untagged name means a moving
@@ -318,6 +320,20 @@ def boolean_meant(value: object) -> str | None:
     if text in _FALSE_WORDS:
         return "false"
     return None
+
+
+def pulumi_boolean(value: object) -> object:
+    """An optional switch declared a string in Pulumi.yaml (Pulumi's boolean type cannot be left
+    unset, config/declared_defaults.py) read as Pulumi reads a `boolean`: a bool or the text
+    true/false (planning/pulumi_config.type_accepts). Other text (`on`, `yes`) is refused as a
+    boolean error, whose fix names what it meant (type_error_candidates)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise PydanticCustomError(
+        "bool_parsing", "must be true or false (what Pulumi takes for a boolean)"
+    )
 
 
 def declared_type_candidates(type_name: str, text: str, minutes: bool = False) -> list[str]:

@@ -79,6 +79,11 @@ def nearest_region(value: str) -> str:
 _ZONE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-(?P<suffix>(?:ai[0-9]+)?[a-z])$")
 
 
+def is_zone(name: str) -> bool:
+    """`name` is spelled as a zone (REGION-LETTER or REGION-aiN+LETTER)."""
+    return _ZONE.match(name) is not None
+
+
 def region_for_fix(region: str, zone: str) -> str:
     """The region a fix names: `region` if it is a region name, else the zone's region, else
     the listed region nearest to what was typed (a zone typed as the region: its region)."""
@@ -111,8 +116,10 @@ def location_notice(region: str, zone: str) -> str | None:
             f"(config/known_values.py; nearest: {near}). If it is a typo, GKE fails when it "
             "creates the cluster; check it with `gcloud compute regions list`."
         )
-    if match and match["suffix"] not in REGION_ZONES[region] and not match["suffix"].startswith(
-        "ai"
+    if (
+        match
+        and match["suffix"] not in REGION_ZONES[region]
+        and not match["suffix"].startswith("ai")
     ):
         zones = ", ".join(f"{region}-{z}" for z in REGION_ZONES[region])
         return (

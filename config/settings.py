@@ -105,11 +105,16 @@ class LoadedSettings:
 # Example values the offline plan uses where the committed stack file still has a placeholder.
 _OFFLINE_EXAMPLES = {
     "gcp:project": lambda cfg: "example-project",
-    f"{NAMESPACE}:zone": lambda cfg: f"{cfg.get('gcp:region', 'us-central1')}-b",
+    # A zone given as the region (refused by stack_rules._check_region) is the zone meant.
+    f"{NAMESPACE}:zone": lambda cfg: _example_zone(cfg.get("gcp:region", "us-central1")),
     f"{NAMESPACE}:reservation": lambda cfg: "example-reservation",
     f"{NAMESPACE}:hfToken": lambda cfg: "hf_offline_plan_placeholder",
     f"{NAMESPACE}:wandbApiKey": lambda cfg: "offline-plan-wandb-key",
 }
+
+
+def _example_zone(region: str) -> str:
+    return region if known_values.is_zone(region) else f"{region}-b"
 
 
 # What the offline plan reads for a value the stack file holds encrypted (`secure: v1:...`, written
@@ -222,7 +227,13 @@ def _load_settings(
         if offline:
             values[key] = example(values)
             state = "not set" if missing_token else f"still the placeholder {value!r}"
-            notices.append(f"{key} is {state}; planning with {values[key]!r}")
+            if _SECRET_KEY_NAME.search(key):
+                notices.append(
+                    f"{key} is {state}; planning with a placeholder token. `pulumi up` needs "
+                    f"the real one: pulumi config set --secret {key} -s {stack}"
+                )
+            else:
+                notices.append(f"{key} is {state}; planning with {values[key]!r}")
         elif missing_token:
             problems.append(
                 f"{key} is not set: the data-prep Job downloads the model with it. Fix: "

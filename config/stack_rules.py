@@ -136,6 +136,9 @@ def _check_region(s: StackValues) -> str | None:
     region = known_values.region_for_fix(s.region, s.zone)
     fix = f"Fix: pulumi config set gcp:region {region} -s {s.stack}"
     if _ZONE.match(s.region):
+        if s.zone == s.region:
+            # The zone unset (the offline plan then plans with the typed zone) or the same.
+            fix += f", then {s.fix('zone', s.region)}"
         return f"gcp:region = {s.region!r}: a zone, not a region. {fix}"
     return f"gcp:region = {s.region!r}: not a region name (e.g. us-central1). {fix}"
 
@@ -435,9 +438,20 @@ def _authorized_networks_fix(key: str, given: list[str], fixed: list[str], stack
     """The commands that store `fixed` as Pulumi.yaml declares the key, `array<string>`: one
     `--path '[i]'` item per range (a plain `pulumi config set` stores a string, which Pulumi
     refuses for an array before the program runs)."""
+    accepted = [cluster_security.cidr_problem(item) for item in given]
+    dropped = [i for i, problem in enumerate(accepted) if problem and problem[1] is None]
     if len(fixed) == len(given):
         changed = [(i, item) for i, item in enumerate(fixed) if item != given[i]]
         start = []
+    elif dropped and dropped == list(range(len(fixed), len(given))):
+        # Only the last items have no accepted form: remove those (the last one first), keep
+        # the others at their index (`config rm --path 'KEY[i]'` removes the item: pulumi/pulumi
+        # sdk/go/common/resource/config/object.go, object.Delete).
+        changed = [(i, item) for i, item in enumerate(fixed) if item != given[i]]
+        start = [
+            f"pulumi config rm --path '{key}[{i}]' -s {stack} (or give it an IPv4 range)"
+            for i in reversed(dropped)
+        ]
     else:
         changed = list(enumerate(fixed))
         start = [f"pulumi config rm {key} -s {stack}"]

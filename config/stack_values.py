@@ -298,6 +298,11 @@ class StackValues(BaseModel):
     def _evaluation_object(cls, value: Any) -> Any:
         return evaluation_setting.parse(value)
 
+    @field_validator("image_streaming", mode="before")
+    @classmethod
+    def _pulumi_boolean(cls, value: Any) -> Any:
+        return input_rules.pulumi_boolean(value)
+
     @field_validator("authorized_networks", mode="before")
     @classmethod
     def _cidr_list(cls, value: Any) -> Any:

@@ -22,7 +22,7 @@ from training.assembly import training_job
 _SET = re.compile(r"(--set(?:-secret)?) ('[^']*'|[^\s']*'[^']*'|\S+)")
 
 
-_LEAVE_OUT = re.compile(r"leave out --set ([\w-]+:[\w.\[\]-]+)=\.\.\.")
+_LEAVE_OUT = re.compile(r"leave out --set '?([\w-]+:[\w.\[\]-]+)=\.\.\.'?")
 
 
 def _printed_fix(err: str) -> list[str]:
@@ -35,7 +35,8 @@ def _printed_fix(err: str) -> list[str]:
     for key in _LEAVE_OUT.findall(first):
         words += ["LEAVE_OUT", key]
     for flag, word in _SET.findall(_LEAVE_OUT.sub("", first)):
-        words += [flag, *shlex.split(word)]
+        # A comma after an unquoted word is the prose's (", then --set ..."), not the value's.
+        words += [flag, *shlex.split(word.removesuffix(","))]
     assert words, line
     return words
 
@@ -117,6 +118,23 @@ def _accepted(stack: str, words: list[str]) -> None:
             "authorizedNetworks[0]=203.0.113.7/32",
         ),
         ("a4", ["--set", "verl-gke:mdoel=Qwen/Qwen3-8B"], "model=Qwen/Qwen3-8B"),
+        # An IPv6 item typed as an item: that item left out, the IPv4 one kept (nc2).
+        (
+            "a4x",
+            [
+                "--set",
+                "verl-gke:authorizedNetworks[0]=203.0.113.7/32",
+                "--set",
+                "verl-gke:authorizedNetworks[1]=2001:db8::/32",
+            ],
+            "verl-gke:authorizedNetworks[1]",
+        ),
+        # An optional switch (declared a string, so it may stay unset) read as Pulumi reads a
+        # boolean: `on` refused, its meaning kept.
+        ("a4", ["--set", "verl-gke:imageStreaming=on"], "imageStreaming=true"),
+        ("a4", ["--set", "verl-gke:imageStreaming=off"], "imageStreaming=false"),
+        # A zone typed as the region: the region it is in, the zone kept as the zone.
+        ("a4", ["--set", "gcp:region=us-central1-b"], "verl-gke:zone=us-central1-b"),
         (
             "a3u",
             ["--set", "verl-gke:reward=exact_match.py:compute_score"],
@@ -240,3 +258,32 @@ def test_a_capacity_another_profile_offers_names_that_profile_as_a_set(
     other = line.split(", or ", 1)[1]
     assert "--set verl-gke:profile=a4" in other, line
     _accepted("a4x", [*typed, "--set", "verl-gke:profile=a4"])
+
+
+def test_an_ipv6_item_fix_names_that_item_and_keeps_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    typed = [
+        "--set",
+        "verl-gke:authorizedNetworks[0]=203.0.113.7/32",
+        "--set",
+        "verl-gke:authorizedNetworks[1]=2001:db8::/32",
+    ]
+    assert plan_cli.main(["a4x", *typed]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "Fix: " in line]
+    fix = line.split("Fix: ", 1)[1]
+    assert fix.startswith("leave out --set 'verl-gke:authorizedNetworks[1]=...'"), line
+    assert "IPv4 range" in fix and "authorizedNetworks=" not in fix, line
+    assert _applied(typed, _printed_fix(line)) == typed[:2]
+
+
+def test_a_zone_given_as_the_region_is_said_once_with_no_derived_zone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan_cli.main(["a4", "--set", "gcp:region=us-central1-b"]) == 2
+    err = capsys.readouterr().err
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert problems == [
+        "  - gcp:region = 'us-central1-b': a zone, not a region. Fix: --set "
+        "gcp:region=us-central1, then --set verl-gke:zone=us-central1-b"
+    ]

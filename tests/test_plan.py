@@ -232,3 +232,22 @@ def test_next_leaves_out_a_placeholder_the_stack_does_not_use(
     out = capsys.readouterr().out
     assert "verl-gke:reservation is still the placeholder" in out
     assert "pulumi config set verl-gke:reservation" not in out.split("\nNext:\n", 1)[1]
+
+
+def test_next_offers_authorized_networks_and_the_token_note_says_a_placeholder_was_used(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan_cli.main(["a4"]) == 0
+    out = capsys.readouterr().out
+    nxt = out.split("\nNext:\n", 1)[1]
+    step = "pulumi config set --path 'verl-gke:authorizedNetworks[0]' <your-ip>/32 -s a4"
+    assert step in nxt and "optional" in nxt.split(step, 1)[1].splitlines()[0]
+    assert (
+        "note: verl-gke:hfToken is not set; planning with a placeholder token. `pulumi up` "
+        "needs the real one: pulumi config set --secret verl-gke:hfToken -s a4"
+    ) in out
+    assert "planning with '<redacted" not in out
+    # Set, the step is not offered.
+    argv = ["a4", "--set", "verl-gke:authorizedNetworks[0]=203.0.113.7/32"]
+    assert plan_cli.main(argv) == 0
+    assert "authorizedNetworks" not in capsys.readouterr().out.split("\nNext:\n", 1)[1]

@@ -52,7 +52,8 @@ PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
 REPO_IAM = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 KEY = "verl-gke:authorizedNetworks"
 _COMMAND = re.compile(
-    r"pulumi config (?:set (?:--path '(?P<path>[^']+)'|(?P<key>\S+)) (?P<value>\S+)|rm (?P<rm>\S+))"
+    r"pulumi config (?:set (?:--path '(?P<path>[^']+)'|(?P<key>\S+)) (?P<value>\S+)"
+    r"|rm (?:--path '(?P<rm_item>[^']+)\[(?P<index>\d+)\]'|(?P<rm>\S+)))"
     r" -s "
 )
 # Pulumi.yaml's declaration of the key.
@@ -114,6 +115,10 @@ def test_ranges_that_cannot_admit_a_client_are_refused_before_anything_with_an_a
     for command in commands:
         if command["rm"]:
             values.pop(command["rm"])
+        elif command["rm_item"]:
+            # `config rm --path 'KEY[i]'` removes the item, the later ones move up (pulumi/pulumi
+            # sdk/go/common/resource/config/object.go, object.Delete).
+            values[command["rm_item"]].pop(int(command["index"]))
         else:
             item = command["path"] or command["key"]
             change = ConfigSet(item, command["value"], path=bool(command["path"]))

@@ -262,7 +262,8 @@ _SET_COMMAND = re.compile(
     r"(?P<value>'[^']*'|[^\s,;)]+)(?: -s [\w.-]+)?"
 )
 _RM_COMMAND = re.compile(
-    r"pulumi config rm (?:--path )?(?P<key>[\w-]+:[\w.\[\]-]+)(?: -s [\w.-]+)?"
+    r"pulumi config rm (?:--path )?(?P<key>'[\w-]+:[\w.\[\]-]+'|[\w-]+:[\w.\[\]-]+)"
+    r"(?: -s [\w.-]+)?"
 )
 
 
@@ -280,7 +281,14 @@ def offline_fixes(message: str, stack: str, typed: set[str]) -> str:
         return f"{flag} {key}={value}"
 
     def rm_form(match: re.Match[str]) -> str:
-        key = match["key"]
+        key = match["key"].strip("'")
+        if "[" in key and key in typed:
+            # An item typed as `--set 'KEY[i]=...'`: that item, in the words typed.
+            return f"leave out --set '{key}=...'"
+        items = sorted(k for k in typed if k.startswith(f"{key}["))
+        if key not in typed and items:
+            # The list typed item by item: each of those items.
+            return " and ".join(f"leave out --set '{item}=...'" for item in items)
         if key in typed or key.split(".", 1)[0] in typed:
             return f"leave out --set {key}=..."
         return f"remove {key} from Pulumi.{stack}.yaml"
@@ -292,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argument_parser()
     args = parser.parse_args(argv)
     sets = config_sets(parser, args)
-    typed = {change.key for change in sets} | {change.root for change in sets}
+    # A list typed item by item ('KEY[i]=...') is not the list typed whole (offline_fixes).
+    typed = {c.key for c in sets} | {c.root for c in sets if not c.key.startswith(f"{c.root}[")}
     # Nothing printed or written below holds a secret (tools/plan_redaction.py).
     given = {change.text: marker(change.key) for change in sets if change.secret and change.text}
     markers = {**secret_markers({change.key: change.text for change in sets}), **given}
@@ -366,7 +375,7 @@ def plan_report(
     for key in sorted(result.outputs):
         shown = "[secret]" if key in result.secret_outputs else result.outputs[key]
         yield f"  {key}: {shown}"
-    yield from next_steps(result.stack, result.notices)
+    yield from next_steps(result.stack, result.notices, bool(settings.authorized_networks))
 
 
 def job_summary(spec: GrpoSpec) -> str:
@@ -388,9 +397,10 @@ _PLANNED_WITH = re.compile(
 )
 
 
-def next_steps(stack: str, notices: Sequence[str]) -> Iterator[str]:
-    """What to run next: set the placeholders the plan filled in, then `pulumi up`, then follow
-    the run (README, Quick start)."""
+def next_steps(stack: str, notices: Sequence[str], authorized: bool = True) -> Iterator[str]:
+    """What to run next: set the placeholders the plan filled in, optionally the networks that
+    may reach the control plane (unset: `authorized` False), then `pulumi up`, then follow the
+    run (README, Quick start)."""
     yield "Next:"
     for notice in notices:
         match = _PLANNED_WITH.match(notice)
@@ -401,6 +411,13 @@ def next_steps(stack: str, notices: Sequence[str]) -> Iterator[str]:
         key = match["key"]
         flag = "--secret " if key.endswith(":hfToken") else ""
         yield f"  pulumi config set {flag}{key} -s {stack}   # asks for the value"
+    if not authorized:
+        # Pulumi.yaml declares the key array<string>: one --path item per range.
+        key = "verl-gke:authorizedNetworks"
+        yield (
+            f"  pulumi config set --path '{key}[0]' <your-ip>/32 -s {stack}   # optional: "
+            f"only this address reaches the control plane"
+        )
     yield f"  pulumi up -s {stack}                      # returns at verl's first training step"
     yield f"  python -m tools.run {stack} --follow      # follow the run until it ends"
 
