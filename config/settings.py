@@ -219,6 +219,39 @@ def _load_settings(
     notices: list[str] = []
     _plan_encrypted_values(values, notices, where)
     _drop_unused_reservation_placeholder(values, notices)
+    problems += _placeholder_values(values, offline, stack, where, notices)
+    for key in GCP_KEYS.values():
+        if values.get(key) in (None, ""):
+            problems.append(f"{key} is not set. Fix: pulumi config set {key} VALUE -s {stack}")
+    if problems:
+        raise SettingsError(_format(stack, problems))
+
+    raw: dict[str, Any] = {"stack": stack, "profile": stack}
+    for field_name, key in GCP_KEYS.items():
+        raw[field_name] = values[key]
+    prefix = f"{NAMESPACE}:"
+    for key, value in values.items():
+        if key.startswith(prefix):
+            raw[key[len(prefix) :]] = value
+    try:
+        settings = StackSettings.model_validate(
+            raw, context={ACCEPT_GPU_NODES: _gpu_nodes_acceptor(raw, job_check)}
+        )
+    except ValidationError as error:
+        raise SettingsError(_format(stack, _describe(error, raw, job_check))) from None
+    notices.extend(_image_notices(settings))
+    notices.extend(_table_notices(settings))
+    notices.extend(n for n in [reservation_owner_notice(settings)] if n)
+    notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
+    return LoadedSettings(settings, tuple(notices))
+
+
+def _placeholder_values(
+    values: dict[str, Any], offline: bool, stack: str, where: str, notices: list[str]
+) -> list[str]:
+    """Offline, a placeholder or a missing token is replaced by an example (said in `notices`);
+    in `pulumi up` each is a problem with its fix."""
+    problems: list[str] = []
     for key, example in _OFFLINE_EXAMPLES.items():
         value = values.get(key)
         missing_token = key.endswith(":hfToken") and value in (None, "")
@@ -247,30 +280,7 @@ def _load_settings(
                 f"{key} = {shown} is still the placeholder from {where}. Fix: "
                 f"pulumi config set {flag}{key} YOUR_VALUE -s {stack} (or edit {where})"
             )
-    for key in GCP_KEYS.values():
-        if values.get(key) in (None, ""):
-            problems.append(f"{key} is not set. Fix: pulumi config set {key} VALUE -s {stack}")
-    if problems:
-        raise SettingsError(_format(stack, problems))
-
-    raw: dict[str, Any] = {"stack": stack, "profile": stack}
-    for field_name, key in GCP_KEYS.items():
-        raw[field_name] = values[key]
-    prefix = f"{NAMESPACE}:"
-    for key, value in values.items():
-        if key.startswith(prefix):
-            raw[key[len(prefix) :]] = value
-    try:
-        settings = StackSettings.model_validate(
-            raw, context={ACCEPT_GPU_NODES: _gpu_nodes_acceptor(raw, job_check)}
-        )
-    except ValidationError as error:
-        raise SettingsError(_format(stack, _describe(error, raw, job_check))) from None
-    notices.extend(_image_notices(settings))
-    notices.extend(_table_notices(settings))
-    notices.extend(n for n in [reservation_owner_notice(settings)] if n)
-    notices.extend(job_wait_setting.legacy_notices(raw.get("jobWait"), stack))
-    return LoadedSettings(settings, tuple(notices))
+    return problems
 
 
 def _gpu_nodes_acceptor(raw: dict[str, Any], job_check: JobCheck | None) -> Callable[[int], bool]:
