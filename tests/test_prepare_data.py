@@ -460,18 +460,23 @@ def test_failed_redo_leaves_no_marker(
     assert not (data / ".prep" / f"model-{MODEL_FOLDER}.done").exists()
 
 
+def fake_hub(hub: Path, model_source: Path, calls: Path) -> dict[str, str]:
+    """A Hub of one model, org/tiny-model, served by the stand-in huggingface_hub (FAKE_HUB),
+    which records each call in `calls`: the environment data prep runs with."""
+    shutil.copytree(model_source, hub / "org" / "tiny-model")
+    return {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+
+
 def test_hub_source_goes_through_snapshot_download(
     tmp_path: Path, verl_repo: VerlRepo, model_source: Path
 ) -> None:
     data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
     hub = tmp_path / "hub"
-    (hub / "org").mkdir(parents=True)
-    shutil.copytree(model_source, hub / "org" / "tiny-model")
+    env = fake_hub(hub, model_source, calls)
     (hub / "org" / "tiny-model" / SHARDS[1]).unlink()
     # Llama's second copy of the weights for Meta's own loader: never downloaded.
     (hub / "org" / "tiny-model" / "original").mkdir()
     (hub / "org" / "tiny-model" / "original" / "consolidated.00.pth").write_bytes(b"x" * 64)
-    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
 
     failed = run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env)
     assert failed.returncode == 1
@@ -509,10 +514,7 @@ def test_model_files_copied_from_the_weights_keep_the_weights_commit(
     downloaded at goes with them, so a later weights download (the folder invalidated) fetches
     that commit, not the branch's head at the time."""
     data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
-    hub = tmp_path / "hub"
-    (hub / "org").mkdir(parents=True)
-    shutil.copytree(model_source, hub / "org" / "tiny-model")
-    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+    env = fake_hub(tmp_path / "hub", model_source, calls)
     ok(run_prep(data, verl_repo.path, "v0.2.0", "hub", env_extra=env))
     commit = hashlib.sha1(b"org/tiny-model").hexdigest()
     assert marker(data, f"model-{MODEL_FOLDER}")["outputs"]["commit"] == commit  # type: ignore[index]
@@ -529,10 +531,7 @@ def test_a_hub_answer_without_a_commit_stops_before_any_file_is_fetched(
     tmp_path: Path, verl_repo: VerlRepo, model_source: Path
 ) -> None:
     data, calls = tmp_path / "data", tmp_path / "hub-calls.jsonl"
-    hub = tmp_path / "hub"
-    (hub / "org").mkdir(parents=True)
-    shutil.copytree(model_source, hub / "org" / "tiny-model")
-    env = {"PYTHONPATH": str(FAKE_HUB), "FAKE_HUB_ROOT": str(hub), "FAKE_HUB_CALLS": str(calls)}
+    env = fake_hub(tmp_path / "hub", model_source, calls)
 
     failed = run_prep(
         data, verl_repo.path, "v0.2.0", "hub", env_extra={**env, "FAKE_HUB_NO_SHA": "1"}
